@@ -1,0 +1,5 @@
+"""Per-framework adapters, one module per framework, named after its import name.
+
+Nothing here imports a framework: ``hurray_bridge.adapters.torch`` imports
+torch only when it is itself imported.
+"""

@@ -1,0 +1,102 @@
+"""hurray_bridge: zero-copy tensor interchange through Hurray descriptors.
+
+Importing this package loads the standard library only; frameworks are
+imported by their adapters, and only when a conversion needs them.
+"""
+
+from __future__ import annotations
+
+from . import dtypes
+from .descriptor import DYNAMIC, MAX_RANK, BufferSpec, Descriptor, Quantization, Shard, Sparse
+from .dtypes import (
+    DType,
+    bfloat16,
+    bool8,
+    complex64,
+    complex128,
+    float4_e2m1fn,
+    float8_e4m3fn,
+    float8_e4m3fnuz,
+    float8_e5m2,
+    float8_e5m2fnuz,
+    float8_e8m0fnu,
+    float16,
+    float32,
+    float64,
+    int2,
+    int4,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint2,
+    uint4,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from .dtypes import bool_ as bool  # noqa: A004  (hb.bool is the 1-bit packed type)
+from .errors import (
+    BackendNotAvailableError,
+    CopyRequiredError,
+    DynamicShapeError,
+    FormatError,
+    HurrayError,
+    UnsupportedError,
+)
+from .layout import BufferRole, Flags, Layout, QuantScheme
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DYNAMIC",
+    "MAX_RANK",
+    "BackendNotAvailableError",
+    "BufferRole",
+    "BufferSpec",
+    "CopyRequiredError",
+    "DType",
+    "Descriptor",
+    "DynamicShapeError",
+    "Flags",
+    "FormatError",
+    "HurrayError",
+    "Layout",
+    "QuantScheme",
+    "Quantization",
+    "Shard",
+    "Sparse",
+    "UnsupportedError",
+    "bfloat16",
+    "bool",
+    "bool8",
+    "complex64",
+    "complex128",
+    "dtypes",
+    "float4_e2m1fn",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float16",
+    "float32",
+    "float64",
+    "int2",
+    "int4",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint2",
+    "uint4",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+]
+
+
+def __dir__() -> list[str]:
+    return __all__

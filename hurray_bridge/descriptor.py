@@ -1,0 +1,565 @@
+"""The Hurray tensor descriptor: shape, element type, layout and their rules.
+
+A :class:`Descriptor` is immutable, hashable and compared by value. Building
+one enforces every rule of ``docs/spec/data-model.md`` and ADR-007; anything
+that breaks a rule raises :class:`~hurray_bridge.errors.FormatError` naming
+the field, whether the descriptor comes from Python or from bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .dtypes import DType, Kind, dtype_from_name
+from .errors import DynamicShapeError, FormatError
+from .layout import BufferRole, Flags, Layout, QuantScheme
+
+__all__ = [
+    "DYNAMIC",
+    "MAX_RANK",
+    "BufferSpec",
+    "Descriptor",
+    "Quantization",
+    "Shard",
+    "Sparse",
+    "compact_strides",
+]
+
+DYNAMIC = 0xFFFFFFFFFFFFFFFF
+"""The dynamic-dimension sentinel (UINT64_MAX). Never the same thing as 0."""
+
+MAX_RANK = 64
+"""Largest rank a descriptor may have (ADR-008)."""
+
+_U64_MAX = 0xFFFFFFFFFFFFFFFF
+_I64_MAX = 0x7FFFFFFFFFFFFFFF
+_U32_MAX = 0xFFFFFFFF
+
+
+def _as_dtype(value: DType | str) -> DType:
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        return dtype_from_name(value)
+    raise FormatError(f"expected an hb.DType or a type name, got {value!r}", field="dtype")
+
+
+def _as_uint_tuple(values: Iterable[Any], name: str, limit: int = _U64_MAX) -> tuple[int, ...]:
+    if isinstance(values, (str, bytes)):
+        raise FormatError(f"expected a sequence of integers, got {values!r}", field=name)
+    try:
+        items = tuple(values)
+    except TypeError:
+        raise FormatError(f"expected a sequence of integers, got {values!r}", field=name) from None
+    if len(items) > MAX_RANK:
+        raise FormatError(
+            f"rank {len(items)} exceeds the maximum rank {MAX_RANK}; "
+            "a descriptor may have at most 64 dimensions (ADR-008)",
+            field=name,
+        )
+    out = []
+    for i, v in enumerate(items):
+        if isinstance(v, bool) or not isinstance(v, int):
+            # operator.index accepts numpy integers and rejects floats, NaN and the like.
+            try:
+                v = v.__index__()
+            except (AttributeError, TypeError):
+                raise FormatError(
+                    f"{name}[{i}] must be an integer, got {v!r}", field=name
+                ) from None
+        if v < 0 or v > limit:
+            raise FormatError(
+                f"{name}[{i}] = {v} is out of range [0, {limit}]"
+                + ("; sizes cannot be negative" if v < 0 else ""),
+                field=name,
+            )
+        out.append(v)
+    return tuple(out)
+
+
+def _checked_product(values: Iterable[int], what: str) -> int:
+    n = 1
+    for v in values:
+        n *= v
+        if n > _U64_MAX:
+            raise FormatError(
+                f"{what} overflows 64 bits; the tensor is larger than any buffer can be",
+                field="shape",
+            )
+    return n
+
+
+def compact_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major element strides of a compact tensor of ``shape``."""
+    strides = [0] * len(shape)
+    acc = 1
+    for i in range(len(shape) - 1, -1, -1):
+        strides[i] = acc
+        acc *= max(shape[i], 1)
+    return tuple(strides)
+
+
+class BufferSpec(NamedTuple):
+    """A buffer the descriptor calls for: its role and exact byte length."""
+
+    role: BufferRole
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Quantization:
+    """How stored elements map to real values: ``real = (q - zero_point) * scale``.
+
+    ``axis`` is required for per-axis and per-block schemes, ``block_size`` for
+    per-block. ``zero_point_dtype`` is ``None`` for symmetric schemes.
+    """
+
+    scheme: QuantScheme
+    scale_dtype: DType = field(default_factory=lambda: dtype_from_name("float32"))
+    zero_point_dtype: DType | None = None
+    axis: int | None = None
+    block_size: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            scheme = QuantScheme(self.scheme)
+        except ValueError:
+            raise FormatError(f"unknown quantization scheme {self.scheme!r}", field="quantization.scheme") from None
+        object.__setattr__(self, "scheme", scheme)
+        object.__setattr__(self, "scale_dtype", _as_dtype(self.scale_dtype))
+        if self.zero_point_dtype is not None:
+            object.__setattr__(self, "zero_point_dtype", _as_dtype(self.zero_point_dtype))
+        if self.scale_dtype.kind != Kind.FLOAT or self.scale_dtype.is_subbyte:
+            raise FormatError(
+                f"scale type must be a float type of 8 bits or more, got {self.scale_dtype}",
+                field="quantization.scale_dtype",
+            )
+        zp = self.zero_point_dtype
+        if zp is not None and (zp.kind not in (Kind.INT, Kind.UINT, Kind.FLOAT) or zp.is_subbyte):
+            raise FormatError(
+                f"zero-point type must be an integer or float type, got {zp}",
+                field="quantization.zero_point_dtype",
+            )
+        if scheme == QuantScheme.PER_TENSOR:
+            if self.axis is not None or self.block_size is not None:
+                raise FormatError(
+                    "a per-tensor scheme takes neither axis nor block_size", field="quantization.axis"
+                )
+        else:
+            if self.axis is None or isinstance(self.axis, bool) or not isinstance(self.axis, int):
+                raise FormatError(f"{scheme.name} needs an integer axis, got {self.axis!r}", field="quantization.axis")
+            if scheme == QuantScheme.PER_BLOCK:
+                bs = self.block_size
+                if isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= _U64_MAX - 1:
+                    raise FormatError(
+                        f"per-block quantization needs a block_size >= 1, got {bs!r}",
+                        field="quantization.block_size",
+                    )
+            elif self.block_size is not None:
+                raise FormatError("only per-block quantization takes a block_size", field="quantization.block_size")
+
+    def scales_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Shape of the scale (and zero-point) array for a tensor of ``shape``."""
+        if self.scheme == QuantScheme.PER_TENSOR:
+            return ()
+        assert self.axis is not None
+        if self.scheme == QuantScheme.PER_AXIS:
+            return (shape[self.axis],)
+        assert self.block_size is not None
+        n = shape[self.axis]
+        return (*shape[: self.axis], -(-n // self.block_size), *shape[self.axis + 1 :])
+
+
+@dataclass(frozen=True, slots=True)
+class Sparse:
+    """Sparse-layout parameters: stored-entry count, index type, canonical flag.
+
+    ``canonical`` claims the indices are sorted (row-major for COO and CSR,
+    column-major for CSC) with no duplicates. ``nnz = 0`` is valid whatever the
+    shape (ADR-007 §6).
+    """
+
+    nnz: int
+    index_dtype: DType = field(default_factory=lambda: dtype_from_name("int64"))
+    canonical: bool = False
+
+    def __post_init__(self) -> None:
+        (nnz,) = _as_uint_tuple((self.nnz,), "sparse.nnz", _U64_MAX - 1)
+        object.__setattr__(self, "nnz", nnz)
+        idx = _as_dtype(self.index_dtype)
+        object.__setattr__(self, "index_dtype", idx)
+        if idx.kind not in (Kind.INT, Kind.UINT) or idx.is_subbyte:
+            raise FormatError(
+                f"sparse index type must be an integer type of 8 bits or more, got {idx}",
+                field="sparse.index_dtype",
+            )
+        object.__setattr__(self, "canonical", bool(self.canonical))
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Where this tensor sits in a larger one: a box in the global index space.
+
+    The descriptor's own shape is the box's size; ``offsets`` place it in
+    ``global_shape``. No dimension of either may be dynamic.
+    """
+
+    global_shape: tuple[int, ...]
+    offsets: tuple[int, ...]
+    replica_id: int = 0
+    device_type: int = 1
+    device_id: int = 0
+
+    def __post_init__(self) -> None:
+        gs = _as_uint_tuple(self.global_shape, "shard.global_shape")
+        off = _as_uint_tuple(self.offsets, "shard.offsets")
+        object.__setattr__(self, "global_shape", gs)
+        object.__setattr__(self, "offsets", off)
+        if DYNAMIC in gs or DYNAMIC in off:
+            raise FormatError("shard descriptors must not use dynamic dimensions", field="shard.global_shape")
+        for name, v, lo, hi in (
+            ("replica_id", self.replica_id, 0, _U32_MAX),
+            ("device_type", self.device_type, 0, 0x7FFFFFFF),
+            ("device_id", self.device_id, 0, 0x7FFFFFFF),
+        ):
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise FormatError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}", field=f"shard.{name}")
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Descriptor:
+    """A complete, validated description of a tensor's logical content and layout.
+
+    Parameters
+    ----------
+    shape:
+        Dimension sizes; 0 is an empty dimension, :data:`DYNAMIC` an unresolved one.
+    dtype:
+        An :class:`~hurray_bridge.DType` or its name.
+    layout:
+        A :class:`Layout`; row-major by default.
+    strides:
+        Element strides, required for (and only for) ``Layout.STRIDED``.
+    tile:
+        Tile sizes of the innermost dimensions, for ``Layout.TILED``.
+    sparse:
+        :class:`Sparse` parameters, for COO, CSR and CSC.
+    quantization, shard:
+        Optional sections.
+    padded:
+        Sub-byte elements stored one per byte instead of packed.
+    """
+
+    shape: tuple[int, ...]
+    dtype: DType
+    layout: Layout = Layout.ROW_MAJOR
+    strides: tuple[int, ...] | None = None
+    tile: tuple[int, ...] | None = None
+    sparse: Sparse | None = None
+    quantization: Quantization | None = None
+    shard: Shard | None = None
+    padded: bool = False
+
+    def __post_init__(self) -> None:
+        shape = _as_uint_tuple(self.shape, "shape")
+        object.__setattr__(self, "shape", shape)
+        dtype = _as_dtype(self.dtype)
+        object.__setattr__(self, "dtype", dtype)
+        try:
+            layout = Layout(self.layout)
+        except ValueError:
+            raise FormatError(f"unknown layout {self.layout!r}", field="layout") from None
+        object.__setattr__(self, "layout", layout)
+        padded = bool(self.padded)
+        object.__setattr__(self, "padded", padded)
+        rank = len(shape)
+
+        if padded and not dtype.is_subbyte:
+            raise FormatError(f"the padded form applies to sub-byte types only, not {dtype}", field="flags")
+        if rank == 0 and layout != Layout.ROW_MAJOR:
+            raise FormatError(
+                f"a scalar (rank 0) must be row-major, not {layout.name}", field="layout"
+            )
+
+        # Layout-specific sections: present exactly when the layout calls for them.
+        if layout == Layout.STRIDED:
+            if self.strides is None:
+                raise FormatError("the strided layout needs strides", field="strides")
+            strides = tuple(self.strides)
+            if len(strides) != rank:
+                raise FormatError(f"{len(strides)} strides for rank {rank}", field="strides")
+            if DYNAMIC in shape:
+                # Strides of a dynamic shape would be computed from unknown sizes.
+                raise FormatError("the strided layout needs a static shape", field="strides")
+            for i, s in enumerate(strides):
+                if isinstance(s, bool) or not hasattr(s, "__index__"):
+                    raise FormatError(f"strides[{i}] must be an integer, got {s!r}", field="strides")
+                if not -_I64_MAX <= s.__index__() <= _I64_MAX:
+                    raise FormatError(f"strides[{i}] = {s} does not fit in int64", field="strides")
+            object.__setattr__(self, "strides", tuple(s.__index__() for s in strides))
+            if dtype.is_subbyte and not padded:
+                raise FormatError(
+                    f"packed {dtype} cannot be strided (elements are not byte-addressable); "
+                    "use the padded form",
+                    field="strides",
+                )
+        elif self.strides is not None:
+            raise FormatError(f"strides given for the {layout.name} layout", field="strides")
+
+        if layout == Layout.TILED:
+            tile = _as_uint_tuple(self.tile or (), "tile")
+            if not 1 <= len(tile) <= rank or 0 in tile or DYNAMIC in tile:
+                raise FormatError(
+                    f"tile {tile} must give 1..{rank} positive static sizes for the innermost dims",
+                    field="tile",
+                )
+            object.__setattr__(self, "tile", tile)
+        elif self.tile is not None:
+            raise FormatError(f"tile given for the {layout.name} layout", field="tile")
+
+        if layout.is_sparse:
+            if not isinstance(self.sparse, Sparse):
+                raise FormatError(f"the {layout.name} layout needs a Sparse section", field="sparse")
+            if layout in (Layout.CSR, Layout.CSC) and rank != 2:
+                raise FormatError(f"{layout.name} needs rank 2, got rank {rank}", field="layout")
+        elif self.sparse is not None:
+            raise FormatError(f"a Sparse section given for the {layout.name} layout", field="sparse")
+
+        q = self.quantization
+        if q is not None:
+            if not isinstance(q, Quantization):
+                raise FormatError(f"expected a Quantization, got {q!r}", field="quantization")
+            if dtype.kind not in (Kind.INT, Kind.UINT) and not (dtype.kind == Kind.FLOAT and dtype.bits <= 8):
+                raise FormatError(
+                    f"quantized storage must be an integer, float8 or float4 type, not {dtype}",
+                    field="quantization",
+                )
+            if q.axis is not None:
+                if not 0 <= q.axis < rank:
+                    raise FormatError(
+                        f"quantization axis {q.axis} is out of range for rank {rank}",
+                        field="quantization.axis",
+                    )
+                if shape[q.axis] == DYNAMIC:
+                    raise FormatError(
+                        f"quantization axis {q.axis} is dynamic; its size must be static "
+                        "(data-model.md, dynamic dimensions rule 3)",
+                        field="quantization.axis",
+                    )
+
+        sh = self.shard
+        if sh is not None:
+            if not isinstance(sh, Shard):
+                raise FormatError(f"expected a Shard, got {sh!r}", field="shard")
+            if DYNAMIC in shape:
+                raise FormatError("a shard descriptor must not have dynamic dimensions", field="shape")
+            if len(sh.global_shape) != rank or len(sh.offsets) != rank:
+                raise FormatError(
+                    f"shard box has rank {len(sh.offsets)}/{len(sh.global_shape)}, tensor rank {rank}",
+                    field="shard",
+                )
+            for i, (o, n, g) in enumerate(zip(sh.offsets, shape, sh.global_shape)):
+                if o + n > g:
+                    raise FormatError(
+                        f"shard box dim {i} spans [{o}, {o + n}) outside the global size {g}",
+                        field="shard.offsets",
+                    )
+
+        # Refuse shapes whose byte size cannot exist: checked once here so that
+        # every later size computation is known to fit in 64 bits.
+        if DYNAMIC not in shape:
+            self._check_sizes()
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_dynamic(self) -> bool:
+        return DYNAMIC in self.shape
+
+    @property
+    def is_empty(self) -> bool:
+        """True when some dimension is 0 (known even while others are dynamic)."""
+        return 0 in self.shape
+
+    @property
+    def flags(self) -> Flags:
+        f = Flags.NONE
+        if self.quantization is not None:
+            f |= Flags.HAS_QUANTIZATION
+        if self.shard is not None:
+            f |= Flags.HAS_SHARD
+        if self.padded:
+            f |= Flags.SUBBYTE_PADDED
+        return f
+
+    def _require_static(self, what: str) -> None:
+        if DYNAMIC in self.shape:
+            dims = [i for i, d in enumerate(self.shape) if d == DYNAMIC]
+            raise DynamicShapeError(
+                f"cannot compute {what}: dimension(s) {dims} are dynamic; "
+                "call resolve() with their sizes first"
+            )
+
+    @property
+    def element_count(self) -> int:
+        self._require_static("element_count")
+        return _checked_product(self.shape, "element count")
+
+    def _bytes_for(self, count: int, dtype: DType, padded: bool = False) -> int:
+        if dtype.is_subbyte and not padded:
+            return -(-count * dtype.bits // 8)  # packed: no partial byte for an empty tensor
+        return count * dtype.itemsize
+
+    @property
+    def strides_or_compact(self) -> tuple[int, ...]:
+        """Element strides: the stored ones, or the compact row-major ones."""
+        self._require_static("strides")
+        if self.strides is not None:
+            return self.strides
+        return compact_strides(self.shape)
+
+    def _data_elements(self) -> int:
+        """Elements the primary buffer holds (span for strided, padding for tiled)."""
+        n = self.element_count
+        if n == 0:
+            return 0
+        if self.layout == Layout.STRIDED:
+            assert self.strides is not None
+            return 1 + sum((d - 1) * abs(s) for d, s in zip(self.shape, self.strides))
+        if self.layout == Layout.TILED:
+            assert self.tile is not None
+            k = len(self.tile)
+            outer = self.shape[: self.rank - k]
+            inner = [-(-d // t) * t for d, t in zip(self.shape[self.rank - k :], self.tile)]
+            return _checked_product((*outer, *inner), "tiled extent")
+        if self.layout.is_sparse:
+            assert self.sparse is not None
+            return self.sparse.nnz
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """Byte length of the primary buffer (data, or values for sparse layouts)."""
+        self._require_static("nbytes")
+        return self._bytes_for(self._data_elements(), self.dtype, self.padded)
+
+    def buffer_layout(self) -> tuple[BufferSpec, ...]:
+        """Every buffer this descriptor calls for, in canonical order, with exact lengths."""
+        self._require_static("the buffer table")
+        specs: list[BufferSpec] = []
+        if self.layout.is_sparse:
+            sp = self.sparse
+            assert sp is not None
+            isz = sp.index_dtype.itemsize
+            specs.append(BufferSpec(BufferRole.VALUES, self.nbytes))
+            if self.layout == Layout.COO:
+                specs.append(BufferSpec(BufferRole.INDICES, self.rank * sp.nnz * isz))
+            else:
+                n_ptr = (self.shape[0] if self.layout == Layout.CSR else self.shape[1]) + 1
+                specs.append(BufferSpec(BufferRole.INDPTR, n_ptr * isz))
+                specs.append(BufferSpec(BufferRole.INDICES, sp.nnz * isz))
+        else:
+            specs.append(BufferSpec(BufferRole.DATA, self.nbytes))
+        q = self.quantization
+        if q is not None:
+            count = _checked_product(q.scales_shape(self.shape), "scale count")
+            specs.append(BufferSpec(BufferRole.SCALES, count * q.scale_dtype.itemsize))
+            if q.zero_point_dtype is not None:
+                specs.append(BufferSpec(BufferRole.ZERO_POINTS, count * q.zero_point_dtype.itemsize))
+        return tuple(specs)
+
+    def _check_sizes(self) -> None:
+        n = _checked_product(self.shape, "element count")
+        if self.layout == Layout.STRIDED and n:
+            assert self.strides is not None
+            span = 1
+            for d, s in zip(self.shape, self.strides):
+                span += (d - 1) * abs(s)
+            if span > _I64_MAX:
+                raise FormatError("the strided span overflows int64", field="strides")
+        specs = self.buffer_layout()
+        if sum(s.nbytes for s in specs) > _U64_MAX:
+            raise FormatError(
+                f"the tensor needs {sum(s.nbytes for s in specs)} bytes, more than 2**64 - 1",
+                field="shape",
+            )
+
+    # ------------------------------------------------------------- transforms
+    def resolve(self, sizes: Mapping[int, int] | Sequence[int]) -> Descriptor:
+        """Supply the dynamic dimensions and return the resolved descriptor.
+
+        ``sizes`` is either a mapping ``{axis: size}`` or a sequence giving one
+        size per dynamic dimension, in order. Static dimensions are never
+        changed: naming one is an error, even with its own value. 0 is a valid
+        size (an empty dimension), never "dynamic".
+        """
+        dyn = [i for i, d in enumerate(self.shape) if d == DYNAMIC]
+        if isinstance(sizes, Mapping):
+            items = dict(sizes)
+        else:
+            seq = list(sizes)
+            if len(seq) != len(dyn):
+                raise DynamicShapeError(
+                    f"resolve() got {len(seq)} sizes for {len(dyn)} dynamic dimension(s) {dyn}"
+                )
+            items = dict(zip(dyn, seq))
+        shape = list(self.shape)
+        for axis, size in items.items():
+            if not isinstance(axis, int) or not -self.rank <= axis < self.rank:
+                raise DynamicShapeError(f"axis {axis!r} is out of range for rank {self.rank}")
+            axis %= self.rank
+            if shape[axis] != DYNAMIC:
+                raise DynamicShapeError(
+                    f"axis {axis} is static (size {shape[axis]}); only dynamic dimensions can be resolved"
+                )
+            if isinstance(size, bool) or not hasattr(size, "__index__"):
+                raise DynamicShapeError(f"size for axis {axis} must be an integer, got {size!r}")
+            size = size.__index__()
+            if not 0 <= size < DYNAMIC:
+                raise DynamicShapeError(
+                    f"size {size} for axis {axis} is out of range [0, 2**64 - 2]"
+                )
+            shape[axis] = size
+        return Descriptor(
+            tuple(shape), self.dtype, self.layout, self.strides, self.tile, self.sparse,
+            self.quantization, self.shard, self.padded,
+        )
+
+    # --------------------------------------------------------------- encoding
+    def to_bytes(self) -> bytes:
+        """The binary encoding of ``docs/spec/metadata.md``."""
+        from .wire import encode
+
+        return encode(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview) -> Descriptor:
+        """Decode untrusted bytes; any defect raises :class:`FormatError`."""
+        from .wire import decode
+
+        return decode(data)
+
+    def __repr__(self) -> str:
+        dims = ", ".join("?" if d == DYNAMIC else str(d) for d in self.shape)
+        parts = [f"shape=[{dims}]", f"dtype={self.dtype.name}"]
+        if self.layout != Layout.ROW_MAJOR:
+            parts.append(f"layout={self.layout.name}")
+        if self.strides is not None:
+            parts.append(f"strides={list(self.strides)}")
+        if self.tile is not None:
+            parts.append(f"tile={list(self.tile)}")
+        if self.sparse is not None:
+            parts.append(f"nnz={self.sparse.nnz}, index={self.sparse.index_dtype.name}"
+                         + (", canonical" if self.sparse.canonical else ""))
+        if self.padded:
+            parts.append("padded")
+        if self.quantization is not None:
+            parts.append(f"quantization={self.quantization.scheme.name}")
+        if self.shard is not None:
+            parts.append(f"shard@{list(self.shard.offsets)}")
+        return f"Descriptor({', '.join(parts)})"

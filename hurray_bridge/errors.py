@@ -1,0 +1,62 @@
+"""The exception hierarchy: one base class, each subclass also a built-in.
+
+Every error the bridge raises derives from :class:`HurrayError` and from the
+built-in exception a caller would naturally catch (``ValueError``,
+``TypeError``, ``BufferError``, ``ImportError``), as pyarrow does, so code
+written against plain Python or the DLPack standard keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendNotAvailableError",
+    "CopyRequiredError",
+    "DynamicShapeError",
+    "FormatError",
+    "HurrayError",
+    "UnsupportedError",
+]
+
+
+class HurrayError(Exception):
+    """Base class of every error raised by hurray_bridge."""
+
+
+class FormatError(HurrayError, ValueError):
+    """A descriptor, file or message violates the Hurray format.
+
+    ``field`` names the offending field when one can be named.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+
+class UnsupportedError(HurrayError, TypeError):
+    """A type, layout or device that a framework or path cannot represent."""
+
+
+class DynamicShapeError(HurrayError, ValueError):
+    """A size, stride or byte count was asked of a shape with a dynamic dimension."""
+
+
+class CopyRequiredError(HurrayError, BufferError):
+    """``copy=False`` was requested but the hand-off needs a copy."""
+
+
+class BackendNotAvailableError(HurrayError, ImportError):
+    """A framework (or an optional helper package) is not installed.
+
+    ``extra`` is the pip extra that installs it.
+    """
+
+    def __init__(self, framework: str, extra: str | None = None, detail: str = "") -> None:
+        extra = extra or framework
+        msg = (
+            f"{framework} is not installed{': ' + detail if detail else ''}; "
+            f"install it with: pip install 'hurray-bridge[{extra}]'"
+        )
+        super().__init__(msg, name=framework)
+        self.framework = framework
+        self.extra = extra

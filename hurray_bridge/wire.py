@@ -1,0 +1,315 @@
+"""Binary encoding of descriptors (docs/spec/metadata.md).
+
+Little-endian, fixed-size, naturally aligned fields; every section a multiple
+of 8 bytes. The decoder treats its input as hostile: it checks the rank before
+it reads a shape, bounds every count by the bytes that remain, checks every
+reserved byte is zero, and raises nothing but :class:`FormatError`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from .descriptor import DYNAMIC, MAX_RANK, Descriptor, Quantization, Shard, Sparse
+from .dtypes import DType, dtype_from_tag
+from .errors import FormatError
+from .layout import BufferRole, Flags, Layout, QuantScheme
+
+__all__ = [
+    "ALIGNMENT",
+    "HEADER_SIZE",
+    "MAGIC",
+    "VERSION",
+    "BufferEntry",
+    "decode",
+    "decode_prefix",
+    "encode",
+    "encoded_size",
+]
+
+MAGIC = b"HRYD"
+VERSION = (1, 0)
+ALIGNMENT = 64
+HEADER_SIZE = 32
+BUFFER_ENTRY_SIZE = 24
+SPARSE_SIZE = 16
+QUANT_SIZE = 16
+SHARD_FIXED_SIZE = 16
+TILE_FIXED_SIZE = 8
+MAX_BUFFERS = 8
+
+# magic, major, minor, flags, rank, type_tag, layout, n_buffers, total_size, reserved
+_HEADER = struct.Struct("<4sBBHIBBHQQ")
+_SPARSE = struct.Struct("<QBB6s")
+_QUANT = struct.Struct("<BBBBiQ")
+_SHARD = struct.Struct("<IIii")
+_TILE = struct.Struct("<II")
+_ENTRY = struct.Struct("<B7sQQ")
+_ZERO6 = bytes(6)
+_ZERO7 = bytes(7)
+_KNOWN_FLAGS = int(Flags.HAS_QUANTIZATION | Flags.HAS_SHARD | Flags.SUBBYTE_PADDED)
+_SPARSE_CANONICAL = 0x01
+_U64 = {n: struct.Struct(f"<{n}Q") for n in range(MAX_RANK + 1)}
+_I64 = {n: struct.Struct(f"<{n}q") for n in range(MAX_RANK + 1)}
+
+
+class BufferEntry(NamedTuple):
+    """One row of an encoded buffer table: role, offset into a data region, length."""
+
+    role: BufferRole
+    offset: int
+    length: int
+
+
+def _body_size(d: Descriptor, n_buffers: int) -> int:
+    size = HEADER_SIZE + 8 * d.rank
+    if d.layout == Layout.STRIDED:
+        size += 8 * d.rank
+    if d.layout == Layout.TILED:
+        assert d.tile is not None
+        size += TILE_FIXED_SIZE + 8 * len(d.tile)
+    if d.layout.is_sparse:
+        size += SPARSE_SIZE
+    if d.quantization is not None:
+        size += QUANT_SIZE
+    if d.shard is not None:
+        size += SHARD_FIXED_SIZE + 16 * d.rank
+    return size + BUFFER_ENTRY_SIZE * n_buffers
+
+
+def encoded_size(d: Descriptor) -> int:
+    """Bytes :func:`encode` will write for ``d``."""
+    return _body_size(d, 0 if d.is_dynamic else len(d.buffer_layout()))
+
+
+def canonical_offsets(lengths: Sequence[int]) -> list[int]:
+    """Offsets that pack buffers of ``lengths`` back to back, each 64-byte aligned."""
+    offsets, pos = [], 0
+    for n in lengths:
+        if n == 0:
+            offsets.append(0)
+            continue
+        offsets.append(pos)
+        pos += -(-n // ALIGNMENT) * ALIGNMENT
+    return offsets
+
+
+def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
+    """Encode ``d``; ``offsets`` place its buffers in a carrier's data region.
+
+    Without ``offsets`` the buffers are laid out canonically (back to back,
+    64-byte aligned, empty buffers at offset 0). A descriptor with a dynamic
+    dimension has no buffer table.
+    """
+    specs = () if d.is_dynamic else d.buffer_layout()
+    if offsets is None:
+        offsets = canonical_offsets([s.nbytes for s in specs])
+    elif len(offsets) != len(specs):
+        raise FormatError(f"{len(offsets)} offsets for {len(specs)} buffers", field="buffers")
+    total = _body_size(d, len(specs))
+    parts = [
+        _HEADER.pack(
+            MAGIC, VERSION[0], VERSION[1], int(d.flags), d.rank, d.dtype.tag, int(d.layout),
+            len(specs), total, 0,
+        ),
+        _U64[d.rank].pack(*d.shape),
+    ]
+    if d.layout == Layout.STRIDED:
+        assert d.strides is not None
+        parts.append(_I64[d.rank].pack(*d.strides))
+    elif d.layout == Layout.TILED:
+        assert d.tile is not None
+        parts.append(_TILE.pack(len(d.tile), 0))
+        parts.append(_U64[len(d.tile)].pack(*d.tile))
+    elif d.layout.is_sparse:
+        sp = d.sparse
+        assert sp is not None
+        parts.append(_SPARSE.pack(sp.nnz, sp.index_dtype.tag,
+                                  _SPARSE_CANONICAL if sp.canonical else 0, _ZERO6))
+    q = d.quantization
+    if q is not None:
+        parts.append(_QUANT.pack(
+            int(q.scheme), q.scale_dtype.tag,
+            q.zero_point_dtype.tag if q.zero_point_dtype is not None else 0, 0,
+            -1 if q.axis is None else q.axis, q.block_size or 0,
+        ))
+    sh = d.shard
+    if sh is not None:
+        parts.append(_SHARD.pack(sh.replica_id, 0, sh.device_type, sh.device_id))
+        parts.append(_U64[d.rank].pack(*sh.offsets))
+        parts.append(_U64[d.rank].pack(*sh.global_shape))
+    for spec, off in zip(specs, offsets):
+        if off < 0 or off > DYNAMIC or (spec.nbytes and off % ALIGNMENT):
+            raise FormatError(f"offset {off} of the {spec.role.name} buffer is not 64-byte aligned",
+                              field="buffers.offset")
+        parts.append(_ENTRY.pack(int(spec.role), _ZERO7, off if spec.nbytes else 0, spec.nbytes))
+    out = b"".join(parts)
+    assert len(out) == total
+    return out
+
+
+class _Reader:
+    __slots__ = ("buf", "end", "pos")
+
+    def __init__(self, buf: memoryview, end: int) -> None:
+        self.buf, self.pos, self.end = buf, HEADER_SIZE, end
+
+    def take(self, st: struct.Struct, field: str) -> tuple[int, ...]:
+        if self.pos + st.size > self.end:
+            raise FormatError(
+                f"truncated: needs {st.size} bytes at offset {self.pos}, "
+                f"{self.end - self.pos} remain", field=field,
+            )
+        out = st.unpack_from(self.buf, self.pos)
+        self.pos += st.size
+        return out
+
+
+def _dtype(tag: int, field: str) -> DType:
+    try:
+        return dtype_from_tag(tag)
+    except FormatError:
+        raise FormatError(f"unknown element type tag {tag}", field=field) from None
+
+
+def decode_prefix(data: bytes | bytearray | memoryview) -> tuple[Descriptor, tuple[BufferEntry, ...], int]:
+    """Decode one descriptor at the start of ``data``.
+
+    Returns the descriptor, its buffer table and the number of bytes it took.
+    """
+    try:
+        buf = memoryview(data).cast("B")
+    except TypeError:
+        raise FormatError(f"expected bytes, got {type(data).__name__}", field="input") from None
+    if len(buf) < HEADER_SIZE:
+        raise FormatError(f"truncated: {len(buf)} bytes, the header alone needs {HEADER_SIZE}",
+                          field="header")
+    magic, major, minor, flags, rank, tag, layout_tag, n_buf, total, reserved = _HEADER.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise FormatError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}", field="magic")
+    if major != VERSION[0]:
+        raise FormatError(
+            f"unsupported major version {major}.{minor}; this reader supports {VERSION[0]}.x",
+            field="version",
+        )
+    if reserved:
+        raise FormatError("reserved header bytes must be zero", field="header.reserved")
+    if flags & ~_KNOWN_FLAGS:
+        raise FormatError(f"unknown flag bits 0x{flags & ~_KNOWN_FLAGS:04x}", field="flags")
+    if rank > MAX_RANK:
+        raise FormatError(f"rank {rank} exceeds the maximum rank {MAX_RANK} (ADR-008)", field="rank")
+    if n_buf > MAX_BUFFERS:
+        raise FormatError(f"{n_buf} buffers; a descriptor has at most {MAX_BUFFERS}", field="n_buffers")
+    if total > len(buf):
+        raise FormatError(f"truncated: declares {total} bytes, {len(buf)} available", field="total_size")
+    if total < HEADER_SIZE:
+        raise FormatError(f"declared size {total} is smaller than the header", field="total_size")
+    dtype = _dtype(tag, "type_tag")
+    try:
+        layout = Layout(layout_tag)
+    except ValueError:
+        raise FormatError(f"unknown layout tag {layout_tag}", field="layout") from None
+
+    r = _Reader(buf, total)
+    shape = r.take(_U64[rank], "shape")
+    strides = tile = None
+    sparse = quant = shard = None
+    if layout == Layout.STRIDED:
+        strides = r.take(_I64[rank], "strides")
+    elif layout == Layout.TILED:
+        n_tile, tres = r.take(_TILE, "tile")
+        if tres:
+            raise FormatError("reserved tile bytes must be zero", field="tile.reserved")
+        if n_tile > rank:
+            raise FormatError(f"{n_tile} tile sizes for rank {rank}", field="tile")
+        tile = r.take(_U64[n_tile], "tile")
+    elif layout.is_sparse:
+        nnz, itag, sflags, sres = r.take(_SPARSE, "sparse")
+        if sres != _ZERO6 or sflags & ~_SPARSE_CANONICAL:
+            raise FormatError("reserved sparse bytes must be zero", field="sparse.reserved")
+        sparse = Sparse(nnz, _dtype(itag, "sparse.index_type"), bool(sflags & _SPARSE_CANONICAL))
+    if flags & Flags.HAS_QUANTIZATION:
+        scheme, stag, ztag, qres, axis, block = r.take(_QUANT, "quantization")
+        if qres:
+            raise FormatError("reserved quantization byte must be zero", field="quantization.reserved")
+        try:
+            qscheme = QuantScheme(scheme)
+        except ValueError:
+            raise FormatError(f"unknown quantization scheme {scheme}", field="quantization.scheme") from None
+        quant = Quantization(
+            qscheme,
+            _dtype(stag, "quantization.scale_type"),
+            _dtype(ztag, "quantization.zero_point_type") if ztag else None,
+            None if axis == -1 and qscheme == QuantScheme.PER_TENSOR else axis,
+            block if qscheme == QuantScheme.PER_BLOCK else (None if block == 0 else block),
+        )
+    if flags & Flags.HAS_SHARD:
+        replica, shres, dev_type, dev_id = r.take(_SHARD, "shard")
+        if shres:
+            raise FormatError("reserved shard bytes must be zero", field="shard.reserved")
+        offsets = r.take(_U64[rank], "shard.offsets")
+        global_shape = r.take(_U64[rank], "shard.global_shape")
+        shard = Shard(global_shape, offsets, replica, dev_type, dev_id)
+    entries = []
+    for i in range(n_buf):
+        role_tag, eres, off, length = r.take(_ENTRY, f"buffers[{i}]")
+        if eres != _ZERO7:
+            raise FormatError("reserved buffer-entry bytes must be zero", field=f"buffers[{i}].reserved")
+        try:
+            role = BufferRole(role_tag)
+        except ValueError:
+            raise FormatError(f"unknown buffer role {role_tag}", field=f"buffers[{i}].role") from None
+        entries.append(BufferEntry(role, off, length))
+    if r.pos != total:
+        raise FormatError(f"declared size {total} but the sections take {r.pos} bytes",
+                          field="total_size")
+
+    d = Descriptor(shape, dtype, layout, strides, tile, sparse, quant, shard,
+                   bool(flags & Flags.SUBBYTE_PADDED))
+    _check_buffer_table(d, entries)
+    return d, tuple(entries), total
+
+
+def _check_buffer_table(d: Descriptor, entries: list[BufferEntry]) -> None:
+    if d.is_dynamic:
+        if entries:
+            raise FormatError("a descriptor with dynamic dimensions has no buffer table",
+                              field="n_buffers")
+        return
+    specs = d.buffer_layout()
+    if len(entries) != len(specs):
+        raise FormatError(f"{len(entries)} buffers, the descriptor calls for {len(specs)}",
+                          field="n_buffers")
+    spans = []
+    for i, (entry, spec) in enumerate(zip(entries, specs)):
+        name = f"buffers[{i}]"
+        if entry.role != spec.role:
+            raise FormatError(f"role {entry.role.name}, expected {spec.role.name}", field=f"{name}.role")
+        if entry.length != spec.nbytes:
+            raise FormatError(
+                f"{spec.role.name} length {entry.length} disagrees with the {spec.nbytes} "
+                "bytes the descriptor implies", field=f"{name}.length",
+            )
+        if entry.length == 0:
+            continue  # a zero-length buffer is never dereferenced; its offset means nothing
+        if entry.offset % ALIGNMENT:
+            raise FormatError(f"offset {entry.offset} is not a multiple of {ALIGNMENT}",
+                              field=f"{name}.offset")
+        if entry.offset + entry.length > DYNAMIC:
+            raise FormatError("offset + length overflows 64 bits", field=f"{name}.offset")
+        spans.append((entry.offset, entry.offset + entry.length, name))
+    spans.sort()
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        if start < end:
+            raise FormatError(f"{b} overlaps {a}", field=f"{b}.offset")
+
+
+def decode(data: bytes | bytearray | memoryview) -> Descriptor:
+    """Decode exactly one descriptor; trailing bytes are an error."""
+    d, _, size = decode_prefix(data)
+    n = memoryview(data).nbytes
+    if size != n:
+        raise FormatError(f"{n - size} trailing bytes after the descriptor", field="total_size")
+    return d
