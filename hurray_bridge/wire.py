@@ -103,6 +103,9 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
     64-byte aligned, empty buffers at offset 0). A descriptor with a dynamic
     dimension has no buffer table.
     """
+    if d.rank > MAX_RANK:
+        # Descriptor() already refuses this; the check guards objects built around it.
+        raise FormatError(f"rank {d.rank} exceeds the maximum rank {MAX_RANK} (ADR-008)", field="rank")
     specs = () if d.is_dynamic else d.buffer_layout()
     if offsets is None:
         offsets = canonical_offsets([s.nbytes for s in specs])
