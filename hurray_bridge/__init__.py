@@ -46,17 +46,23 @@ from .errors import (
     UnsupportedError,
 )
 from .layout import BufferRole, Flags, Layout, QuantScheme
+from .tensor import CPU, Buffer, Device, Tensor, from_dlpack
+from ._registry import CopyWarning, asarray, convert, get_adapter
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DYNAMIC",
     "MAX_RANK",
+    "CPU",
     "BackendNotAvailableError",
+    "Buffer",
     "BufferRole",
     "BufferSpec",
     "CopyRequiredError",
+    "CopyWarning",
     "DType",
+    "Device",
     "Descriptor",
     "DynamicShapeError",
     "Flags",
@@ -67,12 +73,15 @@ __all__ = [
     "Quantization",
     "Shard",
     "Sparse",
+    "Tensor",
     "UnsupportedError",
+    "asarray",
     "bfloat16",
     "bool",
     "bool8",
     "complex64",
     "complex128",
+    "convert",
     "dtypes",
     "float4_e2m1fn",
     "float8_e4m3fn",
@@ -83,6 +92,8 @@ __all__ = [
     "float16",
     "float32",
     "float64",
+    "from_dlpack",
+    "get_adapter",
     "int2",
     "int4",
     "int8",

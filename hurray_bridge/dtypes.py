@@ -9,8 +9,10 @@ lacks a type simply has no mapping for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 __all__ = [
     "bool_",
@@ -47,6 +49,7 @@ __all__ = [
     "dtype_from_dlpack",
     "dtype_from_name",
     "dtype_from_tag",
+    "native_types",
 ]
 
 
@@ -172,6 +175,24 @@ _ALIASES = {"bool_": "bool8", "half": "float16", "float": "float32", "double": "
 def all_dtypes() -> tuple[DType, ...]:
     """Every element type, in tag order."""
     return _TABLE
+
+
+def native_types(column: str, resolve: Callable[[str], Any]) -> dict[DType, Any]:
+    """Map each Hurray type to a framework's own type object, derived from this table.
+
+    ``column`` names the table column (``"torch"``, ``"jax"`` ...); ``resolve``
+    turns its entry into the framework's object, or ``None`` when the
+    installed version lacks it (that type then has no mapping).
+    """
+    out: dict[DType, Any] = {}
+    for d in _TABLE:
+        name = getattr(d, column)
+        if name is None:
+            continue
+        native = resolve(name)
+        if native is not None:
+            out[d] = native
+    return out
 
 
 def dtype_from_tag(tag: int) -> DType:

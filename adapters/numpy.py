@@ -1,0 +1,167 @@
+"""NumPy adapter: ``numpy.ndarray`` <-> ``hb.Tensor``.
+
+NumPy's own DLPack refuses bfloat16, float8 and the sub-byte ml_dtypes types;
+this adapter reads and builds arrays from their pointer, shape and strides
+instead, so every type of the element-type table that ml_dtypes knows comes
+through zero-copy. ml_dtypes stores one sub-byte element per byte: those
+arrays are Hurray's padded form.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from hurray_bridge._registry import warn_copy
+from hurray_bridge.dtypes import DType, native_types
+from hurray_bridge.errors import BackendNotAvailableError, CopyRequiredError, UnsupportedError
+from hurray_bridge.tensor import CPU, Tensor
+
+__all__ = ["dtype_of", "from_hurray", "native_dtype", "pack_subbyte", "to_hurray", "unpack_subbyte"]
+
+NAME = "numpy"
+
+
+def _resolve(entry: str) -> Any:
+    module, _, name = entry.partition(":")
+    if module == "numpy":
+        return np.dtype(getattr(np, name))
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    t = getattr(ml_dtypes, name, None)
+    return None if t is None else np.dtype(t)
+
+
+@lru_cache(maxsize=1)
+def _tables() -> tuple[dict[DType, np.dtype], dict[np.dtype, DType]]:
+    to_np = native_types("numpy", _resolve)
+    return to_np, {v: k for k, v in to_np.items()}
+
+
+def native_dtype(dtype: DType) -> np.dtype:
+    """The NumPy dtype of a Hurray element type (ml_dtypes for the extended ones)."""
+    try:
+        return _tables()[0][dtype]
+    except KeyError:
+        if dtype.numpy and dtype.numpy.startswith("ml_dtypes:"):
+            raise BackendNotAvailableError("ml_dtypes", "numpy",
+                                           f"NumPy needs ml_dtypes for {dtype.name}") from None
+        raise UnsupportedError(f"NumPy has no dtype for {dtype.name}") from None
+
+
+def dtype_of(dt: np.dtype) -> DType:
+    """The Hurray element type of a NumPy dtype."""
+    try:
+        return _tables()[1][dt]
+    except KeyError:
+        raise UnsupportedError(
+            f"NumPy dtype {dt} has no Hurray element type (supported: "
+            f"{', '.join(sorted(d.name for d in _tables()[0]))})"
+        ) from None
+
+
+# ---------------------------------------------------------------- sub-byte packing
+def pack_subbyte(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Pack ``bits``-wide codes (one per byte, low bits) LSB-first into uint8."""
+    per = 8 // bits
+    flat = np.ascontiguousarray(codes).reshape(-1).view(np.uint8) & np.uint8((1 << bits) - 1)
+    n = flat.size
+    padded = np.zeros(-(-n // per) * per, np.uint8)
+    padded[:n] = flat
+    lanes = padded.reshape(-1, per)
+    out = np.zeros(lanes.shape[0], np.uint8)
+    for j in range(per):
+        out |= lanes[:, j] << np.uint8(j * bits)
+    return out
+
+
+def unpack_subbyte(packed: np.ndarray, count: int, bits: int) -> np.ndarray:
+    """Unpack ``count`` LSB-first ``bits``-wide codes to one uint8 per element."""
+    per = 8 // bits
+    src = np.asarray(packed, np.uint8).reshape(-1)
+    shifts = (np.arange(per, dtype=np.uint8) * bits).astype(np.uint8)
+    codes = (src[:, None] >> shifts) & np.uint8((1 << bits) - 1)
+    return codes.reshape(-1)[:count]
+
+
+# --------------------------------------------------------------------- to Hurray
+def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
+    """A NumPy array (or scalar) as an hb.Tensor; zero-copy unless ``copy=True``."""
+    a = obj if isinstance(obj, np.ndarray) else np.asarray(obj)
+    copied = a is not obj and not isinstance(obj, np.generic)
+    if not a.dtype.isnative:
+        if copy is False:
+            raise CopyRequiredError(f"array has non-native byte order ({a.dtype}); copy=False")
+        a = a.astype(a.dtype.newbyteorder("="))
+        copied = True
+    dtype = dtype_of(a.dtype)
+    isz = a.itemsize
+    strides = None
+    if a.size and not a.flags.c_contiguous:
+        if any(s % isz for s in a.strides):
+            if copy is False:
+                raise CopyRequiredError(f"strides {a.strides} are not multiples of itemsize {isz}")
+            a, copied = np.ascontiguousarray(a), True
+        else:
+            strides = tuple(s // isz for s in a.strides)
+    ptr = a.__array_interface__["data"][0] if a.size else 0
+    t = Tensor._dense(ptr, a.shape, dtype, strides, dtype.is_subbyte, CPU, a,
+                      not a.flags.writeable, copied)
+    return t.copy() if copy else t
+
+
+# ------------------------------------------------------------------- from Hurray
+def _unpacked(t: Tensor) -> np.ndarray:
+    """A packed sub-byte or 1-bit tensor as the padded NumPy array (a copy)."""
+    raw = np.frombuffer(t.memoryview(), np.uint8)
+    n = 1
+    for d in t.shape:
+        n *= d
+    codes = unpack_subbyte(raw, n, t.dtype.bits).reshape(t.shape)
+    if t.dtype.bits == 1:
+        return codes.astype(np.bool_)
+    return codes.view(native_dtype(t.dtype))
+
+
+def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> np.ndarray:
+    """An hb.Tensor as a NumPy array: a view of its memory unless a copy is needed or asked."""
+    if device not in (None, "cpu", CPU, (1, 0)):
+        raise UnsupportedError(f"NumPy arrays live on the CPU; device={device!r} is not possible")
+    if not t.is_dense:
+        raise UnsupportedError(
+            f"NumPy has no {t.descriptor.layout.name} arrays; densify the tensor first"
+        )
+    if not t.device.is_host_accessible:
+        if copy is False:
+            raise CopyRequiredError(f"a {t.device} tensor needs a copy to reach NumPy; copy=False")
+        # The producer copies to host on the consumer's behalf (dl_device=CPU).
+        return np.from_dlpack(t, device="cpu", copy=True)
+    if t.dtype.is_subbyte and not t.descriptor.padded:
+        if copy is False:
+            raise CopyRequiredError(
+                f"packed {t.dtype.name} must be unpacked (NumPy stores one element per byte); "
+                "copy=False"
+            )
+        if copy is None:
+            warn_copy(NAME, f"packed {t.dtype.name} unpacked to one element per byte")
+        return _unpacked(t)
+    dt = native_dtype(t.dtype)
+    shape = t.shape
+    if t.nbytes == 0:
+        out = np.ndarray(shape, dt, buffer=b"")  # no allocation for an empty result
+        return out.copy() if copy else out
+    buf = t.memoryview()  # keeps t (and so the producer's memory) alive
+    isz = dt.itemsize
+    if t.strides is None:
+        out = np.ndarray(shape, dt, buffer=buf)
+    else:
+        offset = (t.data_ptr - t.buffers[0].ptr)
+        out = np.ndarray(shape, dt, buffer=buf, offset=offset,
+                         strides=tuple(s * isz for s in t.strides))
+    if copy:
+        return out.copy()
+    return out

@@ -1,0 +1,123 @@
+"""Finding the adapter for an object or a target name, without importing frameworks.
+
+An object's adapter is found from its type's module name (``torch``,
+``jaxlib``, ``pyarrow`` ...), and only when that framework is already in
+``sys.modules`` — an object of a framework that was never imported cannot
+exist. Explicit targets (``hb.convert(x, "jax")``) import the adapter, and so
+the framework, on demand.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import warnings
+from functools import lru_cache
+from types import ModuleType
+from typing import Any, NamedTuple
+
+from .errors import BackendNotAvailableError, UnsupportedError
+from .tensor import Tensor, from_dlpack
+
+__all__ = ["ADAPTERS", "CopyWarning", "adapter_for", "asarray", "convert", "get_adapter"]
+
+
+class CopyWarning(UserWarning):
+    """A conversion with ``copy=None`` had to copy the data (it says why)."""
+
+
+class AdapterSpec(NamedTuple):
+    name: str  # target name users pass to hb.convert
+    framework: str  # top-level import name
+    extra: str  # pip extra that installs it
+
+
+ADAPTERS: dict[str, AdapterSpec] = {
+    "numpy": AdapterSpec("numpy", "numpy", "numpy"),
+    "torch": AdapterSpec("torch", "torch", "torch"),
+    "jax": AdapterSpec("jax", "jax", "jax"),
+    "arrow": AdapterSpec("arrow", "pyarrow", "arrow"),
+    "cupy": AdapterSpec("cupy", "cupy", "cupy"),
+}
+# Top-level module of an object's type -> adapter name.
+_MODULE_TO_ADAPTER = {
+    "numpy": "numpy", "torch": "torch", "jax": "jax", "jaxlib": "jax",
+    "pyarrow": "arrow", "cupy": "cupy", "cupyx": "cupy",
+}
+_ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch"}
+
+
+def get_adapter(name: str) -> ModuleType:
+    """The adapter module for a target name; imports the framework if needed."""
+    key = _ALIASES.get(name, name) if isinstance(name, str) else name
+    spec = ADAPTERS.get(key)  # type: ignore[arg-type]
+    if spec is None:
+        raise UnsupportedError(
+            f"unknown target {name!r}; choose one of {', '.join(ADAPTERS)}"
+        )
+    mod = sys.modules.get(f"hurray_bridge.adapters.{spec.name}")
+    if mod is not None:
+        return mod
+    try:
+        return importlib.import_module(f"hurray_bridge.adapters.{spec.name}")
+    except ImportError as exc:
+        if isinstance(exc, BackendNotAvailableError):
+            raise
+        missing = getattr(exc, "name", None) or spec.framework
+        raise BackendNotAvailableError(spec.framework, spec.extra, f"{missing} could not be imported") from exc
+
+
+@lru_cache(maxsize=256)
+def _adapter_name_for_type(tp: type) -> str | None:
+    top = tp.__module__.partition(".")[0]
+    name = _MODULE_TO_ADAPTER.get(top)
+    if name is None:
+        # Subclasses defined elsewhere (a torch.Tensor subclass in user code).
+        for base in tp.__mro__[1:]:
+            top = base.__module__.partition(".")[0]
+            if top in _MODULE_TO_ADAPTER:
+                return _MODULE_TO_ADAPTER[top]
+    return name
+
+
+def adapter_for(obj: Any) -> ModuleType | None:
+    """The adapter for a native object, or ``None`` if no adapter claims it."""
+    name = _adapter_name_for_type(type(obj))
+    # An object of a framework's type means the framework is loaded already:
+    # getting its adapter imports nothing new.
+    return None if name is None else get_adapter(name)
+
+
+def asarray(obj: Any, copy: bool | None = None) -> Tensor:
+    """Any supported native object (or DLPack producer) as an :class:`hb.Tensor`.
+
+    ``copy=None`` shares memory when it can and copies (setting ``t.copied``)
+    when it cannot; ``copy=False`` raises :class:`CopyRequiredError` instead
+    of copying; ``copy=True`` always copies.
+    """
+    if isinstance(obj, Tensor):
+        return obj.copy() if copy else obj
+    adapter = adapter_for(obj)
+    if adapter is not None:
+        t: Tensor = adapter.to_hurray(obj, copy=copy)
+        return t
+    if hasattr(obj, "__dlpack__"):
+        return from_dlpack(obj, copy=copy)
+    raise UnsupportedError(
+        f"cannot convert {type(obj).__module__}.{type(obj).__qualname__} to hb.Tensor: "
+        f"it is not an array of {', '.join(ADAPTERS)} and has no __dlpack__"
+    )
+
+
+def convert(obj: Any, to: str, device: Any = None, copy: bool | None = None) -> Any:
+    """Hand ``obj`` (native or hb.Tensor) to framework ``to``, zero-copy when possible.
+
+    ``to`` is one of ``"numpy"``, ``"torch"``, ``"jax"``, ``"cupy"``, ``"arrow"``.
+    """
+    target = get_adapter(to)
+    t = asarray(obj, copy=False if copy is False else None)
+    return target.from_hurray(t, device=device, copy=copy)
+
+
+def warn_copy(target: str, reason: str) -> None:
+    warnings.warn(f"copied for {target}: {reason}", CopyWarning, stacklevel=4)

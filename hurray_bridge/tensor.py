@@ -1,0 +1,459 @@
+"""``hb.Tensor``: a descriptor, its buffers, and the owner that keeps them alive.
+
+A Tensor made from a DLPack producer points into the producer's memory (no
+copy) and holds the producer's managed tensor; the producer's deleter runs
+exactly once, when the last reference to that memory dies. A Tensor is
+itself a DLPack producer, so ``numpy.from_dlpack(t)``, ``torch.from_dlpack(t)``
+and ``jax.numpy.from_dlpack(t)`` accept it directly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from . import _capsule
+from ._dlpack import FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY, DLDeviceType
+from ._memory import alloc_aligned, host_view
+from .descriptor import Descriptor, compact_strides
+from .dtypes import DType, dtype_from_dlpack
+from .errors import CopyRequiredError, FormatError, UnsupportedError
+from .layout import BufferRole, Layout
+
+__all__ = ["CPU", "Buffer", "Device", "Tensor", "from_dlpack"]
+
+# Device types whose memory the host can read directly (pinned and managed memory).
+_HOST_ACCESSIBLE = frozenset({1, 3, 11, 13})
+_STREAMED = frozenset({2, 10, 13})  # devices where DLPack's stream argument means something
+
+
+class Device(NamedTuple):
+    """A DLPack device: ``(device_type, device_id)``."""
+
+    type: int
+    id: int = 0
+
+    @property
+    def is_host_accessible(self) -> bool:
+        return self.type in _HOST_ACCESSIBLE
+
+    def __str__(self) -> str:
+        try:
+            name = DLDeviceType(self.type).name.removeprefix("kDL").lower()
+        except ValueError:
+            name = f"device{self.type}"
+        return f"{name}:{self.id}"
+
+
+CPU = Device(1, 0)
+
+
+class Buffer(NamedTuple):
+    """One entry of a tensor's buffer table. ``ptr`` is 0 for a zero-length buffer."""
+
+    role: BufferRole
+    ptr: int
+    nbytes: int
+
+
+def _is_compact(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    # Strides of size-1 dimensions carry no information (producers disagree on them).
+    expected = 1
+    for d, s in zip(reversed(shape), reversed(strides)):
+        if d != 1 and s != expected:
+            return False
+        expected *= d
+    return True
+
+
+class Tensor:
+    """A Hurray tensor: descriptor, buffer table, device and owner.
+
+    Most users get one from :func:`hurray_bridge.asarray` or
+    :func:`hurray_bridge.from_dlpack`. Building one by hand takes a descriptor
+    and one :class:`Buffer` per entry of ``descriptor.buffer_layout()``; the
+    caller promises that ``owner`` keeps that memory alive.
+    """
+
+    __slots__ = (
+        "__weakref__", "_buffers", "_copied", "_desc", "_device", "_dtype", "_owner",
+        "_padded", "_readonly", "_shape", "_source", "_strides",
+    )
+
+    def __init__(
+        self,
+        descriptor: Descriptor,
+        buffers: Sequence[Buffer | tuple[BufferRole, int, int]],
+        *,
+        device: Device | tuple[int, int] = CPU,
+        owner: object = None,
+        readonly: bool = False,
+        copied: bool = False,
+    ) -> None:
+        if not isinstance(descriptor, Descriptor):
+            raise TypeError(f"descriptor must be an hb.Descriptor, got {type(descriptor).__name__}")
+        specs = descriptor.buffer_layout()
+        bufs = tuple(Buffer(*b) for b in buffers)
+        if len(bufs) != len(specs):
+            raise FormatError(f"{len(bufs)} buffers given, the descriptor calls for {len(specs)}",
+                              field="buffers")
+        for i, (b, s) in enumerate(zip(bufs, specs)):
+            if b.role != s.role or b.nbytes != s.nbytes:
+                raise FormatError(
+                    f"buffer {i} is ({BufferRole(b.role).name}, {b.nbytes} bytes), "
+                    f"the descriptor calls for ({s.role.name}, {s.nbytes} bytes)",
+                    field=f"buffers[{i}]",
+                )
+            if b.nbytes and not b.ptr:
+                raise FormatError(f"buffer {i} has {b.nbytes} bytes at a NULL pointer",
+                                  field=f"buffers[{i}]")
+        # Zero-length buffers are NULL whatever pointer the caller had (ADR-007 §4).
+        bufs = tuple(Buffer(BufferRole(b.role), b.ptr if b.nbytes else 0, b.nbytes) for b in bufs)
+        self._desc: Descriptor | None = descriptor
+        self._shape = descriptor.shape
+        self._dtype = descriptor.dtype
+        self._strides = descriptor.strides
+        self._padded = descriptor.padded
+        self._buffers = bufs
+        self._device = Device(*device)
+        self._owner = owner
+        self._readonly = bool(readonly)
+        self._copied = bool(copied)
+        self._source: Any = None
+
+    @classmethod
+    def _dense(
+        cls, ptr: int, shape: tuple[int, ...], dtype: DType, strides: tuple[int, ...] | None,
+        padded: bool, device: Device, owner: object, readonly: bool, copied: bool,
+        source: Any = None,
+    ) -> Tensor:
+        """Fast constructor for a dense tensor whose element [0..0] is at ``ptr``.
+
+        The descriptor is built (and validated) only when someone asks for it.
+        """
+        self = cls.__new__(cls)
+        self._desc = None
+        self._shape = shape
+        self._dtype = dtype
+        self._strides = strides
+        self._padded = padded
+        self._device = device
+        self._owner = owner
+        self._readonly = readonly
+        self._copied = copied
+        self._source = source
+        n = 1
+        for d in shape:
+            n *= d
+        if n == 0:
+            self._buffers = (Buffer(BufferRole.DATA, 0, 0),)
+        elif strides is None:
+            nbytes = -(-n * dtype.bits // 8) if dtype.bits < 8 and not padded else n * dtype.itemsize
+            self._buffers = (Buffer(BufferRole.DATA, ptr, nbytes),)
+        else:
+            span, back = 1, 0
+            for d, s in zip(shape, strides):
+                span += (d - 1) * abs(s)
+                if s < 0:
+                    back += (d - 1) * -s
+            isz = dtype.itemsize
+            self._buffers = (Buffer(BufferRole.DATA, ptr - back * isz, span * isz),)
+        return self
+
+    # ------------------------------------------------------------ properties
+    @property
+    def descriptor(self) -> Descriptor:
+        if self._desc is None:
+            layout = Layout.ROW_MAJOR if self._strides is None else Layout.STRIDED
+            self._desc = Descriptor(self._shape, self._dtype, layout, self._strides,
+                                    padded=self._padded)
+        return self._desc
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def layout(self) -> Layout:
+        if self._desc is not None:
+            return self._desc.layout
+        return Layout.ROW_MAJOR if self._strides is None else Layout.STRIDED
+
+    @property
+    def strides(self) -> tuple[int, ...] | None:
+        """Element strides of a strided tensor; ``None`` when compact row-major."""
+        return self._strides
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def buffers(self) -> tuple[Buffer, ...]:
+        return self._buffers
+
+    @property
+    def readonly(self) -> bool:
+        """The memory must not be written (e.g. it came from a read-only NumPy array)."""
+        return self._readonly
+
+    @property
+    def copied(self) -> bool:
+        """Some step on the way here copied the data (never silently: this says so)."""
+        return self._copied
+
+    @property
+    def owner(self) -> object:
+        return self._owner
+
+    @property
+    def nbytes(self) -> int:
+        return self._buffers[0].nbytes
+
+    @property
+    def is_dense(self) -> bool:
+        d = self._desc
+        return d is None or (d.layout in (Layout.ROW_MAJOR, Layout.STRIDED) and d.quantization is None)
+
+    @property
+    def data_ptr(self) -> int:
+        """Address of element [0, ..., 0] of a dense tensor; 0 when it is empty."""
+        b = self._buffers[0]
+        if not b.nbytes or self._strides is None:
+            return b.ptr
+        back = sum((d - 1) * -s for d, s in zip(self._shape, self._strides) if s < 0)
+        return b.ptr + back * self._dtype.itemsize
+
+    def buffer(self, role: BufferRole) -> Buffer:
+        for b in self._buffers:
+            if b.role == role:
+                return b
+        raise KeyError(f"this tensor has no {BufferRole(role).name} buffer")
+
+    def memoryview(self, role: BufferRole = BufferRole.DATA) -> memoryview:
+        """Raw bytes of one buffer (host memory only); keeps the tensor alive."""
+        if not self._device.is_host_accessible:
+            raise UnsupportedError(f"cannot view {self._device} memory from the host")
+        b = self.buffer(role)
+        return host_view(b.ptr, b.nbytes, self, self._readonly)
+
+    def __repr__(self) -> str:
+        dims = ", ".join(map(str, self._shape))
+        extra = "" if self._strides is None else f", strides={list(self._strides)}"
+        flags = "".join((", readonly" if self._readonly else "", ", copied" if self._copied else ""))
+        return (f"hb.Tensor(shape=[{dims}], dtype={self._dtype.name}, device={self._device}"
+                f"{extra}{flags})")
+
+    # ------------------------------------------------------------------ copy
+    def copy(self) -> Tensor:
+        """A compact row-major copy in fresh 64-byte aligned host memory."""
+        if not self._device.is_host_accessible:
+            raise UnsupportedError(
+                f"hb.Tensor.copy() copies host memory only; {self._device} needs its framework "
+                "(use hb.convert(..., copy=True))"
+            )
+        if not self.is_dense:
+            bufs = []
+            owners = []
+            for b in self._buffers:
+                alloc = alloc_aligned(b.nbytes)
+                if alloc is not None:
+                    ctypes.memmove(alloc.ptr, b.ptr, b.nbytes)
+                owners.append(alloc)
+                bufs.append(Buffer(b.role, alloc.ptr if alloc else 0, b.nbytes))
+            return Tensor(self.descriptor, bufs, device=CPU, owner=tuple(owners), copied=True)
+        n_bytes = (Descriptor(self._shape, self._dtype, padded=self._padded).nbytes
+                   if self._strides is not None else self.nbytes)
+        alloc = alloc_aligned(n_bytes)
+        if alloc is not None:
+            if self._strides is None:
+                ctypes.memmove(alloc.ptr, self._buffers[0].ptr, n_bytes)
+            else:
+                _gather(alloc.ptr, self.data_ptr, self._shape, self._strides, self._dtype.itemsize)
+        return Tensor._dense(alloc.ptr if alloc else 0, self._shape, self._dtype, None,
+                             self._padded, CPU, alloc, False, True)
+
+    # --------------------------------------------------------------- DLPack
+    def __dlpack_device__(self) -> tuple[DLDeviceType, int]:
+        t = self._device.type
+        try:
+            return DLDeviceType(t), self._device.id
+        except ValueError:
+            return t, self._device.id  # type: ignore[return-value]
+
+    def __dlpack__(
+        self,
+        *,
+        stream: int | Any | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> object:
+        """Export as a DLPack capsule (Python array API semantics).
+
+        Versioned (DLPack 1.x) when ``max_version >= (1, 0)``, legacy otherwise.
+        A device tensor forwards the request to the object it came from, so
+        that producer synchronises with the consumer's ``stream``.
+        """
+        versioned = max_version is not None and max_version[0] >= 1
+        if not self.is_dense:
+            d = self.descriptor
+            what = "quantized" if d.quantization is not None else d.layout.name
+            raise UnsupportedError(
+                f"a {what} tensor has no DLPack form (DLPack carries dense tensors only); "
+                "convert it with hb.convert() to a framework that supports it"
+            )
+        target = Device(*dl_device) if dl_device is not None else self._device
+        if self._source is not None and not self._device.is_host_accessible:
+            return _forward(self._source, stream, max_version, dl_device, copy)
+        if target != self._device and not (target == CPU and self._device.is_host_accessible):
+            if copy is False:
+                raise CopyRequiredError(
+                    f"export to {target} needs a copy from {self._device} but copy=False"
+                )
+            raise UnsupportedError(
+                f"cannot export a {self._device} tensor to {target}: the bridge does not move "
+                "data between devices itself; convert with the framework's adapter"
+            )
+        if self._device.type not in _STREAMED and stream not in (None, -1):
+            raise UnsupportedError(f"stream must be None on {self._device}, got {stream!r}")
+        if self._dtype.dlpack is None:
+            raise UnsupportedError(
+                f"{self._dtype.name} has no DLPack type code; convert it with hb.convert() "
+                "(for 1-bit bool: to arrow, or unpack to bool8)"
+            )
+        src = self
+        flags = 0
+        if copy:
+            src = self.copy()
+            flags |= FLAG_IS_COPIED
+        elif self._readonly:
+            flags |= FLAG_READ_ONLY
+        if src._padded:
+            if not versioned:
+                raise UnsupportedError(
+                    f"padded {self._dtype.name} needs a versioned DLPack capsule to say it is "
+                    "padded; the consumer asked for a legacy one"
+                )
+            flags |= FLAG_IS_SUBBYTE_TYPE_PADDED
+        code, bits = self._dtype.dlpack
+        strides = src._strides if src._strides is not None else compact_strides(src._shape)
+        return _capsule.make_capsule(
+            data=src.data_ptr, shape=src._shape, strides=strides, code=code, bits=bits, lanes=1,
+            device_type=target.type, device_id=target.id, flags=flags, owner=src,
+            versioned=versioned,
+        )
+
+
+def _forward(source: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any) -> object:
+    kwargs = {k: v for k, v in (("stream", stream), ("max_version", max_version),
+                                ("dl_device", dl_device), ("copy", copy)) if v is not None}
+    try:
+        return source.__dlpack__(**kwargs)
+    except TypeError:
+        if "max_version" not in kwargs and "dl_device" not in kwargs and "copy" not in kwargs:
+            raise
+        # An older producer without the 2023.12 keywords: only stream is safe to pass.
+        return source.__dlpack__(**({"stream": stream} if stream is not None else {}))
+
+
+def _gather(dst: int, src: int, shape: tuple[int, ...], strides: tuple[int, ...], isz: int) -> None:
+    """Copy a strided host tensor to compact row-major memory at ``dst``."""
+    np = sys.modules.get("numpy")
+    total = 1
+    for d in shape:
+        total *= d
+    if np is not None:
+        # NumPy is loaded anyway in this process: let it do the strided walk in C.
+        byte_strides = tuple(s * isz for s in strides)
+        src_arr = np.lib.stride_tricks.as_strided(
+            np.frombuffer((ctypes.c_ubyte * 1).from_address(src), np.uint8, 1),
+            shape=(*shape, isz), strides=(*byte_strides, 1), writeable=False)
+        dst_arr = np.frombuffer((ctypes.c_ubyte * (total * isz)).from_address(dst), np.uint8)
+        dst_arr.reshape(*shape, isz)[...] = src_arr
+        return
+    inner = isz * shape[-1] if strides[-1] == 1 else isz
+    run_dims = shape[:-1] if strides[-1] == 1 else shape
+    pos = dst
+    idx = [0] * len(run_dims)
+    for _ in range(total * isz // inner):
+        off = sum(i * s for i, s in zip(idx, strides)) * isz
+        ctypes.memmove(pos, src + off, inner)
+        pos += inner
+        for k in range(len(run_dims) - 1, -1, -1):
+            idx[k] += 1
+            if idx[k] < run_dims[k]:
+                break
+            idx[k] = 0
+
+
+def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
+    """Build a Tensor over the memory a consumed capsule describes (no copy)."""
+    dtype = dtype_from_dlpack(view.code, view.bits, view.lanes)
+    padded = bool(view.flags & FLAG_IS_SUBBYTE_TYPE_PADDED) and dtype.is_subbyte
+    shape = view.shape
+    strides = view.strides
+    n = 1
+    for d in shape:
+        n *= d
+    if n == 0 or strides is None or _is_compact(shape, strides):
+        strides = None
+    elif dtype.is_subbyte and not padded:
+        raise FormatError(
+            f"packed {dtype.name} with non-compact strides {strides} is not addressable",
+            field="strides",
+        )
+    return Tensor._dense(
+        view.data if n else 0, shape, dtype, strides, padded,
+        Device(view.device_type, view.device_id), view.owner,
+        bool(view.flags & FLAG_READ_ONLY), bool(view.flags & FLAG_IS_COPIED), source,
+    )
+
+
+def from_dlpack(obj: Any, *, copy: bool | None = None) -> Tensor:
+    """Import any DLPack producer as an :class:`hb.Tensor`.
+
+    Zero-copy unless ``copy=True``. Asks for a versioned capsule and accepts
+    a legacy one from producers that refuse or ignore ``max_version``.
+    """
+    if isinstance(obj, Tensor):
+        return obj.copy() if copy else obj
+    if not hasattr(obj, "__dlpack__"):
+        raise UnsupportedError(
+            f"{type(obj).__module__}.{type(obj).__qualname__} is not a DLPack producer "
+            "(it has no __dlpack__ method)"
+        )
+    try:
+        dev = Device(*obj.__dlpack_device__())
+    except AttributeError:
+        dev = CPU
+    except (TypeError, ValueError) as exc:
+        raise FormatError(f"__dlpack_device__ returned garbage: {exc}", field="device") from exc
+    # The bridge never touches device memory on import, so it asks for no
+    # synchronisation (-1); consumers get theirs when they import from us.
+    stream = -1 if dev.type in _STREAMED else None
+    capsule = _capsule.request_capsule(obj, stream=stream)
+    view = _capsule.consume_capsule(capsule)
+    if (view.device_type, view.device_id) != dev and dev.type not in (3, 11):
+        # Pinned-host producers (torch) report kDLCUDAHost but put kDLCPU in the capsule.
+        raise FormatError(
+            f"__dlpack_device__ says {dev} but the capsule says "
+            f"{Device(view.device_type, view.device_id)}", field="device",
+        )
+    source = obj if not dev.is_host_accessible else None
+    t = from_dlview(view, source)
+    if dev.type in (3, 11):
+        t._device = dev
+    if copy:
+        return t.copy()
+    return t
