@@ -33,8 +33,12 @@ class FormatError(HurrayError, ValueError):
         self.field = field
 
 
-class UnsupportedError(HurrayError, TypeError):
-    """A type, layout or device that a framework or path cannot represent."""
+class UnsupportedError(HurrayError, TypeError, BufferError):
+    """A type, layout or device that a framework or path cannot represent.
+
+    Also a ``BufferError``: the array API standard asks ``__dlpack__`` to raise
+    that when a tensor cannot be exported, and consumers catch it.
+    """
 
 
 class DynamicShapeError(HurrayError, ValueError):

@@ -254,6 +254,13 @@ class Tensor:
         return (f"hb.Tensor(shape=[{dims}], dtype={self._dtype.name}, device={self._device}"
                 f"{extra}{flags})")
 
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
+        # NumPy calls this, so NumPy is loaded: the adapter imports nothing new.
+        from ._registry import get_adapter
+
+        out = get_adapter("numpy").from_hurray(self, copy=copy)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
     # ------------------------------------------------------------------ copy
     def copy(self) -> Tensor:
         """A compact row-major copy in fresh 64-byte aligned host memory."""
