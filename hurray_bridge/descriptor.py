@@ -80,6 +80,9 @@ def _as_uint_tuple(values: Iterable[Any], name: str, limit: int = _U64_MAX) -> t
 
 
 def _checked_product(values: Iterable[int], what: str) -> int:
+    values = tuple(values)
+    if 0 in values:
+        return 0  # empty whatever the other sizes: never an overflow (ADR-007)
     n = 1
     for v in values:
         n *= v
@@ -297,7 +300,9 @@ class Descriptor:
                 if isinstance(s, bool) or not hasattr(s, "__index__"):
                     raise FormatError(f"strides[{i}] must be an integer, got {s!r}", field="strides")
                 if not -_I64_MAX <= s.__index__() <= _I64_MAX:
-                    raise FormatError(f"strides[{i}] = {s} does not fit in int64", field="strides")
+                    raise FormatError(
+                        f"strides[{i}] = {s} is outside [-(2**63 - 1), 2**63 - 1]", field="strides"
+                    )
             object.__setattr__(self, "strides", tuple(s.__index__() for s in strides))
             if dtype.is_subbyte and not padded:
                 raise FormatError(
@@ -324,6 +329,14 @@ class Descriptor:
                 raise FormatError(f"the {layout.name} layout needs a Sparse section", field="sparse")
             if layout in (Layout.CSR, Layout.CSC) and rank != 2:
                 raise FormatError(f"{layout.name} needs rank 2, got rank {rank}", field="layout")
+            if self.sparse.canonical and DYNAMIC not in shape:
+                cells = _checked_product(shape, "element count")
+                if self.sparse.nnz > cells:
+                    raise FormatError(
+                        f"canonical (duplicate-free) {layout.name} has nnz {self.sparse.nnz} "
+                        f"but the shape holds only {cells} elements",
+                        field="sparse.nnz",
+                    )
         elif self.sparse is not None:
             raise FormatError(f"a Sparse section given for the {layout.name} layout", field="sparse")
 
@@ -331,7 +344,10 @@ class Descriptor:
         if q is not None:
             if not isinstance(q, Quantization):
                 raise FormatError(f"expected a Quantization, got {q!r}", field="quantization")
-            if dtype.kind not in (Kind.INT, Kind.UINT) and not (dtype.kind == Kind.FLOAT and dtype.bits <= 8):
+            storable = dtype.kind in (Kind.INT, Kind.UINT) or (
+                dtype.kind == Kind.FLOAT and dtype.bits <= 8 and dtype.name != "float8_e8m0fnu"
+            )  # e8m0 has no sign or mantissa: a scale format, not a storage one
+            if not storable:
                 raise FormatError(
                     f"quantized storage must be an integer, float8 or float4 type, not {dtype}",
                     field="quantization",

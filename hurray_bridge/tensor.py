@@ -48,6 +48,7 @@ class Device(NamedTuple):
 
 
 CPU = Device(1, 0)
+_I64_MAX = 2**63 - 1
 
 
 class Buffer(NamedTuple):
@@ -354,6 +355,11 @@ class Tensor:
                 )
             flags |= FLAG_IS_SUBBYTE_TYPE_PADDED
         code, bits = self._dtype.dlpack
+        if self._shape and max(self._shape) > _I64_MAX:
+            raise UnsupportedError(
+                f"shape {list(self._shape)} has a dimension above 2**63 - 1, which DLPack's "
+                "int64 shape cannot hold"
+            )
         strides = src._strides if src._strides is not None else compact_strides(src._shape)
         return _capsule.make_capsule(
             data=src.data_ptr, shape=src._shape, strides=strides, code=code, bits=bits, lanes=1,

@@ -255,3 +255,24 @@ def test_adr007_8_quantization_axis_of_size_zero_has_empty_scales(scheme: hb.Qua
     scales = [s for s in d.buffer_layout() if s.role != hb.BufferRole.DATA]
     assert [s.nbytes for s in scales] == [0, 0]
     assert hb.Descriptor.from_bytes(d.to_bytes()) == d
+
+
+# --- Consequences the implementation adds (found in review) ---------------------
+
+def test_empty_shape_never_overflows_whatever_its_other_sizes() -> None:
+    for shape in ([2**40, 2**40, 0], [0, 2**40, 2**40]):
+        d = hb.Descriptor(shape, hb.float32)
+        assert d.element_count == 0 and d.nbytes == 0
+
+
+def test_canonical_sparse_cannot_store_more_entries_than_cells() -> None:
+    with pytest.raises(hb.FormatError, match="nnz 100"):
+        hb.Descriptor([5, 7], hb.float32, hb.Layout.COO, sparse=hb.Sparse(100, canonical=True))
+    # duplicates are allowed when not canonical (torch's uncoalesced COO)
+    hb.Descriptor([5, 7], hb.float32, hb.Layout.COO, sparse=hb.Sparse(100))
+
+
+def test_e8m0_is_a_scale_type_not_a_storage_type() -> None:
+    q = hb.Quantization(hb.QuantScheme.PER_TENSOR)
+    with pytest.raises(hb.FormatError, match="float8"):
+        hb.Descriptor([4], hb.float8_e8m0fnu, quantization=q)

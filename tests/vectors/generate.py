@@ -30,6 +30,9 @@ def vectors() -> dict[str, hb.Descriptor]:
         "empty_csr_nnz_0": hb.Descriptor(
             [4, 5], hb.float32, hb.Layout.CSR, sparse=hb.Sparse(0, hb.int32, canonical=True)
         ),
+        "empty_csr_0x5": hb.Descriptor(
+            [0, 5], hb.float32, hb.Layout.CSR, sparse=hb.Sparse(0, hb.int64, canonical=True)
+        ),
         "empty_int4": hb.Descriptor([2, 0], hb.int4),
         "strided_negative": hb.Descriptor([2, 3], hb.int16, hb.Layout.STRIDED, strides=(-3, 1)),
         "per_block_int4_e8m0": hb.Descriptor(
