@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 
-__all__ = ["ALIGNMENT", "HostAllocation", "alloc_aligned", "host_view"]
+__all__ = ["ALIGNMENT", "HostAllocation", "alloc_aligned", "buffer_address", "host_view"]
 
 ALIGNMENT = 64
 
@@ -38,3 +38,40 @@ def host_view(ptr: int, nbytes: int, owner: object, readonly: bool = False) -> m
     arr._hb_owner = owner  # type: ignore[attr-defined]  # ctypes arrays take attributes
     view = memoryview(arr).cast("B")
     return view.toreadonly() if readonly else view
+
+
+class _PyBuffer(ctypes.Structure):
+    # CPython's Py_buffer (Include/pybuffer.h); only ``buf`` and ``len`` are read.
+    _fields_ = [
+        ("buf", ctypes.c_void_p), ("obj", ctypes.py_object), ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p), ("internal", ctypes.c_void_p),
+    ]
+
+
+_api = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)
+_GetBuffer = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_PyBuffer),
+                               ctypes.c_int)(("PyObject_GetBuffer", _api))
+_ReleaseBuffer = ctypes.PYFUNCTYPE(None, ctypes.POINTER(_PyBuffer))(("PyBuffer_Release", _api))
+_PyBUF_SIMPLE = 0
+
+
+def buffer_address(obj: object) -> tuple[int, int, bool, memoryview]:
+    """Address, length and read-only flag of any contiguous buffer-protocol object.
+
+    Returns a memoryview that must be kept alive as long as the address is used:
+    it holds the exporter's buffer (an mmap, for one, cannot close under it).
+    """
+    view = memoryview(obj)  # type: ignore[arg-type]
+    if not view.contiguous:
+        raise ValueError("buffer is not contiguous")
+    view = view.cast("B") if view.ndim != 1 or view.format != "B" else view
+    if view.nbytes == 0:
+        return 0, 0, view.readonly, view
+    pb = _PyBuffer()
+    _GetBuffer(view, ctypes.byref(pb), _PyBUF_SIMPLE)
+    try:
+        return int(pb.buf), int(pb.len), view.readonly, view
+    finally:
+        _ReleaseBuffer(ctypes.byref(pb))

@@ -262,6 +262,30 @@ class Tensor:
         out = get_adapter("numpy").from_hurray(self, copy=copy)
         return out if dtype is None else out.astype(dtype, copy=False)
 
+    # -------------------------------------------------------------- pickling
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickle as the wire descriptor plus the raw buffers.
+
+        With protocol 5 the buffers travel out of band (``pickle.PickleBuffer``),
+        so multiprocessing, concurrent.futures and Ray can move them without a
+        copy through the pickle stream. No Python objects of any framework are
+        pickled: the receiver rebuilds an hb.Tensor over the bytes it got.
+        """
+        if not self._device.is_host_accessible:
+            raise UnsupportedError(
+                f"cannot pickle a {self._device} tensor: its memory is not on the host; "
+                "convert it to a host framework first"
+            )
+        from pickle import PickleBuffer
+
+        from .wire import encode
+
+        views = [self.memoryview(b.role) for b in self._buffers]
+        payload: list[Any] = (
+            [PickleBuffer(v) for v in views] if protocol >= 5 else [bytes(v) for v in views]
+        )
+        return _rebuild, (encode(self.descriptor), payload, self._readonly)
+
     # ------------------------------------------------------------------ copy
     def copy(self) -> Tensor:
         """A compact row-major copy in fresh 64-byte aligned host memory."""
@@ -366,6 +390,25 @@ class Tensor:
             device_type=target.type, device_id=target.id, flags=flags, owner=src,
             versioned=versioned,
         )
+
+
+def _rebuild(desc: bytes, payload: list[Any], readonly: bool) -> Tensor:
+    """Unpickle: a Tensor over the buffers pickle handed back (no copy)."""
+    from ._memory import buffer_address
+    from .wire import decode
+
+    d = decode(desc)
+    bufs, keep = [], []
+    ro = readonly
+    for spec, obj in zip(d.buffer_layout(), payload):
+        ptr, n, obj_ro, view = buffer_address(obj)
+        if n != spec.nbytes:
+            raise FormatError(f"pickled {spec.role.name} buffer has {n} bytes, "
+                              f"the descriptor calls for {spec.nbytes}", field="buffers")
+        bufs.append(Buffer(spec.role, ptr, n))
+        keep.append(view)
+        ro = ro or obj_ro
+    return Tensor(d, bufs, device=CPU, owner=tuple(keep), readonly=ro)
 
 
 def _forward(source: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any) -> object:
