@@ -32,7 +32,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import struct
-import sys
 from typing import Any
 
 from ._dlpack import (
@@ -103,8 +102,8 @@ if hasattr(_api, "PyErr_GetRaisedException"):  # Python >= 3.12
     _save_exception = _cfunc("PyErr_GetRaisedException", _c_void_p)
     _PyErr_SetRaisedException = _cfunc("PyErr_SetRaisedException", None, _c_void_p)
 
-    def _restore_exception(saved: Any, _set: Any = _PyErr_SetRaisedException) -> None:
-        _set(saved)  # ctypes re-raises it here; the callback then reports it
+    def _restore_exception(saved: Any, _fn: Any = _PyErr_SetRaisedException) -> None:
+        _fn(saved)  # ctypes re-raises it here; the callback then reports it
 
 else:
     # PyErr_Fetch needs three out-pointers. They must exist before the callback runs
@@ -113,7 +112,8 @@ else:
     # interrupt: the GIL only changes hands at calls and backward jumps.
     _PyErr_Fetch = _api.PyErr_Fetch
     _PyErr_Fetch.restype = None
-    _PyErr_Fetch.argtypes = None  # argument converters are calls: pass byref objects as they are
+    # Argument converters are calls: with no argtypes the byref objects pass as they are.
+    _PyErr_Fetch.argtypes = None  # type: ignore[assignment]
     _PyErr_Restore = _cfunc("PyErr_Restore", None, _c_void_p, _c_void_p, _c_void_p)
     _NSLOTS = 8
     _slot_busy = [0] * _NSLOTS
@@ -138,8 +138,8 @@ else:
         _busy[i] = 0
         return saved if saved[0] else None
 
-    def _restore_exception(saved: Any, _restore: Any = _PyErr_Restore) -> None:
-        _restore(*saved)  # ctypes re-raises it here; the callback then reports it
+    def _restore_exception(saved: Any, _fn: Any = _PyErr_Restore) -> None:
+        _fn(*saved)  # ctypes re-raises it here; the callback then reports it
 
 
 # -- exports --------------------------------------------------------------------------------
@@ -306,8 +306,16 @@ _unpack_legacy = struct.Struct("@" + _TENSOR + "PP").unpack_from
 _at_v_head = (ctypes.c_char * _V_HEAD_SIZE).from_address
 _at_tensor = (ctypes.c_char * (_V_SIZE - _V_HEAD_SIZE)).from_address
 _at_legacy = (ctypes.c_char * _L_SIZE).from_address
-_unpack_dims = [struct.Struct(f"@{n}q").unpack_from for n in range(MAX_NDIM + 1)]
-_at_dims = [(ctypes.c_int64 * n).from_address for n in range(MAX_NDIM + 1)]
+# rank -> (unpack, at) for the shape and strides arrays, built on first use.
+_dims_readers: list[tuple[Any, Any] | None] = [None] * (MAX_NDIM + 1)
+
+
+def _dims_reader(ndim: int) -> tuple[Any, Any]:
+    reader = (struct.Struct(f"@{ndim}q").unpack_from, (ctypes.c_int64 * ndim).from_address)
+    _dims_readers[ndim] = reader
+    return reader
+
+
 _foreign_deleters: dict[int, Any] = {}
 # Foreign deleters run with the GIL held, as NumPy's and PyTorch's consumers call them.
 _ForeignDeleterFn = ctypes.PYFUNCTYPE(None, _c_void_p)
@@ -481,8 +489,8 @@ def consume_capsule(capsule: object) -> DLView:
     if not 0 <= ndim <= MAX_NDIM:
         managed.release()
         raise FormatError(
-            f"DLPack tensor has rank {ndim}; ranks 0..{MAX_NDIM} are supported "
-            f"(the limit is {MAX_NDIM})",
+            f"DLPack tensor has rank {ndim}, outside 0..{MAX_NDIM} "
+            f"(the Hurray rank limit is {MAX_NDIM})",
             field="ndim",
         )
     if ndim == 0:
@@ -492,8 +500,7 @@ def consume_capsule(capsule: object) -> DLView:
         if not shape_p:
             managed.release()
             raise FormatError(f"DLPack tensor of rank {ndim} has a NULL shape", field="shape")
-        unpack = _unpack_dims[ndim]
-        at = _at_dims[ndim]
+        unpack, at = _dims_readers[ndim] or _dims_reader(ndim)
         shape = unpack(at(shape_p))
         if min(shape) < 0:
             managed.release()
