@@ -6,6 +6,7 @@ imported by their adapters, and only when a conversion needs them.
 
 from __future__ import annotations
 
+from . import _source_tree  # noqa: F401  (first: lets a source checkout find adapters/)
 from . import dtypes
 from .descriptor import DYNAMIC, MAX_RANK, BufferSpec, Descriptor, Quantization, Shard, Sparse
 from .dtypes import (

@@ -1,0 +1,418 @@
+"""PyTorch adapter: ``torch.Tensor`` <-> ``hb.Tensor``.
+
+To Hurray, a tensor is read from ``data_ptr()``, ``shape``, ``stride()`` and
+``dtype`` directly: no DLPack round trip, and no ``__dlpack__`` refusals
+(torch's export rejects ``requires_grad`` and conj-bit tensors, which a
+read of the pointer does not need to). From Hurray, ``torch.from_dlpack``
+imports the memory zero-copy; what torch's DLPack import refuses or would
+misread is handed over as a byte view and re-typed with ``Tensor.view``.
+
+``torch.float4_e2m1fn_x2`` is a packed container: each element is one byte
+holding two fp4 values, the first in the low nibble (torch's own unpacker,
+``torch.onnx._internal.exporter._type_casting.unpack_float4x2_as_uint8``, and
+the pack helper of ``torch.testing._internal.common_quantized`` agree; the
+ordering was fixed in torchao, pytorch/ao#2939 and #3123). Its Hurray form is
+packed ``float4_e2m1fn`` with the last dimension doubled, which is exactly the
+row-major LSB-first packing of the format, so both directions are zero-copy.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from hurray_bridge._registry import warn_copy
+from hurray_bridge.descriptor import MAX_RANK
+from hurray_bridge.dtypes import DType, bool_, float4_e2m1fn, native_types, uint8
+from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
+from hurray_bridge.tensor import CPU, Device, Tensor, from_dlpack
+
+__all__ = ["dtype_of", "from_hurray", "native_dtype", "to_hurray"]
+
+NAME = "torch"
+
+_LATER = "sparse and quantized tensors arrive with the sparse/quantization work"
+_READONLY_MESSAGE = "torch tensor shares read-only memory; writing to it is undefined"
+_readonly_warned = False  # torch.from_numpy warns once per process too (TORCH_WARN_ONCE)
+
+# DLPack device types: CPU, CUDA, pinned host (CUDA, ROCm), ROCm, CUDA managed.
+_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_ROCM, _KDL_ROCM_HOST = 1, 2, 3, 10, 11
+_IS_HIP = torch.version.hip is not None
+_GPU_TYPE = _KDL_ROCM if _IS_HIP else _KDL_CUDA
+_PINNED_TYPE = _KDL_ROCM_HOST if _IS_HIP else _KDL_CUDA_HOST
+_CPU_DEVICE = torch.device("cpu")
+
+
+def _resolve(name: str) -> Any:
+    dt = getattr(torch, name, None)
+    return dt if isinstance(dt, torch.dtype) else None
+
+
+def _tables() -> tuple[dict[DType, torch.dtype], dict[torch.dtype, DType]]:
+    to_torch = native_types("torch", _resolve)
+    return to_torch, {v: k for k, v in to_torch.items()}
+
+
+_TO_TORCH, _FROM_TORCH = _tables()
+_FP4_X2 = _TO_TORCH.get(float4_e2m1fn)  # torch.float4_e2m1fn_x2 (torch >= 2.8)
+# Element types torch holds but whose DLPack import it refuses: imported as a uint8
+# view and re-typed. float8 import arrived after 2.9 (DLConvertor's getDLDataType
+# said "not supported by dlpack"); an entry is added the first time torch refuses one.
+_BYTE_VIEW: set[DType] = set()
+
+
+def native_dtype(dtype: DType) -> torch.dtype:
+    """The torch dtype of a Hurray element type (``float4_e2m1fn`` -> ``float4_e2m1fn_x2``)."""
+    try:
+        return _TO_TORCH[dtype]
+    except KeyError:
+        raise UnsupportedError(
+            f"torch {torch.__version__} has no dtype for {dtype.name}"
+        ) from None
+
+
+def dtype_of(dt: torch.dtype) -> DType:
+    """The Hurray element type of a torch dtype."""
+    try:
+        return _FROM_TORCH[dt]
+    except KeyError:
+        raise _unsupported_dtype(dt) from None
+
+
+def _unsupported_dtype(dt: torch.dtype) -> UnsupportedError:
+    name = str(dt).removeprefix("torch.")
+    if dt.is_complex:  # complex32 (chalf): no Hurray type
+        why = "Hurray has no complex32 element type; convert with x.to(torch.complex64)"
+    elif name.startswith(("q", "quint")):
+        why = _LATER
+    elif name.startswith(("int", "uint", "bits")):
+        # int1..7/uint1..7 are shell dtypes for tensor subclasses (pytorch/pytorch#117208):
+        # their storage is one byte per element and its meaning belongs to the subclass.
+        why = "it is a shell dtype whose packing only its tensor subclass knows"
+    else:
+        why = "it has no Hurray element type"
+    return UnsupportedError(
+        f"torch dtype {dt} cannot be converted to hb.Tensor: {why} (supported: "
+        f"{', '.join(sorted(str(d).removeprefix('torch.') for d in _FROM_TORCH))})"
+    )
+
+
+# --------------------------------------------------------------------- to Hurray
+def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
+    """A torch tensor as an hb.Tensor over the same memory; zero-copy unless ``copy=True``.
+
+    Autograd never travels: a ``requires_grad`` tensor is read through
+    ``detach()`` (same memory). Conj/neg-bit tensors are materialised (a copy).
+    """
+    if not isinstance(obj, torch.Tensor):
+        raise UnsupportedError(
+            f"expected a torch.Tensor, got {type(obj).__module__}.{type(obj).__qualname__}"
+        )
+    x = obj
+    if x.layout is not torch.strided:
+        raise UnsupportedError(f"torch layout {x.layout} is not supported yet: {_LATER}")
+    dtype = _FROM_TORCH.get(x.dtype)
+    if dtype is None:
+        if x.is_quantized:
+            raise UnsupportedError(
+                f"quantized torch tensor ({x.dtype}, qscheme {x.qscheme()}) is not supported "
+                f"yet: {_LATER}"
+            )
+        raise _unsupported_dtype(x.dtype)
+    if x.is_nested:
+        raise UnsupportedError("nested (ragged) torch tensors have no Hurray form")
+    if x.requires_grad:
+        x = x.detach()  # same memory, no autograd history
+    copied = False
+    if x.is_conj() or x.is_neg():
+        # The lazy conjugate/negation bits describe values that are not in memory.
+        if copy is False:
+            raise CopyRequiredError(
+                f"torch tensor has its {'conj' if x.is_conj() else 'neg'} bit set: its values "
+                "must be materialised (a copy) but copy=False; call x.resolve_conj() first"
+            )
+        x = x.resolve_conj().resolve_neg()
+        copied = True
+    ndim = x.dim()
+    if ndim > MAX_RANK:
+        raise FormatError(
+            f"torch tensor has rank {ndim}; a Hurray tensor has at most {MAX_RANK} "
+            "dimensions (ADR-008); reshape it first", field="shape",
+        )
+    # (x.is_cpu/is_cuda cost a sixth of x.device.type.)
+    on_gpu = False
+    if x.is_cpu:
+        # torch reports pinned host memory as kDLCUDAHost (torch Tensor.__dlpack_device__);
+        # it is host memory all the same.
+        device = Device(_PINNED_TYPE, 0) if x.is_pinned() else CPU
+        source = None
+    elif x.is_cuda:
+        on_gpu = True
+        device = Device(_GPU_TYPE, x.get_device())
+        source = x  # exports forward to torch, which synchronises with the consumer's stream
+    elif x.is_meta:
+        raise UnsupportedError("a torch meta tensor has no data to convert")
+    else:
+        # xpu, mps, privateuse1 ...: torch's own DLPack export knows their device mapping.
+        if copy and not copied:
+            x = x.clone(memory_format=torch.contiguous_format)
+        t = from_dlpack(x)
+        if copied or copy:
+            t._copied = True
+        return t
+
+    if dtype is float4_e2m1fn:
+        if ndim == 0:
+            raise UnsupportedError(
+                "a rank-0 torch.float4_e2m1fn_x2 tensor holds two fp4 values but has no "
+                "dimension to double; reshape it to (1,) first"
+            )
+        if not x.is_contiguous():
+            # Hurray packs sub-byte types across the whole tensor: no strided packed form.
+            if copy is False:
+                raise CopyRequiredError(
+                    f"non-contiguous torch.float4_e2m1fn_x2 (strides {x.stride()}) must be made "
+                    "contiguous (a copy) to become packed float4_e2m1fn, but copy=False"
+                )
+            x = x.contiguous()
+            copied = True
+        shape = x.shape
+        shape_t = (*shape[:-1], shape[-1] * 2)
+        strides = None
+        source = None  # torch would export the x2 container, not this float4 view
+    else:
+        shape_t = tuple(x.shape)
+        strides = None if x.is_contiguous() else x.stride()
+    try:
+        ptr = x.data_ptr()
+    except RuntimeError as exc:  # FakeTensor, functional wrappers: no real storage
+        raise UnsupportedError(f"torch tensor has no accessible storage: {exc}") from exc
+    if copy and not copied:
+        if on_gpu:
+            x = x.clone(memory_format=torch.contiguous_format)
+            return Tensor._dense(x.data_ptr(), shape_t, dtype, None, False, device, x, False,
+                                 True, None if source is None else x)
+        t = Tensor._dense(ptr, shape_t, dtype, strides, False, device, x, False, False)
+        return t.copy()
+    return Tensor._dense(ptr, shape_t, dtype, strides, False, device, x, False, copied, source)
+
+
+# ------------------------------------------------------------------- from Hurray
+def _rewrap(t: Tensor, shape: tuple[int, ...], dtype: DType,
+            strides: tuple[int, ...] | None, device: Device) -> Tensor:
+    """Another hb.Tensor over ``t``'s memory (kept alive through ``t``), for torch to import."""
+    return Tensor._dense(t.data_ptr, shape, dtype, strides, False, device, t, t.readonly,
+                         t.copied)
+
+
+def _sync_stream(t: Tensor) -> None:
+    """Let a device producer order its work before torch's current stream.
+
+    Used when torch imports a rewrapped view (which has no producer to forward to):
+    asking the original for a capsule with torch's stream makes it synchronise,
+    exactly as ``torch.from_dlpack`` would have; the capsule itself is dropped.
+    """
+    if t.dtype.dlpack is None:
+        return
+    stream = torch.cuda.current_stream(t.device.id).cuda_stream
+    if stream == 0 and t.device.type == _KDL_CUDA:
+        stream = 1  # the array API's number for CUDA's legacy default stream
+    t.__dlpack__(stream=stream, max_version=(1, 3))
+
+
+def _import(t: Tensor, host: bool) -> torch.Tensor:
+    """``t``'s memory as a torch tensor of ``t``'s shape and strides (no copy)."""
+    if host:
+        if t.device.type != _KDL_CPU:
+            # Pinned/managed host memory: torch imports kDLCUDAHost as "Unsupported
+            # device_type: 3" (torch 2.13), so present it as the CPU memory it also is.
+            t = _rewrap(t, t.shape, t.dtype, t.strides, CPU)
+        # A capsule skips torch.from_dlpack's device and keyword negotiation (~3 us).
+        return torch.from_dlpack(t.__dlpack__(max_version=(1, 0)))
+    return torch.from_dlpack(t)
+
+
+def _byte_view(t: Tensor, host: bool, shape: tuple[int, ...],
+               strides: tuple[int, ...] | None, target: torch.dtype) -> torch.Tensor:
+    """Import ``t``'s bytes as uint8 of ``shape``/``strides`` and re-type them as ``target``."""
+    device = CPU if host else t.device
+    view = _rewrap(t, shape, uint8, strides, device)
+    if not host:
+        _sync_stream(t)
+    raw = torch.from_dlpack(view.__dlpack__(max_version=(1, 0)))
+    return raw.view(target)
+
+
+def _torch_device_of(t: Tensor) -> torch.device | None:
+    d = t.device
+    if d.is_host_accessible:
+        return _CPU_DEVICE
+    if d.type in (_KDL_CUDA, _KDL_ROCM):
+        return torch.device("cuda", d.id)
+    return None  # another device type: whatever torch's DLPack import makes of it
+
+
+def _parse_device(device: Any) -> torch.device | None:
+    if device is None or isinstance(device, torch.device):
+        return device
+    if isinstance(device, (str, int)):
+        return torch.device(device)
+    if isinstance(device, tuple) and len(device) == 2:
+        d = Device(*device)
+        if d.is_host_accessible:
+            return _CPU_DEVICE
+        if d.type in (_KDL_CUDA, _KDL_ROCM):
+            return torch.device("cuda", d.id)
+        raise UnsupportedError(f"no torch device for DLPack device {d}")
+    raise UnsupportedError(
+        f"device must be None, a torch.device, a string such as 'cuda:0' or an hb.Device; "
+        f"got {device!r}"
+    )
+
+
+def _same_device(a: torch.device, b: torch.device | None) -> bool:
+    if b is None or a.type != b.type:
+        return False
+    if a.type == "cuda":
+        ai = torch.cuda.current_device() if a.index is None else a.index
+        bi = torch.cuda.current_device() if b.index is None else b.index
+        return ai == bi
+    return a.index == b.index or (a.index in (None, 0) and b.index in (None, 0))
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _unpack_bits(t: Tensor, host: bool) -> torch.Tensor:
+    """1-bit packed bool (LSB-first, row-major) as torch.bool: always a new tensor."""
+    n = _numel(t.shape)
+    raw = _byte_view(t, host, (t.nbytes,), None, torch.uint8)
+    shifts = torch.arange(8, dtype=torch.uint8, device=raw.device)
+    bits = (raw.unsqueeze(-1) >> shifts) & 1
+    return bits.reshape(-1)[:n].to(torch.bool).reshape(t.shape)
+
+
+def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> torch.Tensor:
+    """An hb.Tensor as a torch tensor: a view of its memory unless a copy is needed or asked.
+
+    ``device`` (``"cpu"``, ``"cuda:1"``, a ``torch.device``) moves the result
+    when it differs from the tensor's own device; a move is a copy.
+    """
+    if not t.is_dense:
+        raise UnsupportedError(
+            f"a {t.descriptor.layout.name} / quantized hb.Tensor cannot become a torch tensor "
+            f"yet: {_LATER}"
+        )
+    want = _parse_device(device)
+    here = _torch_device_of(t)
+    move = want is not None and not _same_device(want, here)
+    if move and copy is False:
+        raise CopyRequiredError(
+            f"moving a {t.device} tensor to torch device {want} is a copy, but copy=False"
+        )
+    host = t.device.is_host_accessible  # torch sees it as CPU memory
+    dtype = t.dtype
+    shape = t.shape
+    strides = t.strides
+    copied = False  # the result is already a fresh tensor
+
+    if dtype.is_subbyte:
+        padded = t.descriptor.padded
+        if dtype is bool_:
+            if copy is False:
+                raise CopyRequiredError(
+                    "1-bit packed bool must be unpacked to torch.bool (one byte per element), "
+                    "which is a copy, but copy=False"
+                )
+            if copy is None:
+                warn_copy(NAME, "1-bit packed bool unpacked to torch.bool (one byte each)")
+            out = _unpack_bits(t, host)
+            return out.to(want) if move else out
+        if dtype is not float4_e2m1fn or padded or _FP4_X2 is None:
+            form = "padded (one element per byte)" if padded else "packed"
+            raise UnsupportedError(
+                f"torch has no dtype for {form} {dtype.name}: torch {torch.__version__} holds "
+                "sub-byte data only as packed float4_e2m1fn_x2 (two fp4 per byte); "
+                "convert to numpy (ml_dtypes) or jax instead"
+            )
+        # Packed float4: each row of an even length is whole bytes, two values each.
+        if strides is not None or not shape or shape[-1] % 2:
+            why = ("it is strided" if strides is not None else
+                   "it is rank 0" if not shape else f"its last dimension ({shape[-1]}) is odd")
+            raise UnsupportedError(
+                f"packed float4_e2m1fn of shape {list(shape)} cannot become "
+                f"torch.float4_e2m1fn_x2: {why}, so its rows do not start on whole bytes "
+                "(x2 holds two values per byte along the last dimension)"
+            )
+        shape = (*shape[:-1], shape[-1] // 2)
+        if _numel(shape) == 0 and here is not None:
+            out = torch.empty(shape, dtype=_FP4_X2, device=here)
+        else:
+            out = _byte_view(t, host, shape, None, _FP4_X2)
+    else:
+        target = _TO_TORCH.get(dtype)
+        if target is None:
+            raise UnsupportedError(f"torch {torch.__version__} has no dtype for {dtype.name}")
+        if _numel(shape) == 0 and here is not None:
+            # No allocation: torch's empty storage has a NULL data pointer, as the hb side.
+            out = torch.empty(shape, dtype=target, device=here)
+        else:
+            if strides is not None and any(s < 0 for s in strides):
+                if any(s < 0 and d > 1 for d, s in zip(shape, strides, strict=True)):
+                    # torch cannot hold negative strides; its DLPack import aborts the process
+                    # on them (SIGABRT, pytorch/pytorch#188023, still so in 2.13.0).
+                    if copy is False:
+                        raise CopyRequiredError(
+                            f"torch cannot represent negative strides {list(strides)}: a "
+                            "compact copy is needed, but copy=False"
+                        )
+                    if not host:
+                        raise UnsupportedError(
+                            f"negative strides {list(strides)} on {t.device}: torch cannot "
+                            "hold them and the bridge copies host memory only; make the "
+                            "array contiguous in its own framework first"
+                        )
+                    if copy is None:
+                        warn_copy(NAME, f"torch cannot represent negative strides "
+                                        f"{list(strides)}; made a compact copy")
+                    t = t.copy()
+                    copied = True
+                else:
+                    # A negative stride on a size-1 dimension means nothing; drop it
+                    # rather than let torch's storage-size check see it.
+                    strides = tuple(1 if s < 0 else s for s in strides)
+                    if not host:
+                        _sync_stream(t)  # the rewrapped view has no producer to forward to
+                    t = _rewrap(t, shape, dtype, strides, t.device)
+            if dtype in _BYTE_VIEW:
+                out = _byte_view(t, host, shape, t.strides, target)
+            else:
+                try:
+                    out = _import(t, host)
+                except BufferError:
+                    if dtype.itemsize != 1 or dtype in _BYTE_VIEW:
+                        raise
+                    # This torch refuses the type's DLPack code (float8 before it was
+                    # supported): hand over the bytes and re-type them.
+                    _BYTE_VIEW.add(dtype)
+                    out = _byte_view(t, host, shape, t.strides, target)
+    if move:
+        return out.to(want)
+    if copy and not copied:
+        return out.clone()
+    if t.readonly and not copied and out.numel():
+        _warn_readonly()
+    return out
+
+
+def _warn_readonly() -> None:
+    global _readonly_warned
+    if not _readonly_warned:
+        _readonly_warned = True
+        warnings.warn(_READONLY_MESSAGE, UserWarning, stacklevel=3)
