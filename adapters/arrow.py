@@ -1,0 +1,494 @@
+"""Apache Arrow adapter: ``pyarrow`` arrays and tensors <-> ``hb.Tensor``.
+
+What maps to what:
+
+* ``pa.Array`` of a primitive type <-> rank-1 ``hb.Tensor``: the Arrow data
+  buffer is shared (slice offsets folded into the pointer). Arrow memory is
+  immutable, so the tensor is read-only.
+* ``pa.bool_()`` arrays are bit-packed, LSB first: Hurray's 1-bit ``hb.bool``,
+  shared when the array's offset is a whole byte. ``pa.bool8()`` (the
+  canonical extension type, one byte per value) is ``hb.bool8``.
+* ``pa.ChunkedArray``: one chunk is shared; several chunks are combined (a copy).
+* ``pa.Tensor`` <-> an N-D ``hb.Tensor`` through DLPack (strides and the
+  read-only flag included).
+* ``pa.FixedShapeTensorArray`` (canonical extension ``arrow.fixed_shape_tensor``)
+  <-> an ``hb.Tensor`` of shape ``(len, *value_shape)``: the leading dimension
+  is the batch, the values buffer is shared.
+
+Arrow arrays with nulls are refused: Hurray tensors have no validity bitmap,
+and dropping it would turn nulls into whatever bytes sit under them.
+NumPy is not needed: buffers are read and built through pyarrow alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+from typing import Any
+
+import pyarrow as pa
+
+from hurray_bridge._memory import HostAllocation, alloc_aligned
+from hurray_bridge._registry import asarray, get_adapter, warn_copy
+from hurray_bridge.descriptor import compact_strides
+from hurray_bridge.dtypes import DType, Kind, bool_, native_types
+from hurray_bridge.errors import CopyRequiredError, UnsupportedError
+from hurray_bridge.tensor import CPU, Tensor, from_dlpack
+
+__all__ = ["KINDS", "NAME", "dtype_of", "from_hurray", "native_type", "to_hurray"]
+
+NAME = "arrow"
+# pa.Tensor.__dlpack__ came in pyarrow 21 (versioned capsules in 26), pa.Tensor.from_dlpack in 26.
+_TENSOR_EXPORTS_DLPACK = hasattr(pa.Tensor, "__dlpack__")
+_TENSOR_IMPORTS_DLPACK = hasattr(pa.Tensor, "from_dlpack")
+# What from_hurray can build: a flat Array, an N-D Tensor, or a batch of tensors.
+KINDS = ("array", "tensor", "fixed_shape_tensor")
+
+_FILL_HINT = (
+    "fill them first: arr.fill_null(value) (pyarrow.compute.fill_null), "
+    "or drop them: arr.drop_null()"
+)
+
+
+# ------------------------------------------------------------------------------ dtypes
+def _resolve(name: str) -> pa.DataType | None:
+    # pa.bool8() (the canonical extension) appeared in pyarrow 18; older versions lack it.
+    factory = getattr(pa, name, None)
+    return None if factory is None else factory()
+
+
+@lru_cache(maxsize=1)
+def _tables() -> tuple[dict[int, pa.DataType], dict[pa.DataType, DType], dict[type, DType]]:
+    """(tag -> Arrow type, Arrow type -> DType, array class -> DType), from the type table.
+
+    Keyed by tag rather than DType: hashing the frozen dataclass hashes all its fields.
+    The array-class map is the fast path of to_hurray: each primitive Arrow type has
+    its own array class (Int8Array ... DoubleArray, BooleanArray, Bool8Array).
+    """
+    to_pa = native_types("arrow", _resolve)
+    by_class = {type(pa.array([], type=t)): d for d, t in to_pa.items()}
+    by_class.pop(pa.ExtensionArray, None)  # only if some pyarrow lacked a dedicated class
+    return {d.tag: t for d, t in to_pa.items()}, {t: d for d, t in to_pa.items()}, by_class
+
+
+def native_type(dtype: DType) -> pa.DataType:
+    """The Arrow type of a Hurray element type (``pa.bool_()`` for the 1-bit ``hb.bool``)."""
+    try:
+        return _tables()[0][dtype.tag]
+    except KeyError:
+        raise UnsupportedError(
+            f"Arrow has no type for {dtype.name} (Arrow arrays and tensors hold bool, "
+            f"int8..int64, uint8..uint64 and float16/32/64); convert the values to one of "
+            "those first"
+        ) from None
+
+
+def dtype_of(t: pa.DataType) -> DType:
+    """The Hurray element type of an Arrow type."""
+    try:
+        return _tables()[1][t]
+    except (KeyError, TypeError):
+        pass
+    hint = ""
+    if pa.types.is_temporal(t) and getattr(t, "bit_width", 0) in (32, 64):
+        hint = (f"; a {t} array is stored as integers: view them explicitly with "
+                f"arr.view(pa.int{t.bit_width}()) if that is what you want")
+    elif pa.types.is_dictionary(t):
+        hint = "; decode it first: arr.dictionary_decode()"
+    raise UnsupportedError(
+        f"Arrow type {t} has no Hurray element type (supported: "
+        f"{', '.join(str(v) for v in _tables()[0].values())}){hint}"
+    )
+
+
+# ------------------------------------------------------------------------ helpers
+def _refuse_nulls(arr: pa.Array | pa.ChunkedArray, what: str) -> None:
+    n = arr.null_count
+    if n:
+        raise UnsupportedError(
+            f"{what} has {n} null(s); a Hurray tensor has no validity bitmap and the bytes "
+            f"under a null are undefined, so they are not passed on. To convert it, "
+            f"{_FILL_HINT}"
+        )
+
+
+def _require_cpu(buf: pa.Buffer) -> None:
+    # Device arrays (C Device Data Interface, pyarrow >= 16) cannot be read from the host.
+    # Buffer.is_cpu costs ~40 ns; Array.is_cpu ~700 ns (pyarrow 26), hence the buffer.
+    if not buf.is_cpu:
+        raise UnsupportedError(
+            f"this Arrow array lives on {buf.device_type}; the Arrow adapter reads host "
+            "memory only. Copy it to the CPU first (arr.copy_to(pa.default_cpu_memory_manager()))"
+        )
+
+
+def _repack_bits(src: int, bit_offset: int, n: int) -> HostAllocation | None:
+    """Copy ``n`` bits starting ``bit_offset`` bits after ``src`` to fresh, byte-aligned memory.
+
+    LSB-first on both sides (Arrow's and Hurray's bit order); the trailing bits of
+    the last byte are written as zero, as Hurray requires of a writer.
+    """
+    out = alloc_aligned(-(-n // 8))
+    if out is None:
+        return None
+    start = src + bit_offset // 8
+    shift = bit_offset % 8
+    # A Python int does the whole shift in one C loop: no per-bit Python work.
+    raw = ctypes.string_at(start, -(-(shift + n) // 8))
+    bits = (int.from_bytes(raw, "little") >> shift) & ((1 << n) - 1)
+    ctypes.memmove(out.ptr, bits.to_bytes(out.nbytes, "little"), out.nbytes)
+    return out
+
+
+def _flat(arr: pa.Array, copy: bool | None, what: str, owner: object,
+          dtype: DType | None = None) -> Tensor:
+    """A rank-1 Tensor over a primitive, bool or bool8 array (nulls already refused)."""
+    if dtype is None:
+        dtype = dtype_of(arr.type)  # bool8 is in the table; other extension types are refused
+    if dtype.kind == Kind.BOOL and dtype is not bool_:
+        arr = arr.storage  # bool8: an extension type over int8
+    n = len(arr)
+    if n == 0:
+        return Tensor._dense(0, (0,), dtype, None, False, CPU, None, True, bool(copy))
+    data = arr.buffers()[1]
+    _require_cpu(data)
+    if dtype is bool_:
+        off = arr.offset
+        if copy or off % 8:
+            if copy is False:
+                raise CopyRequiredError(
+                    f"{what} is a boolean array starting at bit offset {off}; Hurray's bit-packed "
+                    f"bool starts on a byte, so the bits must be shifted (a copy) but copy=False. "
+                    "Pass copy=None or copy=True"
+                )
+            alloc = _repack_bits(data.address, off, n)
+            assert alloc is not None
+            return Tensor._dense(alloc.ptr, (n,), dtype, None, False, CPU, alloc, False, True)
+        ptr = data.address + off // 8
+    else:
+        ptr = data.address + arr.offset * dtype.itemsize
+    t = Tensor._dense(ptr, (n,), dtype, None, False, CPU, owner, True, False)
+    return t.copy() if copy else t
+
+
+# ---------------------------------------------------------------------- to Hurray
+def _from_fixed_shape(arr: pa.ExtensionArray, copy: bool | None) -> Tensor:
+    typ = arr.type
+    phys = tuple(typ.shape)
+    perm = typ.permutation
+    k = len(phys)
+    if perm is not None and list(perm) != list(range(k)):
+        perm = tuple(perm)
+        # The spec: logical dim i is physical dim perm[i]. pyarrow 26.0.1 writes the
+        # inverse (FixedShapeTensorArray.from_numpy_ndarray / from_tensor store the argsort
+        # of the strides) and its own to_tensor() fails on such arrays. The two readings
+        # agree only when the permutation is its own inverse, so only those are accepted.
+        if any(perm[p] != i for i, p in enumerate(perm)):
+            raise UnsupportedError(
+                f"fixed_shape_tensor permutation {list(perm)} is not its own inverse: the "
+                "canonical extension spec and pyarrow (26) read it in opposite directions, so "
+                "its logical shape is ambiguous. Rebuild the array from a row-major tensor"
+            )
+        if typ.value_type == pa.bool_():
+            raise UnsupportedError(
+                "a permuted fixed_shape_tensor of bit-packed bool has no strided Hurray form "
+                "(packed bits are not addressable one by one); rebuild it without a permutation"
+            )
+    else:
+        perm = None
+    storage = arr.storage
+    _refuse_nulls(storage, "this fixed_shape_tensor array")
+    size = 1
+    for d in phys:
+        size *= d
+    child = storage.values.slice(storage.offset * size, len(arr) * size)
+    _refuse_nulls(child, "the values of this fixed_shape_tensor array")
+    flat = _flat(child, copy, "the values of this fixed_shape_tensor array", arr)
+    if perm is None:
+        shape, strides = (len(arr), *phys), None
+    else:
+        phys_strides = compact_strides(phys)
+        shape = (len(arr), *(phys[p] for p in perm))
+        strides = (size, *(phys_strides[p] for p in perm))
+    if flat.nbytes == 0:
+        strides = None
+    return Tensor._dense(flat.data_ptr, shape, flat.dtype, strides, False, CPU, flat.owner,
+                         flat.readonly, flat.copied)
+
+
+def _from_tensor(obj: pa.Tensor, copy: bool | None) -> Tensor:
+    if _TENSOR_EXPORTS_DLPACK:
+        t = from_dlpack(obj)
+    else:
+        # Tensor.to_numpy() is a zero-copy view (NumPy is a pyarrow dependency before 16).
+        t = get_adapter("numpy").to_hurray(obj.to_numpy())
+    if not t.readonly and not obj.is_mutable:
+        # pyarrow <= 25 exports legacy capsules, which cannot say READ_ONLY.
+        t = Tensor._dense(t.data_ptr, t.shape, t.dtype, t.strides, False, t.device, t.owner,
+                          True, t.copied)
+    return t.copy() if copy else t
+
+
+def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
+    """A pyarrow Array, ChunkedArray, Tensor or FixedShapeTensorArray as an hb.Tensor.
+
+    Zero-copy whenever Arrow's memory allows; ``copy=None`` copies (and sets
+    ``t.copied``) for a boolean array that does not start on a byte and for a
+    ChunkedArray of several chunks; ``copy=False`` raises CopyRequiredError there.
+    """
+    dtype = _tables()[2].get(type(obj))
+    if dtype is not None:  # a primitive, bool or bool8 array: the common case, kept short
+        _refuse_nulls(obj, "this Arrow array")
+        return _flat(obj, copy, "this Arrow array", obj, dtype)
+    if isinstance(obj, pa.ChunkedArray):
+        return _from_chunked(obj, copy)
+    if isinstance(obj, pa.Tensor):
+        return _from_tensor(obj, copy)
+    if isinstance(obj, pa.Array):
+        if isinstance(obj.type, pa.FixedShapeTensorType):
+            return _from_fixed_shape(obj, copy)
+        if pa.types.is_fixed_size_list(obj.type):
+            raise UnsupportedError(
+                f"a plain {obj.type} array has no shape of its own; wrap it as a tensor array: "
+                "pa.ExtensionArray.from_storage(pa.fixed_shape_tensor(value_type, shape), arr)"
+            )
+        dtype_of(obj.type)  # refuse unknown types before looking at nulls
+        _refuse_nulls(obj, "this Arrow array")
+        return _flat(obj, copy, "this Arrow array", obj)
+    if isinstance(obj, (pa.SparseCOOTensor, pa.SparseCSRMatrix, pa.SparseCSCMatrix,
+                        pa.SparseCSFTensor)):
+        raise UnsupportedError(
+            f"{type(obj).__name__} is not supported by the Arrow adapter yet; convert it to "
+            "scipy.sparse (to_scipy()) or dense (to_tensor()) first"
+        )
+    kind = type(obj).__name__
+    hint = ""
+    if isinstance(obj, (pa.Table, pa.RecordBatch)):
+        hint = "; pick one column: table.column(name)"
+    elif isinstance(obj, pa.Scalar):
+        hint = "; wrap it in an array: pa.array([scalar])"
+    raise UnsupportedError(
+        f"the Arrow adapter converts pyarrow Array, ChunkedArray, Tensor and "
+        f"FixedShapeTensorArray, not {kind}{hint}"
+    )
+
+
+def _from_chunked(obj: pa.ChunkedArray, copy: bool | None) -> Tensor:
+    n = obj.num_chunks
+    if n == 1:
+        return to_hurray(obj.chunk(0), copy=copy)
+    if n == 0:
+        # combine_chunks() of no chunks is an empty array of the type: nothing is copied.
+        return to_hurray(obj.combine_chunks(), copy=copy)
+    if copy is False:
+        raise CopyRequiredError(
+            f"this ChunkedArray has {n} chunks in separate buffers and one hb.Tensor needs "
+            "them in one buffer (a copy), but copy=False; pass copy=None or copy=True to "
+            "combine them, or convert chunk by chunk: [hb.asarray(c) for c in arr.chunks]"
+        )
+    if not isinstance(obj.type, pa.FixedShapeTensorType):
+        dtype_of(obj.type)
+    # Refuse nulls before paying for the copy.
+    _refuse_nulls(obj, "this ChunkedArray")
+    combined = obj.combine_chunks()  # fresh memory, offset 0: shared from here on
+    t = to_hurray(combined, copy=None)
+    return Tensor._dense(t.data_ptr, t.shape, t.dtype, t.strides, False, CPU, t.owner,
+                         t.readonly, True)
+
+
+# -------------------------------------------------------------------- from Hurray
+class _HostCopy:
+    """Asks a device tensor for a host copy through its DLPack producer (``dl_device=CPU``)."""
+
+    __slots__ = ("_t",)
+
+    def __init__(self, t: Tensor) -> None:
+        self._t = t
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: Any = None, copy: bool | None = None) -> object:
+        return self._t.__dlpack__(max_version=max_version, dl_device=(1, 0), copy=True)
+
+
+def _copy(t: Tensor) -> Tensor:
+    """A compact host copy; for packed bool also with the trailing bits zeroed."""
+    c = t.copy()
+    if c.dtype is bool_:
+        n = c.shape[0] if c.ndim == 1 else c.descriptor.element_count
+        if n % 8:
+            last = ctypes.c_ubyte.from_address(c.buffers[0].ptr + c.nbytes - 1)
+            last.value &= (1 << (n % 8)) - 1
+    return c
+
+
+def _compact(t: Tensor, copy: bool | None, why: str) -> Tensor:
+    if copy is False:
+        raise CopyRequiredError(f"{why}, which needs a compact copy, but copy=False")
+    if copy is None:
+        warn_copy(NAME, why)
+    return _copy(t)
+
+
+def _data_buffer(t: Tensor, n_items: int, typ: pa.DataType) -> pa.Array:
+    """A flat Arrow array of ``n_items`` values over the tensor's data (no copy)."""
+    b = t.buffers[0]
+    # foreign_buffer(base=t) keeps the tensor, and so its producer's memory, alive.
+    # An empty tensor gets a zero-length buffer at address 0, as pyarrow's own
+    # Array.from_dlpack makes one: nothing is allocated.
+    buf = pa.foreign_buffer(b.ptr, b.nbytes, base=t if b.nbytes else None)
+    if isinstance(typ, pa.ExtensionType):
+        storage = pa.Array.from_buffers(typ.storage_type, n_items, [None, buf], null_count=0)
+        return pa.ExtensionArray.from_storage(typ, storage)
+    return pa.Array.from_buffers(typ, n_items, [None, buf], null_count=0)
+
+
+def _to_array(t: Tensor, copy: bool | None) -> pa.Array:
+    if t.ndim != 1:
+        raise UnsupportedError(
+            f"kind='array' needs a rank-1 tensor, got shape {list(t.shape)}; use "
+            "kind='tensor' or kind='fixed_shape_tensor' (leading dimension = batch)"
+        )
+    typ = native_type(t.dtype)
+    if t.strides is not None:
+        t = _compact(t, copy, f"an Arrow array is contiguous; this tensor has stride "
+                              f"{t.strides[0]}")
+    elif copy:
+        t = _copy(t)
+    return _data_buffer(t, t.shape[0], typ)
+
+
+def _to_tensor(t: Tensor, copy: bool | None) -> pa.Tensor:
+    if t.dtype.kind == Kind.BOOL:
+        raise UnsupportedError(
+            f"an Arrow Tensor holds numbers only, not {t.dtype.name}; use "
+            "kind='fixed_shape_tensor' (a batch of bool tensors) or kind='array' (rank 1)"
+        )
+    if t.strides is not None and any(s < 0 for s in t.strides):
+        # pyarrow 26.0.1 Tensor.from_dlpack raises ArrowInvalid "negative strides not supported".
+        t = _compact(t, copy, f"an Arrow Tensor cannot have negative strides {list(t.strides)}")
+    elif copy:
+        t = _copy(t)
+    if _TENSOR_IMPORTS_DLPACK:
+        # Zero-copy, keeps t alive through the capsule, maps READ_ONLY to is_mutable=False;
+        # copy=False makes pyarrow fail rather than copy behind our back.
+        return pa.Tensor.from_dlpack(t, copy=False)
+    # pyarrow <= 25 has no DLPack consumer: go through a zero-copy NumPy view.
+    return pa.Tensor.from_numpy(get_adapter("numpy").from_hurray(t, copy=False))
+
+
+def _permutation(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[int] | None:
+    """The spec permutation of a batch of tensors, or None when it has none Arrow can read.
+
+    Batch dimension first and compact; each tensor a permutation of a compact
+    row-major block. Only permutations that are their own inverse are written
+    (see _from_fixed_shape for why).
+    """
+    inner_shape, inner = shape[1:], strides[1:]
+    size = 1
+    for d in inner_shape:
+        size *= d
+    if shape[0] != 1 and strides[0] != size:
+        return None
+    # order[j] = the logical dimension stored at physical position j (largest stride first).
+    order = sorted(range(len(inner)), key=lambda i: -inner[i])
+    phys = [inner_shape[i] for i in order]
+    expected = compact_strides(phys)
+    if any(inner[order[j]] != expected[j] and phys[j] != 1 for j in range(len(order))):
+        return None
+    perm = [0] * len(order)
+    for j, i in enumerate(order):
+        perm[i] = j  # spec: logical dim i is physical dim perm[i]
+    if any(perm[p] != i for i, p in enumerate(perm)):
+        return None
+    return perm
+
+
+def _to_fixed_shape(t: Tensor, copy: bool | None) -> pa.ExtensionArray:
+    if t.ndim < 2:
+        raise UnsupportedError(
+            f"kind='fixed_shape_tensor' needs rank >= 2 (batch, *value_shape), got shape "
+            f"{list(t.shape)}; use kind='array' for rank 1"
+        )
+    typ = native_type(t.dtype)
+    perm = None
+    if t.strides is not None:
+        perm = None if any(s < 0 for s in t.strides) else _permutation(t.shape, t.strides)
+        if perm is None:
+            t = _compact(t, copy, f"an Arrow tensor array stores each tensor as one row-major "
+                                  f"(or permuted) block; strides {list(t.strides)} are not that")
+        elif copy:
+            t = _copy(t)
+    elif copy:
+        t = _copy(t)
+    value_shape = list(t.shape[1:])
+    if perm is not None:
+        phys = [0] * len(perm)
+        for i, p in enumerate(perm):
+            phys[p] = value_shape[i]
+        ext = pa.fixed_shape_tensor(typ, phys, permutation=perm)
+    else:
+        ext = pa.fixed_shape_tensor(typ, value_shape)
+    size = 1
+    for d in value_shape:
+        size *= d
+    values = _data_buffer(t, t.shape[0] * size, typ)
+    # from_buffers, not FixedSizeListArray.from_arrays: a list size of 0 (shape [3, 0, 5])
+    # gives no way to infer the length from the values.
+    storage = pa.Array.from_buffers(ext.storage_type, t.shape[0], [None], null_count=0,
+                                    children=[values])
+    return pa.ExtensionArray.from_storage(ext, storage)
+
+
+def from_hurray(
+    t: Tensor, *, device: Any = None, copy: bool | None = None, kind: str | None = None
+) -> pa.Array | pa.Tensor:
+    """An hb.Tensor as a pyarrow object, sharing its memory unless a copy is needed or asked.
+
+    ``kind``: ``"array"`` (rank 1 -> ``pa.Array``), ``"tensor"`` (any rank ->
+    ``pa.Tensor``) or ``"fixed_shape_tensor"`` (rank >= 2 -> FixedShapeTensorArray
+    with the leading dimension as the batch). By default rank 1 becomes an Array
+    and every other rank a Tensor.
+    """
+    if device not in (None, "cpu", CPU, (1, 0)):
+        raise UnsupportedError(
+            f"the Arrow adapter builds host (CPU) arrays; device={device!r} is not possible"
+        )
+    if not isinstance(t, Tensor):
+        t = asarray(t, copy=False if copy is False else None)
+    if kind is None:
+        kind = "array" if t.ndim == 1 else "tensor"
+    elif kind not in KINDS:
+        raise UnsupportedError(f"unknown kind {kind!r}; choose one of {', '.join(KINDS)}")
+    if not t.is_dense:
+        d = t.descriptor
+        what = "quantized" if d.quantization is not None else d.layout.name
+        raise UnsupportedError(
+            f"the Arrow adapter converts dense tensors, not a {what} one; densify it first"
+        )
+    native_type(t.dtype)  # Arrow lacks the type: say so before copying anything
+    if t.dtype is bool_ and t.descriptor.padded:
+        raise UnsupportedError(
+            "this hb.bool tensor is padded (one byte per value); Arrow's bool is bit-packed "
+            "and its one-byte bool is bool8: convert the tensor to bool8 first"
+        )
+    if not t.device.is_host_accessible:
+        if copy is False:
+            raise CopyRequiredError(
+                f"a {t.device} tensor needs a copy to reach Arrow (host memory), but copy=False"
+            )
+        if copy is None:
+            warn_copy(NAME, f"copied from {t.device} to host memory")
+        t = from_dlpack(_HostCopy(t))
+        copy = None  # that was the copy
+    if t.device != CPU:
+        # Pinned or managed memory: the host reads it directly; Arrow knows it as CPU memory.
+        t = Tensor._dense(t.data_ptr, t.shape, t.dtype, t.strides, False, CPU, t, t.readonly,
+                          t.copied)
+    if kind == "array":
+        return _to_array(t, copy)
+    if kind == "tensor":
+        return _to_tensor(t, copy)
+    return _to_fixed_shape(t, copy)
