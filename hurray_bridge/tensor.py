@@ -282,7 +282,8 @@ class Tensor:
 
         views = [self.memoryview(b.role) for b in self._buffers]
         payload: list[Any] = (
-            [PickleBuffer(v) for v in views] if protocol >= 5 else [bytes(v) for v in views]
+            [PickleBuffer(v) for v in views] if protocol >= 5
+            else [bytes(v) if self._readonly else bytearray(v) for v in views]
         )
         return _rebuild, (encode(self.descriptor), payload, self._readonly)
 
@@ -407,7 +408,7 @@ def _rebuild(desc: bytes, payload: list[Any], readonly: bool) -> Tensor:
                               f"the descriptor calls for {spec.nbytes}", field="buffers")
         bufs.append(Buffer(spec.role, ptr, n))
         keep.append(view)
-        ro = ro or obj_ro
+        ro = ro or (obj_ro and n > 0)  # b"" is read-only but holds nothing to protect
     return Tensor(d, bufs, device=CPU, owner=tuple(keep), readonly=ro)
 
 
@@ -476,10 +477,15 @@ def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
     )
 
 
-def from_dlpack(obj: Any, *, copy: bool | None = None) -> Tensor:
+_NO_STREAM: Any = object()
+
+
+def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM) -> Tensor:
     """Import any DLPack producer as an :class:`hb.Tensor`.
 
-    Zero-copy unless ``copy=True``. Asks for a versioned capsule and accepts
+    Zero-copy unless ``copy=True``. ``stream`` is what the producer is asked to
+    synchronise with; by default nothing (-1) on devices with streams, since
+    the bridge itself never touches the memory. Asks for a versioned capsule and accepts
     a legacy one from producers that refuse or ignore ``max_version``.
     """
     if isinstance(obj, Tensor):
@@ -497,8 +503,17 @@ def from_dlpack(obj: Any, *, copy: bool | None = None) -> Tensor:
         raise FormatError(f"__dlpack_device__ returned garbage: {exc}", field="device") from exc
     # The bridge never touches device memory on import, so it asks for no
     # synchronisation (-1); consumers get theirs when they import from us.
-    stream = -1 if dev.type in _STREAMED else None
-    capsule = _capsule.request_capsule(obj, stream=stream)
+    if stream is _NO_STREAM:
+        stream = -1 if dev.type in _STREAMED else None
+    try:
+        capsule = _capsule.request_capsule(obj, stream=stream)
+    except Exception:
+        if stream != -1:
+            raise
+        # "-1: do not synchronise" is optional in the standard, and some producers
+        # misread it (jaxlib 0.11 takes it for a stream handle): ask for the
+        # legacy default stream instead, which every producer must accept.
+        capsule = _capsule.request_capsule(obj, stream=None)
     view = _capsule.consume_capsule(capsule)
     if (view.device_type, view.device_id) != dev and dev.type not in (3, 11):
         # Pinned-host producers (torch) report kDLCUDAHost but put kDLCPU in the capsule.
