@@ -67,13 +67,30 @@ def _sample(dtype: DType, n: int) -> Any:
     return raw.astype(nd)
 
 
-def _host_bytes(obj: Any) -> bytes:
+def _logical_bytes(obj: Any) -> bytes:
+    """One byte string per logical content, whatever the representation.
+
+    Sub-byte elements become one code per byte (packed and padded forms, and
+    1-bit bool vs bool8, then compare equal when their values do).
+    """
     t = asarray(obj)
     if not t.device.is_host_accessible:
         return b""
     if t.strides is not None:
         t = t.copy()
-    return bytes(t.memoryview())
+    raw = bytes(t.memoryview())
+    bits = t.dtype.bits
+    if bits >= 8:
+        return raw
+    import numpy as np
+
+    n = 1
+    for d in t.shape:
+        n *= d
+    codes = np.frombuffer(raw, np.uint8)
+    if t.descriptor.padded:
+        return (codes & np.uint8((1 << bits) - 1)).tobytes()
+    return get_adapter("numpy").unpack_subbyte(codes, n, bits).tobytes()
 
 
 def _measure(fn: Any, repeat: int) -> float:
@@ -106,7 +123,7 @@ def _cell(src: str, dst: str, dtype: DType, n: int, repeat: int) -> Cell:
         return Cell(src, dst, dtype.name, "refused", f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # a framework's own error: report it, it is a gap to look at
         return Cell(src, dst, dtype.name, "refused", f"{type(exc).__name__} from framework: {exc}")
-    if _host_bytes(x) != _host_bytes(y):
+    if _logical_bytes(x) != _logical_bytes(y):
         return Cell(src, dst, dtype.name, "wrong", "values differ after the hand-off")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CopyWarning)
