@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import platform
 import sys
 
-SUITES = ("codec",)
+SUITES = ("codec", "files")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks")
     p.add_argument("suites", nargs="*", default=list(SUITES), help=f"any of {SUITES}")
     p.add_argument("--json", default="benchmarks/results/latest.json")
+    p.add_argument("--small", action="store_true",
+                   help="quick runs at reduced sizes (suites whose run() takes small=)")
     args = p.parse_args()
     out: dict[str, object] = {"machine": {"python": sys.version.split()[0],
                                           "platform": platform.platform(),
                                           "processor": platform.processor()}}
     for name in args.suites:
-        res = importlib.import_module(f"benchmarks.{name}").run()
+        run = importlib.import_module(f"benchmarks.{name}").run
+        takes_small = "small" in inspect.signature(run).parameters
+        res = run(small=True) if args.small and takes_small else run()
         out[name] = res
         print(f"== {name}")
         for t in res["timings"]:

@@ -1,0 +1,1027 @@
+"""Hurray files: named tensors in one file, loaded zero-copy through mmap.
+
+The format is ``docs/spec/container.md``. A file is a 128-byte header, a
+table of entries (a UTF-8 name and a wire descriptor per entry, whose buffer
+offsets point into the data region), an optional string-to-string metadata
+block, and a data region that starts on a page boundary and holds every
+non-empty buffer on a 64-byte (or larger, declared) boundary of the file.
+
+Reading treats the file as hostile: every count is bounded by the bytes that
+hold it, every offset and length is checked against the data region, and every
+defect is a :class:`FormatError` naming the entry and field, raised before any
+tensor points at the data. Writing is atomic: a temporary file in the target's
+directory, fsync, ``os.replace``, fsync of the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import mmap as _mmap
+import os
+import secrets
+import struct
+import sys
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ._memory import alloc_aligned
+from ._registry import asarray
+from .descriptor import Descriptor
+from .errors import FormatError, UnsupportedError
+from .layout import Layout
+from .tensor import CPU, Buffer, Tensor
+from .wire import BufferEntry, decode_prefix, encode
+
+__all__ = [
+    "BUFFER_ALIGNMENT",
+    "HEADER_SIZE",
+    "MAGIC",
+    "PAGE_ALIGNMENT",
+    "VERSION",
+    "EntryInfo",
+    "FileIndex",
+    "TensorFile",
+    "dumps",
+    "load",
+    "loads",
+    "read_index",
+    "save",
+    "verify",
+]
+
+MAGIC = b"HRYF"
+VERSION = (1, 0)
+HEADER_SIZE = 128
+PAGE_ALIGNMENT = 4096
+"""The data region starts on a multiple of this (when it holds any bytes)."""
+BUFFER_ALIGNMENT = 64
+"""The smallest (and default) alignment of every non-empty buffer in the file."""
+MAX_BUFFER_ALIGNMENT = 1 << 21  # 2 MiB: a huge page; anything larger is a typo or an attack
+MAX_NAME_BYTES = 4096
+MAX_KEY_BYTES = 4096
+MAX_METADATA_BYTES = 16 << 20
+FLAG_DATA_CHECKSUMS = 0x0001
+_KNOWN_FLAGS = FLAG_DATA_CHECKSUMS
+
+# magic, major, minor, flags, n_entries, n_metadata, table_offset, table_length,
+# metadata_offset, metadata_length, data_offset, data_length, file_size,
+# alignment, index_crc32, reserved[44], header_crc32
+_HEADER = struct.Struct("<4sBBHIIQQQQQQQII44sI")
+_HEADER_CRC_AT = HEADER_SIZE - 4
+_ENTRY = struct.Struct("<IIII")  # name_length, descriptor_length, data_crc32, reserved
+_META = struct.Struct("<II")  # key_length, value_length
+_ZERO44 = bytes(44)
+_MIN_DESCRIPTOR = 56  # rank 0, row-major, one buffer: the smallest descriptor a file can hold
+_MIN_ENTRY = _ENTRY.size + 8 + _MIN_DESCRIPTOR
+_MIN_META = _META.size + 8
+_CHUNK = 4 << 20  # write and checksum in slices that stay in the CPU cache
+_THREADED_CRC_BYTES = 16 << 20
+_PROGRESS = Callable[[int, int], None]
+
+assert _HEADER.size == HEADER_SIZE
+
+
+def _pad8(n: int) -> int:
+    return -(-n // 8) * 8
+
+
+def _align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def _pow2_alignment(address: int, cap: int) -> int:
+    """Largest power of two (up to ``cap``) dividing ``address``."""
+    if address == 0:
+        return cap
+    return min(cap, address & -address)
+
+
+# --------------------------------------------------------------------- errors
+def _entry_error(i: int, name: str | None, exc: FormatError | None, message: str = "",
+                 field: str | None = None) -> FormatError:
+    """A FormatError naming entry ``i`` (and its name when known) and the field."""
+    if exc is not None:
+        message = str(exc)
+        if exc.field and message.startswith(exc.field + ": "):
+            message = message[len(exc.field) + 2:]
+        field = exc.field
+    where = f"entries[{i}]" + (f".{field}" if field else "")
+    err = FormatError((f"entry {name!r}: " if name is not None else "") + message, field=where)
+    err.entry = name  # type: ignore[attr-defined]
+    return err
+
+
+# ------------------------------------------------------------- parsed index
+class _Header(NamedTuple):
+    version: tuple[int, int]
+    flags: int
+    n_entries: int
+    n_metadata: int
+    table_length: int
+    metadata_length: int
+    data_offset: int
+    data_length: int
+    file_size: int
+    alignment: int
+    index_crc: int
+
+    @property
+    def index_end(self) -> int:
+        return HEADER_SIZE + self.table_length + self.metadata_length
+
+
+class EntryInfo(NamedTuple):
+    """One entry of a file's table: its descriptor and where its buffers lie.
+
+    ``position`` is its place in the table (the ``i`` of ``entries[i]`` in
+    errors); ``buffers`` are the wire table: offsets relative to the data
+    region. ``checksum`` is the stored CRC-32 of its buffers, or ``None`` if the file
+    has no data checksums.
+    """
+
+    position: int
+    name: str
+    descriptor: Descriptor
+    buffers: tuple[BufferEntry, ...]
+    checksum: int | None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.length for b in self.buffers)
+
+
+@dataclass(frozen=True)
+class FileIndex:
+    """Everything a Hurray file says about itself, read without touching its data."""
+
+    version: tuple[int, int]
+    flags: int
+    alignment: int
+    entries: tuple[EntryInfo, ...]
+    metadata: dict[str, str]
+    data_offset: int
+    data_length: int
+    file_size: int
+
+    @property
+    def has_checksums(self) -> bool:
+        return bool(self.flags & FLAG_DATA_CHECKSUMS)
+
+
+class TensorFile(dict[str, Tensor]):
+    """What :func:`load` and :func:`loads` return: ``{name: hb.Tensor}`` plus the file's facts.
+
+    ``metadata`` is the file's string metadata; ``alignment`` is the alignment
+    (in bytes) that every non-empty buffer's address is known to have.
+    """
+
+    metadata: dict[str, str]
+    alignment: int
+
+    def __init__(self, tensors: Mapping[str, Tensor] | None = None,
+                 metadata: dict[str, str] | None = None, alignment: int = BUFFER_ALIGNMENT):
+        super().__init__(tensors or {})
+        self.metadata = {} if metadata is None else metadata
+        self.alignment = alignment
+
+
+def _describe_magic(magic: bytes, raw: bytes | memoryview) -> str:
+    if magic == b"HRYD":
+        return "this is a bare Hurray descriptor (HRYD), not a Hurray file (HRYF)"
+    if magic[:1] == b"\x93" and bytes(raw[1:6]) == b"NUMPY":
+        return "this looks like a NumPy .npy file; convert it with `hurray convert`"
+    if len(raw) >= 9 and bytes(raw[8:9]) == b"{":
+        return "this looks like a safetensors file; convert it with `hurray convert`"
+    return f"bad magic {bytes(magic)!r}, expected {MAGIC!r}: not a Hurray file"
+
+
+def _parse_header(raw: bytes | memoryview, actual_size: int) -> _Header:
+    """Check the fixed header against the real size of the input. Reads nothing else."""
+    if actual_size < HEADER_SIZE or len(raw) < HEADER_SIZE:
+        raise FormatError(
+            f"truncated: {actual_size} bytes, the header alone needs {HEADER_SIZE}", field="header")
+    (magic, major, minor, flags, n_entries, n_meta, t_off, t_len, m_off, m_len, d_off, d_len,
+     f_size, align, icrc, reserved, hcrc) = _HEADER.unpack_from(raw, 0)
+    if magic != MAGIC:
+        raise FormatError(_describe_magic(magic, raw), field="magic")
+    if major != VERSION[0]:
+        raise FormatError(
+            f"unsupported major version {major}.{minor}; this reader supports {VERSION[0]}.x",
+            field="version")
+    if zlib.crc32(raw[:_HEADER_CRC_AT]) != hcrc:
+        raise FormatError("header checksum mismatch: the header is corrupt",
+                          field="header.checksum")
+    if flags & ~_KNOWN_FLAGS:
+        raise FormatError(f"unknown flag bits 0x{flags & ~_KNOWN_FLAGS:04x}", field="flags")
+    if reserved != _ZERO44:
+        raise FormatError("reserved header bytes must be zero", field="header.reserved")
+    if f_size != actual_size:
+        if actual_size < f_size:
+            raise FormatError(f"truncated: the header declares {f_size} bytes, "
+                              f"{actual_size} are present", field="file_size")
+        raise FormatError(f"{actual_size - f_size} bytes follow the declared end of the file "
+                          f"({f_size} bytes)", field="file_size")
+    if t_off != HEADER_SIZE:
+        raise FormatError(f"the entry table must start at {HEADER_SIZE}, not {t_off}",
+                          field="table_offset")
+    if t_len > f_size - t_off:
+        raise FormatError(f"the entry table ({t_len} bytes) extends past the end of the file",
+                          field="table_length")
+    if t_len % 8:
+        raise FormatError(f"table length {t_len} is not a multiple of 8", field="table_length")
+    if m_off != t_off + t_len:
+        raise FormatError(f"the metadata block must follow the table at {t_off + t_len}, "
+                          f"not {m_off}", field="metadata_offset")
+    if m_len > MAX_METADATA_BYTES:
+        raise FormatError(f"metadata block of {m_len} bytes exceeds the limit of "
+                          f"{MAX_METADATA_BYTES}", field="metadata_length")
+    if m_len > f_size - m_off:
+        raise FormatError(f"the metadata block ({m_len} bytes) extends past the end of the file",
+                          field="metadata_length")
+    if m_len % 8:
+        raise FormatError(f"metadata length {m_len} is not a multiple of 8",
+                          field="metadata_length")
+    if align < BUFFER_ALIGNMENT or align > MAX_BUFFER_ALIGNMENT or align & (align - 1):
+        raise FormatError(f"buffer alignment {align} is not a power of two in "
+                          f"[{BUFFER_ALIGNMENT}, {MAX_BUFFER_ALIGNMENT}]", field="alignment")
+    index_end = m_off + m_len
+    expected = _align(index_end, max(PAGE_ALIGNMENT, align)) if d_len else index_end
+    if d_off != expected:
+        raise FormatError(
+            f"the data region must start at {expected} (the end of the metadata, rounded up to "
+            f"{max(PAGE_ALIGNMENT, align)} when there is data), not {d_off}", field="data_offset")
+    if d_off > f_size or d_len != f_size - d_off:
+        raise FormatError(f"data region [{d_off}, {d_off + d_len}) does not end at the end of "
+                          f"the file ({f_size})", field="data_length")
+    if n_entries > t_len // _MIN_ENTRY:
+        raise FormatError(f"{n_entries} entries cannot fit in a {t_len}-byte table "
+                          f"(an entry takes at least {_MIN_ENTRY} bytes)", field="n_entries")
+    if n_meta > m_len // _MIN_META:
+        raise FormatError(f"{n_meta} metadata items cannot fit in a {m_len}-byte block",
+                          field="n_metadata")
+    return _Header((major, minor), flags, n_entries, n_meta, t_len, m_len, d_off, d_len, f_size,
+                   align, icrc)
+
+
+def _utf8(raw: bytes, field: str, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})",
+                          field=field) from None
+
+
+def _parse_index(h: _Header, index: memoryview) -> tuple[list[EntryInfo], dict[str, str]]:
+    """Parse and check the table and metadata (``index`` = bytes [128, index_end))."""
+    if zlib.crc32(index) != h.index_crc:
+        raise FormatError("index checksum mismatch: the entry table or metadata is corrupt",
+                          field="index.checksum")
+    checksums = bool(h.flags & FLAG_DATA_CHECKSUMS)
+    cache: dict[bytes, tuple[Descriptor, tuple[BufferEntry, ...]]] = {}
+    entries: list[EntryInfo] = []
+    seen: dict[str, int] = {}
+    pos, end = 0, h.table_length
+    for i in range(h.n_entries):
+        if pos + _ENTRY.size > end:
+            raise _entry_error(i, None, None, f"truncated: the table ends at {end}, the entry "
+                               f"needs {_ENTRY.size} bytes at {pos}")
+        name_len, desc_len, crc, reserved = _ENTRY.unpack_from(index, pos)
+        if reserved:
+            raise _entry_error(i, None, None, "reserved entry bytes must be zero",
+                               field="reserved")
+        if not 1 <= name_len <= MAX_NAME_BYTES:
+            raise _entry_error(i, None, None, f"name length {name_len} is outside "
+                               f"[1, {MAX_NAME_BYTES}]", field="name_length")
+        if desc_len < _MIN_DESCRIPTOR or desc_len % 8:
+            raise _entry_error(i, None, None, f"descriptor length {desc_len} is not a multiple "
+                               f"of 8 of at least {_MIN_DESCRIPTOR}", field="descriptor_length")
+        if crc and not checksums:
+            raise _entry_error(i, None, None, "non-zero checksum in a file without data "
+                               "checksums", field="checksum")
+        name_at = pos + _ENTRY.size
+        desc_at = name_at + _pad8(name_len)
+        desc_end = desc_at + desc_len
+        if desc_end > end:
+            raise _entry_error(i, None, None, f"truncated: the entry needs bytes up to "
+                               f"{desc_end} of a {end}-byte table", field="descriptor_length")
+        if any(index[name_at + name_len:desc_at]):
+            raise _entry_error(i, None, None, "name padding must be zero", field="name")
+        name = _utf8(bytes(index[name_at:name_at + name_len]), f"entries[{i}].name", "the name")
+        if "\x00" in name:
+            raise _entry_error(i, name, None, "a name must not contain NUL", field="name")
+        if name in seen:
+            raise _entry_error(i, name, None, f"duplicate name (also entries[{seen[name]}])",
+                               field="name")
+        seen[name] = i
+        d, table = _decode_entry(i, name, index[desc_at:desc_end], cache)
+        if d.is_dynamic:
+            raise _entry_error(i, name, None, "a stored tensor cannot have dynamic dimensions",
+                               field="shape")
+        for j, b in enumerate(table):
+            if not b.length:
+                continue
+            if b.offset % h.alignment:
+                raise _entry_error(i, name, None, f"offset {b.offset} is not a multiple of the "
+                                   f"file's alignment {h.alignment}",
+                                   field=f"buffers[{j}].offset")
+            if b.offset > h.data_length or b.length > h.data_length - b.offset:
+                raise _entry_error(i, name, None, f"{b.role.name} buffer [{b.offset}, "
+                                   f"{b.offset + b.length}) extends past the {h.data_length}-byte "
+                                   "data region", field=f"buffers[{j}].offset")
+        entries.append(EntryInfo(i, name, d, table, crc if checksums else None))
+        pos = desc_end
+    if pos != end:
+        raise FormatError(f"the table is {end} bytes but its {h.n_entries} entries take {pos}",
+                          field="table_length")
+    _check_packing(h, entries)
+    return entries, _parse_metadata(h, index)
+
+
+_U16 = struct.Struct("<H")
+_DENSE = (Layout.ROW_MAJOR, Layout.STRIDED)
+_U64 = struct.Struct("<Q")
+
+
+def _decode_entry(i: int, name: str, raw: memoryview,
+                  cache: dict[bytes, tuple[Descriptor, tuple[BufferEntry, ...]]],
+                  ) -> tuple[Descriptor, tuple[BufferEntry, ...]]:
+    """Decode one entry's descriptor, once per distinct descriptor in the file.
+
+    The layers of a model repeat the same shapes, so the descriptors of a
+    checkpoint differ mostly in their buffer offsets. The cache key is the
+    descriptor's bytes with the offset fields zeroed: a hit is byte-identical
+    to a descriptor that decoded successfully except for its offsets, and the
+    only checks that depend on offsets (alignment, no overlap, within range)
+    are made for every entry by the caller and by ``_check_packing``.
+    """
+    n_buf = _U16.unpack_from(raw, 14)[0] if len(raw) >= 16 else 0
+    table_at = len(raw) - 24 * n_buf
+    key = None
+    if n_buf <= 8 and table_at >= 32:
+        masked = bytearray(raw)
+        for j in range(n_buf):
+            _U64.pack_into(masked, table_at + 24 * j + 8, 0)
+        key = bytes(masked)
+        hit = cache.get(key)
+        if hit is not None:
+            d, template = hit
+            return d, tuple(
+                BufferEntry(b.role, _U64.unpack_from(raw, table_at + 24 * j + 8)[0], b.length)
+                for j, b in enumerate(template))
+    try:
+        d, table, size = decode_prefix(raw)
+    except FormatError as exc:
+        raise _entry_error(i, name, exc) from None
+    if size != len(raw):
+        raise _entry_error(i, name, None, f"descriptor takes {size} bytes, the entry says "
+                           f"{len(raw)}", field="descriptor_length")
+    if key is not None:
+        cache[key] = (d, table)
+    return d, table
+
+
+def _check_packing(h: _Header, entries: Sequence[EntryInfo]) -> None:
+    """Buffers tile the data region: no overlap, no gap beyond alignment padding."""
+    spans = sorted((b.offset, b.offset + b.length, e.position, j)
+                   for e in entries for j, b in enumerate(e.buffers) if b.length)
+    prev_end, prev = 0, None
+    for off, stop, i, j in spans:
+        if off < prev_end:
+            assert prev is not None
+            raise _entry_error(i, entries[i].name, None,
+                               f"buffer [{off}, {stop}) overlaps entries[{prev[0]}].buffers"
+                               f"[{prev[1]}] ({entries[prev[0]].name!r})",
+                               field=f"buffers[{j}].offset")
+        if off != _align(prev_end, h.alignment):
+            raise _entry_error(i, entries[i].name, None,
+                               f"a gap of {off - prev_end} bytes precedes this buffer; buffers "
+                               "follow each other with only alignment padding between them",
+                               field=f"buffers[{j}].offset")
+        prev_end, prev = stop, (i, j)
+    if prev_end != h.data_length:
+        raise FormatError(f"the data region is {h.data_length} bytes but its buffers end at "
+                          f"{prev_end}", field="data_length")
+
+
+def _parse_metadata(h: _Header, index: memoryview) -> dict[str, str]:
+    meta: dict[str, str] = {}
+    pos, end = h.table_length, h.table_length + h.metadata_length
+    for k in range(h.n_metadata):
+        f = f"metadata[{k}]"
+        if pos + _META.size > end:
+            raise FormatError(f"truncated: the item needs {_META.size} bytes at {pos}", field=f)
+        key_len, value_len = _META.unpack_from(index, pos)
+        if not 1 <= key_len <= MAX_KEY_BYTES:
+            raise FormatError(f"key length {key_len} is outside [1, {MAX_KEY_BYTES}]",
+                              field=f"{f}.key")
+        body = pos + _META.size
+        stop = body + _pad8(key_len + value_len)
+        if stop > end:
+            raise FormatError(f"truncated: the item needs bytes up to {stop} of the metadata "
+                              "block", field=f"{f}.value")
+        key = _utf8(bytes(index[body:body + key_len]), f"{f}.key", "the key")
+        if "\x00" in key:
+            raise FormatError("a key must not contain NUL", field=f"{f}.key")
+        if key in meta:
+            raise FormatError(f"duplicate key {key!r}", field=f"{f}.key")
+        value = _utf8(bytes(index[body + key_len:body + key_len + value_len]), f"{f}.value",
+                      "the value")
+        if any(index[body + key_len + value_len:stop]):
+            raise FormatError("item padding must be zero", field=f"{f}.value")
+        meta[key] = value
+        pos = stop
+    if pos != end:
+        raise FormatError(f"the metadata block is {end - h.table_length} bytes but its "
+                          f"{h.n_metadata} items take {pos - h.table_length}",
+                          field="metadata_length")
+    return meta
+
+
+def _index_from(h: _Header, entries: Sequence[EntryInfo], meta: dict[str, str]) -> FileIndex:
+    return FileIndex(h.version, h.flags, h.alignment, tuple(entries), meta, h.data_offset,
+                     h.data_length, h.file_size)
+
+
+def _verify_data(view: memoryview, h: _Header, entries: Sequence[EntryInfo]) -> None:
+    """Check what the index does not cover: data checksums and zero padding.
+
+    ``view`` is the whole file. After this, every byte of the file is checked.
+    """
+    if _any_nonzero(view[h.index_end:h.data_offset]):
+        raise FormatError("the padding before the data region must be zero", field="data_offset")
+    base = h.data_offset
+    for e in entries:
+        if e.checksum is None:
+            continue
+        crc = 0
+        for b in e.buffers:
+            if b.length:
+                crc = zlib.crc32(view[base + b.offset:base + b.offset + b.length], crc)
+        if crc != e.checksum:
+            raise _entry_error(e.position, e.name, None,
+                               f"data checksum mismatch (stored 0x{e.checksum:08x}, computed "
+                               f"0x{crc:08x}): the tensor's bytes are corrupt", field="checksum")
+    spans = sorted((b.offset, b.offset + b.length, e.position, j)
+                   for e in entries for j, b in enumerate(e.buffers) if b.length)
+    for (_, stop, _, _), (off, _, i, j) in itertools.pairwise(spans):
+        if _any_nonzero(view[base + stop:base + off]):
+            raise _entry_error(i, entries[i].name, None, "the padding before this buffer must "
+                               "be zero", field=f"buffers[{j}].offset")
+
+
+def _any_nonzero(view: memoryview) -> bool:
+    n = len(view)
+    return n > 0 and bytes(view) != bytes(n)
+
+
+# -------------------------------------------------------------------- memory
+class _PyBuffer(ctypes.Structure):
+    # CPython's Py_buffer; only ``buf`` is read. Declared in full so the
+    # interpreter writes into memory of the right size.
+    _fields_ = [
+        ("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p), ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+        ("format", ctypes.c_void_p), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p), ("internal", ctypes.c_void_p),
+    ]
+
+
+# A private handle: argtypes set on ctypes.pythonapi's shared function objects
+# would clobber (or be clobbered by) other libraries' settings.
+_api = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)
+_get_buffer = _api.PyObject_GetBuffer
+_get_buffer.argtypes = (ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int)
+_get_buffer.restype = ctypes.c_int
+_release_buffer = _api.PyBuffer_Release
+_release_buffer.argtypes = (ctypes.POINTER(_PyBuffer),)
+_release_buffer.restype = None
+
+
+def _address(view: memoryview) -> int:
+    """Address of the first byte of a contiguous (possibly read-only) buffer.
+
+    ctypes' ``from_buffer`` refuses read-only memory (bytes, a read-only mmap);
+    the buffer protocol itself does not. The caller keeps ``view`` alive, and
+    with it the export that pins the memory.
+    """
+    pb = _PyBuffer()
+    _get_buffer(view, ctypes.byref(pb), 0)  # PyBUF_SIMPLE: contiguous bytes
+    try:
+        return pb.buf or 0
+    finally:
+        _release_buffer(ctypes.byref(pb))
+
+
+class _Mapping:
+    """Owner of a mapped (or borrowed) buffer: the last tensor's death releases it.
+
+    For a file, ``view`` is the only export of the mmap; when this object dies
+    the view is released, then the mmap, which unmaps the file and closes its
+    file descriptor.
+    """
+
+    __slots__ = ("__weakref__", "address", "mm", "path", "view")
+
+    def __init__(self, view: memoryview, mm: _mmap.mmap | None = None, path: str | None = None):
+        self.view = view
+        self.mm = mm
+        self.path = path
+        self.address = _address(view)
+
+    def __repr__(self) -> str:
+        return f"<hurray mapping of {self.path or 'a buffer'}, {len(self.view)} bytes>"
+
+
+def _tensors_over(entries: Sequence[EntryInfo], base: int, owner: object,
+                  readonly: bool) -> dict[str, Tensor]:
+    out: dict[str, Tensor] = {}
+    for e in entries:
+        d = e.descriptor
+        if d.layout in _DENSE and d.quantization is None and d.shard is None:
+            # The descriptor was validated when the file was read: the fast dense
+            # constructor derives the same single DATA buffer without re-deriving
+            # the buffer layout (a checkpoint has hundreds of entries).
+            (b,) = e.buffers
+            ptr = 0
+            if b.length:
+                ptr = base + b.offset
+                if d.strides is not None:  # the buffer is the span; [0, ..., 0] may be inside
+                    ptr += d.dtype.itemsize * sum((n - 1) * -st for n, st in
+                                                  zip(d.shape, d.strides, strict=True) if st < 0)
+            t = Tensor._dense(ptr, d.shape, d.dtype, d.strides, d.padded, CPU, owner,
+                              readonly, False)
+            t._desc = d
+            out[e.name] = t
+            continue
+        bufs = [Buffer(b.role, base + b.offset if b.length else 0, b.length) for b in e.buffers]
+        out[e.name] = Tensor(d, bufs, device=CPU, owner=owner, readonly=readonly)
+    return out
+
+
+def _copy_tensors(entries: Sequence[EntryInfo],
+                  read: Callable[[int, memoryview], None]) -> dict[str, Tensor]:
+    """Tensors in fresh 64-byte aligned memory; ``read(offset, dest)`` fills each buffer."""
+    out: dict[str, Tensor] = {}
+    for e in entries:
+        bufs, allocs = [], []
+        for b in e.buffers:
+            alloc = alloc_aligned(b.length)
+            if alloc is not None:
+                dest = memoryview((ctypes.c_ubyte * b.length).from_address(alloc.ptr)).cast("B")
+                read(b.offset, dest)
+                allocs.append(alloc)
+            bufs.append(Buffer(b.role, alloc.ptr if alloc else 0, b.length))
+        out[e.name] = Tensor(e.descriptor, bufs, device=CPU, owner=tuple(allocs))
+    return out
+
+
+# ------------------------------------------------------------------- reading
+def _read_exact(f: Any, n: int) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise FormatError(f"truncated: wanted {n} bytes, read {len(data)} (did the file change "
+                          "while it was read?)", field="file_size")
+    return data
+
+
+def _read_head(f: Any) -> tuple[_Header, list[EntryInfo], dict[str, str]]:
+    size = os.fstat(f.fileno()).st_size
+    h = _parse_header(f.read(HEADER_SIZE), size)
+    index = _read_exact(f, h.index_end - HEADER_SIZE)
+    entries, meta = _parse_index(h, memoryview(index))
+    return h, entries, meta
+
+
+def read_index(path: str | os.PathLike[str]) -> FileIndex:
+    """Read and check a file's header, table and metadata (not its data)."""
+    with open(path, "rb") as f:
+        return _index_from(*_read_head(f))
+
+
+def load_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """A file's string metadata, without mapping its data."""
+    return read_index(path).metadata
+
+
+def _map(f: Any, size: int) -> _mmap.mmap:
+    mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+    if len(mm) != size:
+        mm.close()
+        raise FormatError("the file changed size while it was opened", field="file_size")
+    return mm
+
+
+def verify(path: str | os.PathLike[str]) -> FileIndex:
+    """Check every byte of a file: the structure, the data checksums and all padding.
+
+    Returns the index on success; raises :class:`FormatError` naming the entry
+    and field of the first defect otherwise.
+    """
+    with open(path, "rb") as f:
+        h, entries, meta = _read_head(f)
+        mm = _map(f, h.file_size)
+        try:
+            with memoryview(mm) as view:
+                _verify_data(view, h, entries)
+        finally:
+            mm.close()
+    return _index_from(h, entries, meta)
+
+
+def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = False) -> TensorFile:
+    """Load a Hurray file as ``{name: hb.Tensor}`` (a :class:`TensorFile`, with ``.metadata``).
+
+    With ``mmap=True`` (the default) every tensor points into one read-only
+    memory map of the file: nothing is read until it is touched, and the map
+    (and its file descriptor) is released when the last tensor dies. Writing
+    through such a tensor is not allowed (``readonly`` is set). With
+    ``mmap=False`` each buffer is read into fresh, writable, 64-byte aligned
+    memory. ``verify=True`` first checks the data checksums and padding (it
+    reads the whole file).
+    """
+    with open(path, "rb") as f:
+        h, entries, meta = _read_head(f)
+        if not mmap:
+            if verify:
+                mm = _map(f, h.file_size)
+                try:
+                    with memoryview(mm) as view:
+                        _verify_data(view, h, entries)
+                finally:
+                    mm.close()
+
+            def read(offset: int, dest: memoryview) -> None:
+                f.seek(h.data_offset + offset)
+                got = 0
+                while got < len(dest):
+                    n = f.readinto(dest[got:])
+                    if not n:
+                        raise FormatError("truncated: the file ended while a buffer was read "
+                                          "(did it change?)", field="file_size")
+                    got += n
+
+            tensors = _copy_tensors(entries, read)
+            return TensorFile(tensors, meta, BUFFER_ALIGNMENT)
+        if h.data_length == 0 and not verify:
+            # Nothing to map: every tensor is empty and points nowhere.
+            return TensorFile(_tensors_over(entries, 0, None, True), meta, h.alignment)
+        mm = _map(f, h.file_size)
+        view = memoryview(mm)
+        try:
+            if verify:
+                _verify_data(view, h, entries)
+            owner = _Mapping(view, mm, os.fspath(path))
+        except BaseException:
+            view.release()
+            mm.close()
+            raise
+    # A page-aligned map: every buffer is aligned as the file says.
+    alignment = _pow2_alignment(owner.address + h.data_offset, h.alignment)
+    tensors = _tensors_over(entries, owner.address + h.data_offset, owner, True)
+    return TensorFile(tensors, meta, alignment)
+
+
+def loads(buffer: Any, *, copy: bool = False, verify: bool = False) -> TensorFile:
+    """Load a Hurray file held in memory (bytes, bytearray, memoryview, mmap ...).
+
+    Zero-copy by default: the tensors point into ``buffer`` and keep it alive.
+    Offsets are aligned relative to the start of the file, so the buffers'
+    addresses are only as aligned as ``buffer`` itself (a ``bytes`` object's
+    data is typically 16-byte aligned): the result's ``alignment`` says what
+    holds. ``copy=True`` copies every buffer into 64-byte aligned memory.
+    Tensors over a read-only buffer are read-only.
+    """
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise FormatError(f"expected a bytes-like object, got {type(buffer).__name__}",
+                          field="input") from None
+    if not view.c_contiguous:
+        raise FormatError("the buffer must be contiguous", field="input")
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    h = _parse_header(view[:HEADER_SIZE], view.nbytes)
+    entries, meta = _parse_index(h, view[HEADER_SIZE:h.index_end])
+    if verify:
+        _verify_data(view, h, entries)
+    if copy:
+        base = h.data_offset
+
+        def read(offset: int, dest: memoryview) -> None:
+            dest[:] = view[base + offset:base + offset + len(dest)]
+
+        return TensorFile(_copy_tensors(entries, read), meta, BUFFER_ALIGNMENT)
+    if h.data_length == 0:
+        return TensorFile(_tensors_over(entries, 0, None, view.readonly), meta, h.alignment)
+    owner = _Mapping(view)
+    start = owner.address + h.data_offset
+    tensors = _tensors_over(entries, start, owner, view.readonly)
+    return TensorFile(tensors, meta, _pow2_alignment(start, h.alignment))
+
+
+# ------------------------------------------------------------------- writing
+class _PlanEntry(NamedTuple):
+    name_bytes: bytes
+    descriptor_bytes: bytes
+    sources: tuple[memoryview, ...]  # one per buffer, in table order
+    offsets: tuple[int, ...]
+
+
+@dataclass
+class _Plan:
+    entries: list[_PlanEntry]
+    metadata: bytes
+    n_metadata: int
+    alignment: int
+    checksums: bool
+    table_length: int
+    data_offset: int
+    data_length: int
+    keep_alive: Sequence[object]
+
+    @property
+    def file_size(self) -> int:
+        return self.data_offset + self.data_length
+
+    def head(self, crcs: Sequence[int]) -> bytes:
+        """Header, table, metadata and the zero padding up to the data region."""
+        parts = []
+        for e, crc in zip(self.entries, crcs, strict=True):
+            parts += [_ENTRY.pack(len(e.name_bytes), len(e.descriptor_bytes),
+                                  crc if self.checksums else 0, 0),
+                      e.name_bytes, bytes(_pad8(len(e.name_bytes)) - len(e.name_bytes)),
+                      e.descriptor_bytes]
+        parts.append(self.metadata)
+        index = b"".join(parts)
+        flags = FLAG_DATA_CHECKSUMS if self.checksums else 0
+        header = bytearray(_HEADER.pack(
+            MAGIC, VERSION[0], VERSION[1], flags, len(self.entries), self.n_metadata,
+            HEADER_SIZE, self.table_length, HEADER_SIZE + self.table_length, len(self.metadata),
+            self.data_offset, self.data_length, self.file_size, self.alignment,
+            zlib.crc32(index), _ZERO44, 0))
+        struct.pack_into("<I", header, _HEADER_CRC_AT, zlib.crc32(header[:_HEADER_CRC_AT]))
+        pad = self.data_offset - HEADER_SIZE - len(index)
+        return b"".join((header, index, bytes(pad)))
+
+
+def _name_bytes(name: object, what: str, limit: int) -> bytes:
+    if not isinstance(name, str):
+        raise UnsupportedError(f"{what} must be a str, got {type(name).__name__} {name!r}")
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise FormatError(f"{what} {name!r} is not encodable as UTF-8 ({exc.reason})",
+                          field="name") from None
+    if not 1 <= len(raw) <= limit:
+        raise FormatError(f"{what} {name[:40]!r} is {len(raw)} bytes of UTF-8; it must be "
+                          f"1 to {limit}", field="name")
+    if b"\x00" in raw:
+        raise FormatError(f"{what} {name!r} contains NUL", field="name")
+    return raw
+
+
+def _encode_metadata(metadata: Mapping[str, str] | None) -> tuple[bytes, int]:
+    if metadata is None:
+        return b"", 0
+    if not isinstance(metadata, Mapping):
+        raise UnsupportedError(f"metadata must be a mapping of str to str, got "
+                               f"{type(metadata).__name__}")
+    parts, size = [], 0
+    for key, value in metadata.items():
+        k = _name_bytes(key, "metadata key", MAX_KEY_BYTES)
+        if not isinstance(value, str):
+            raise UnsupportedError(f"metadata value for {key!r} must be a str, got "
+                                   f"{type(value).__name__}")
+        try:
+            v = value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise FormatError(f"metadata value for {key!r} is not encodable as UTF-8 "
+                              f"({exc.reason})", field="metadata") from None
+        item = _META.size + _pad8(len(k) + len(v))
+        size += item
+        if size > MAX_METADATA_BYTES:
+            raise FormatError(f"metadata exceeds the limit of {MAX_METADATA_BYTES} bytes",
+                              field="metadata")
+        parts += [_META.pack(len(k), len(v)), k, v, bytes(item - _META.size - len(k) - len(v))]
+    return b"".join(parts), len(metadata)
+
+
+def _host_tensor(name: str, value: Any) -> Tensor:
+    try:
+        t = value if isinstance(value, Tensor) else asarray(value)
+    except UnsupportedError as exc:
+        raise UnsupportedError(f"entry {name!r}: {exc}") from exc
+    if not t.device.is_host_accessible:
+        raise UnsupportedError(
+            f"entry {name!r} lives on {t.device}; Hurray files are written from host memory: "
+            "copy it to the CPU first (tensor.cpu(), jax.device_get(x), cupy.asnumpy(x))")
+    return t
+
+
+def _plan(items: Sequence[tuple[str, Descriptor, Sequence[memoryview]]],
+          metadata: Mapping[str, str] | None, alignment: int, checksums: bool,
+          keep_alive: Sequence[object]) -> _Plan:
+    """Lay out a file: ``items`` are (name, descriptor, one byte view per buffer)."""
+    if (isinstance(alignment, bool) or not isinstance(alignment, int)
+            or not BUFFER_ALIGNMENT <= alignment <= MAX_BUFFER_ALIGNMENT
+            or alignment & (alignment - 1)):
+        raise FormatError(f"alignment must be a power of two in [{BUFFER_ALIGNMENT}, "
+                          f"{MAX_BUFFER_ALIGNMENT}], got {alignment!r}", field="alignment")
+    meta, n_meta = _encode_metadata(metadata)
+    entries, names, cursor, table = [], set(), 0, 0
+    for name, d, sources in items:
+        nb = _name_bytes(name, "entry name", MAX_NAME_BYTES)
+        if name in names:
+            raise FormatError(f"duplicate entry name {name!r}", field="name")
+        names.add(name)
+        specs = d.buffer_layout()
+        if len(sources) != len(specs) or any(
+                len(s) != sp.nbytes for s, sp in zip(sources, specs, strict=True)):
+            raise FormatError(f"entry {name!r}: buffers do not match the descriptor",
+                              field="buffers")
+        offsets = []
+        for s in sources:
+            if len(s):
+                cursor = _align(cursor, alignment)
+                offsets.append(cursor)
+                cursor += len(s)
+            else:
+                offsets.append(0)
+        desc = encode(d, offsets)
+        entries.append(_PlanEntry(nb, desc, tuple(sources), tuple(offsets)))
+        table += _ENTRY.size + _pad8(len(nb)) + len(desc)
+    index_end = HEADER_SIZE + table + len(meta)
+    data_offset = _align(index_end, max(PAGE_ALIGNMENT, alignment)) if cursor else index_end
+    return _Plan(entries, meta, n_meta, alignment, checksums, table, data_offset, cursor,
+                 keep_alive)
+
+
+def _plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
+                  alignment: int, checksums: bool) -> _Plan:
+    if sys.byteorder != "little":
+        raise UnsupportedError("Hurray files are little-endian; this host is big-endian")
+    if not isinstance(mapping, Mapping):
+        raise UnsupportedError(f"expected a mapping of names to tensors, got "
+                               f"{type(mapping).__name__}")
+    items, keep = [], []
+    for name, value in mapping.items():
+        if not isinstance(name, str):
+            raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
+                                   f"{name!r}")
+        t = _host_tensor(name, value)
+        keep.append(t)
+        items.append((name, t.descriptor, [t.memoryview(b.role) for b in t.buffers]))
+    return _plan(items, metadata, alignment, checksums, keep)
+
+
+def _write_all(fd: int, data: memoryview | bytes) -> None:
+    view = memoryview(data)
+    while len(view):
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterator[int]:
+    """A file descriptor whose content replaces ``path`` only if the block succeeds.
+
+    The data goes to a temporary file in the same directory (so the rename
+    cannot cross file systems), which is fsynced, renamed over ``path`` with
+    ``os.replace`` (atomic on POSIX and Windows) and whose directory entry is
+    then fsynced. A crash at any point leaves either the old file or the new
+    one under ``path``, never a partial one. A memory map of the old file stays
+    valid: the rename gives the new content a new inode.
+    """
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    tmp = os.path.join(directory,
+                       f".{os.path.basename(target)[:200]}.{secrets.token_hex(6)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(
+        os, "O_BINARY", 0)
+    try:
+        fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file
+    except FileNotFoundError as exc:  # name the target, not the temporary
+        raise FileNotFoundError(exc.errno, exc.strerror, target) from None
+    try:
+        try:
+            yield fd
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if fsync:
+        _fsync_dir(directory)
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        dfd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # Windows cannot open directories; NTFS journals the rename itself
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def _write_plan(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool,
+                progress: _PROGRESS | None = None) -> None:
+    zeros = bytes(plan.alignment)
+    total = plan.data_length
+    crcs = [0] * len(plan.entries)
+
+    def checksum(i: int, chunk: memoryview) -> None:
+        crcs[i] = zlib.crc32(chunk, crcs[i])
+
+    # zlib.crc32 and os.write both release the GIL: for a large file a helper
+    # thread checksums each chunk while this one writes it, so the checksums
+    # cost (almost) no time. One worker keeps each entry's chunks in order.
+    threaded = plan.checksums and total >= _THREADED_CRC_BYTES
+    pool = ThreadPoolExecutor(1, thread_name_prefix="hurray-crc") if threaded else None
+    pending: list[Future[None]] = []
+    try:
+        with atomic_output(path, fsync=fsync) as fd:
+            # The data first, checksummed as it goes; the head, which holds the
+            # checksums, last. Its size is known in advance, so one pass suffices.
+            os.lseek(fd, plan.data_offset, os.SEEK_SET)
+            pos = 0
+            for i, e in enumerate(plan.entries):
+                for src, off in zip(e.sources, e.offsets, strict=True):
+                    n = len(src)
+                    if not n:
+                        continue
+                    if off > pos:
+                        _write_all(fd, zeros[:off - pos])
+                    for k in range(0, n, _CHUNK):
+                        chunk = src[k:k + _CHUNK]
+                        if pool is not None:
+                            pending.append(pool.submit(checksum, i, chunk))
+                        elif plan.checksums:
+                            checksum(i, chunk)
+                        _write_all(fd, chunk)
+                        if progress is not None:
+                            progress(off + k + len(chunk), total)
+                    pos = off + n
+            for f in pending:
+                f.result()
+            os.lseek(fd, 0, os.SEEK_SET)
+            _write_all(fd, plan.head(crcs))
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _serialise(plan: _Plan) -> bytes:
+    parts: list[Any] = [b""]
+    crcs, pos = [], 0
+    for e in plan.entries:
+        crc = 0
+        for src, off in zip(e.sources, e.offsets, strict=True):
+            if not len(src):
+                continue
+            if off > pos:
+                parts.append(bytes(off - pos))
+            parts.append(src)
+            if plan.checksums:
+                crc = zlib.crc32(src, crc)
+            pos = off + len(src)
+        crcs.append(crc)
+    parts[0] = plan.head(crcs)
+    return b"".join(parts)
+
+
+def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
+         metadata: Mapping[str, str] | None = None, *, alignment: int = BUFFER_ALIGNMENT,
+         checksums: bool = True, fsync: bool = True) -> None:
+    """Write ``{name: tensor}`` to a Hurray file, atomically.
+
+    Values are ``hb.Tensor`` or anything :func:`hb.asarray` accepts, in host
+    memory (device tensors raise :class:`UnsupportedError`: copy them to the
+    CPU first). Every layout a descriptor describes is stored as it is: a
+    strided tensor's span, sparse and quantized tensors' every buffer, packed or
+    padded sub-byte data. ``metadata`` is an optional ``{str: str}``.
+    ``checksums`` stores a CRC-32 of each entry's bytes (checked by
+    :func:`verify` and ``load(verify=True)``); ``alignment`` raises the buffer
+    alignment above 64 bytes; ``fsync=False`` skips the flushes that make the
+    write durable (it stays atomic).
+    """
+    plan = _plan_tensors(mapping, metadata, alignment, checksums)
+    _write_plan(path, plan, fsync=fsync)
+
+
+def dumps(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None = None, *,
+          alignment: int = BUFFER_ALIGNMENT, checksums: bool = True) -> bytes:
+    """The bytes :func:`save` would write, as a ``bytes`` object."""
+    return _serialise(_plan_tensors(mapping, metadata, alignment, checksums))

@@ -1,0 +1,230 @@
+"""The ``hurray`` command line: inspect, convert, verify (container.md §10)."""
+
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import hurray_bridge as hb
+from hurray_bridge.__main__ import _ProgressBar, main
+
+np = pytest.importorskip("numpy")
+
+from .vectors.generate_files import HERE as VECTORS  # noqa: E402
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def ckpt(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "c.hurray"
+    hb.save(path, {"weight": np.ones((3, 4), np.float32), "bias.T": np.ones((4, 2)).T,
+                   "empty": np.zeros((0, 5), np.int8)}, {"format": "np", "author": "me"})
+    return path
+
+
+# --------------------------------------------------------------------- inspect
+def test_inspect_prints_a_table(capsys: pytest.CaptureFixture[str], ckpt: pathlib.Path) -> None:
+    rc, out, err = run(capsys, "inspect", str(ckpt))
+    assert rc == 0 and err == ""
+    lines = out.splitlines()
+    assert "Hurray 1.0, 3 entries" in lines[0] and "CRC-32" in lines[0]
+    assert lines[1].split() == ["name", "dtype", "shape", "layout", "bytes", "quantization"]
+    assert lines[2].split() == ["weight", "float32", "[3,", "4]", "row-major", "48", "-"]
+    assert lines[3].split()[:4] == ["bias.T", "float64", "[2,", "4]"]
+    assert "strided [1, 2]" in lines[3]
+    assert lines[4].split() == ["empty", "int8", "[0,", "5]", "row-major", "0", "-"]
+    assert "metadata:" in lines and "  format = np" in lines
+
+
+def test_inspect_quantized_sparse_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "inspect", str(VECTORS / "per_axis_quant.hurray"))
+    assert rc == 0 and "per-axis(axis=0) scale=float32 zero_point=int8" in out
+    rc, out, _ = run(capsys, "inspect", str(VECTORS / "sparse_coo.hurray"))
+    assert "coo nnz=3 int64 canonical" in out
+    rc, out, _ = run(capsys, "inspect", "--json", str(VECTORS / "per_block_int4_e8m0.hurray"))
+    doc = json.loads(out)
+    assert doc["entries"] == [{"name": "w", "dtype": "int4", "shape": [4, 64],
+                               "layout": "row-major", "bytes": 136,
+                               "quantization": "per-block(axis=1, block=32) "
+                                               "scale=float8_e8m0fnu"}]
+
+
+def test_inspect_safetensors(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    save_file({"x": np.ones(3, np.float16)}, tmp_path / "s.safetensors", metadata={"k": "v"})
+    rc, out, _ = run(capsys, "inspect", str(tmp_path / "s.safetensors"))
+    assert rc == 0 and "safetensors, 1 tensors" in out and "float16" in out and "k = v" in out
+
+
+# --------------------------------------------------------------------- convert
+def test_convert_safetensors_both_ways(capsys: pytest.CaptureFixture[str],
+                                       tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    src = tmp_path / "a.safetensors"
+    save_file({"x": np.arange(6, dtype=np.int32), "y": np.zeros((2, 0))}, src,
+              metadata={"format": "np"})
+    rc, out, err = run(capsys, "convert", str(src), str(tmp_path / "a.hurray"))
+    assert rc == 0 and err == ""  # no progress bar: stderr is not a terminal
+    assert "-> " in out and "2 tensors" in out
+    rc, _, _ = run(capsys, "convert", "-q", str(tmp_path / "a.hurray"),
+                   str(tmp_path / "b.safetensors"))
+    assert rc == 0
+    assert (tmp_path / "b.safetensors").read_bytes() == src.read_bytes()
+    rc, out, _ = run(capsys, "convert", "--no-checksums", str(src), str(tmp_path / "c.hry"))
+    assert rc == 0 and not hb.container.read_index(tmp_path / "c.hry").has_checksums
+
+
+def test_convert_npy_and_npz(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    a = np.arange(12, dtype=np.float64).reshape(3, 4)
+    np.save(tmp_path / "w.npy", a)
+    np.save(tmp_path / "f.npy", np.asfortranarray(a))
+    np.savez(tmp_path / "z.npz", first=a, second=np.ones(2, np.uint8))
+    assert run(capsys, "convert", str(tmp_path / "w.npy"), str(tmp_path / "w.hurray"))[0] == 0
+    assert list(hb.load(tmp_path / "w.hurray")) == ["w"]
+    np.testing.assert_array_equal(np.asarray(hb.load(tmp_path / "w.hurray")["w"]), a)
+    assert run(capsys, "convert", "--name", "m", str(tmp_path / "f.npy"),
+               str(tmp_path / "f.hurray"))[0] == 0
+    f = hb.load(tmp_path / "f.hurray")["m"]
+    assert f.layout == hb.Layout.STRIDED  # Fortran order is kept, as strides
+    np.testing.assert_array_equal(np.asarray(f), a)
+    assert run(capsys, "convert", str(tmp_path / "z.npz"), str(tmp_path / "z.hurray"))[0] == 0
+    z = hb.load(tmp_path / "z.hurray")
+    assert list(z) == ["first", "second"]
+    np.testing.assert_array_equal(np.asarray(z["second"]), np.ones(2, np.uint8))
+
+
+def test_convert_hurray_to_hurray_changes_alignment(capsys: pytest.CaptureFixture[str],
+                                                    ckpt: pathlib.Path) -> None:
+    out_path = ckpt.with_name("d.hurray")
+    assert run(capsys, "convert", "--alignment", "4096", str(ckpt), str(out_path))[0] == 0
+    idx = hb.container.read_index(out_path)
+    assert idx.alignment == 4096 and idx.metadata == {"format": "np", "author": "me"}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["convert", "{missing}", "{out}.hurray"], "No such file"),
+    (["convert", "{ckpt}", "{out}.bin"], "--to"),
+    (["convert", "{npy}", "{out}.safetensors"], "not supported"),
+    (["convert", "--alignment", "100", "{ckpt}", "{out}.hurray"], "alignment"),
+    (["convert", "{junk}", "{out}.hurray"], "magic"),
+    (["convert", "{pickled}", "{out}.hurray"], "cannot read npy"),
+    (["inspect", "{junk}"], "magic"),
+    (["inspect", "{missing}"], "No such file"),
+    (["verify", "{missing}"], "No such file"),
+])
+def test_bad_input_exits_2_with_a_message(capsys: pytest.CaptureFixture[str],
+                                          tmp_path: pathlib.Path, ckpt: pathlib.Path,
+                                          argv: list[str], words: str) -> None:
+    (tmp_path / "junk.hurray").write_bytes(b"garbage" * 40)
+    np.save(tmp_path / "a.npy", np.ones(2))
+    np.save(tmp_path / "p.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    subs = {"missing": str(tmp_path / "nope.hurray"), "out": str(tmp_path / "out"),
+            "ckpt": str(ckpt), "npy": str(tmp_path / "a.npy"),
+            "junk": str(tmp_path / "junk.hurray"), "pickled": str(tmp_path / "p.npy")}
+    rc, out, err = run(capsys, *[a.format(**subs) for a in argv])
+    assert rc == 2 and out == ""
+    assert err.startswith("hurray: error: ") and words in err and "Traceback" not in err
+    assert not any(p.name.startswith("out") for p in tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------------- verify
+def test_verify_ok_and_failures(capsys: pytest.CaptureFixture[str], ckpt: pathlib.Path) -> None:
+    rc, out, err = run(capsys, "verify", str(ckpt), str(VECTORS / "no_checksums.hurray"))
+    assert rc == 0 and err == ""
+    assert out.splitlines()[0] == (f"{ckpt}: OK (3 entries, 128 bytes of data, data checksums "
+                                   "and padding verified)")
+    assert "no data checksums" in out.splitlines()[1]
+    data = bytearray(ckpt.read_bytes())
+    data[4096 + 3] ^= 0x10  # a bit of "weight"
+    bad = ckpt.with_name("bad.hurray")
+    bad.write_bytes(data)
+    rc, out, err = run(capsys, "verify", str(ckpt), str(bad))
+    assert rc == 2 and "OK" in out
+    assert err.strip() == (f"hurray: error: {bad}: entries[0].checksum: entry 'weight': data "
+                           "checksum mismatch" + err.strip().split("mismatch", 1)[1])
+    bad.write_bytes(data[:-5])
+    rc, _, err = run(capsys, "verify", str(bad))
+    assert rc == 2 and "file_size: truncated" in err
+
+
+def test_verify_safetensors(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    save_file({"x": np.ones(3)}, tmp_path / "s.safetensors")
+    rc, out, _ = run(capsys, "verify", str(tmp_path / "s.safetensors"))
+    assert rc == 0 and "OK (safetensors: 1 tensors" in out
+    raw = (tmp_path / "s.safetensors").read_bytes()
+    (tmp_path / "s.safetensors").write_bytes(raw[:-1])
+    rc, _, err = run(capsys, "verify", str(tmp_path / "s.safetensors"))
+    assert rc == 2 and "data_offsets" in err
+
+
+# ------------------------------------------------------------------ help & bars
+@pytest.mark.parametrize("argv", [[], ["inspect"], ["convert"], ["verify"], ["matrix"]])
+def test_help_everywhere(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: hurray")
+    if not argv:
+        for cmd in ("inspect", "convert", "verify", "matrix"):
+            assert cmd in out
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["inspect"])
+    assert e.value.code == 2 and "usage:" in capsys.readouterr().err
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    bar = _ProgressBar("converting x", True)
+    for done in range(0, 101 << 20, 1 << 20):
+        bar(done, 100 << 20)
+    bar.close()
+    text = tty.getvalue()
+    assert "100%" in text and text.endswith("\n") and text.count("\r") == 101
+    tty.seek(0)
+    tty.truncate()
+    small = _ProgressBar("x", True)
+    small(1, 1 << 20)  # small jobs draw nothing
+    quiet = _ProgressBar("x", False)
+    quiet(1 << 30, 1 << 30)
+    small.close()
+    quiet.close()
+    assert tty.getvalue() == ""
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    piped = _ProgressBar("x", True)
+    piped(1 << 30, 1 << 30)
+    assert sys.stderr.getvalue() == ""
+
+
+def test_module_entry_point(ckpt: pathlib.Path) -> None:
+    res = subprocess.run([sys.executable, "-m", "hurray_bridge", "verify", str(ckpt)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "OK" in res.stdout and res.stderr == ""
+    res = subprocess.run([sys.executable, "-m", "hurray_bridge", "inspect", str(ckpt) + "x"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stderr.startswith("hurray: error:")
