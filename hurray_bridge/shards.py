@@ -1,0 +1,873 @@
+"""Sharded tensors: one global tensor held as boxes of its index space (docs/spec/sharding.md).
+
+A :class:`ShardedTensor` is a global descriptor (shape and element type) plus
+a list of shards, each an :class:`~hurray_bridge.Tensor` whose descriptor has
+a :class:`~hurray_bridge.Shard` section: where its box sits in the global
+index space, its replica id and the device it belongs to. Building one checks
+the set rules of the spec: every box inside the global shape, distinct boxes
+never overlap, together they cover every global index; replicas (same box,
+different replica id) are allowed; uneven splits and empty shards too.
+
+* :func:`split` cuts any dense tensor into shards by a box layout (zero-copy
+  views wherever the memory allows);
+* :func:`assemble` materialises the global tensor as one dense tensor (an
+  explicit copy);
+* :func:`from_jax` and :func:`to_jax` convert a sharded ``jax.Array`` without
+  copying the shards (JAX is imported inside those functions only).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import sys
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+from ._memory import alloc_aligned
+from .descriptor import DYNAMIC, Descriptor, Shard, compact_strides
+from .dtypes import DType
+from .errors import BackendNotAvailableError, CopyRequiredError, FormatError, UnsupportedError
+from .layout import BufferRole, Layout
+from .tensor import Buffer, Device, Tensor
+
+__all__ = ["Box", "ShardedTensor", "assemble", "from_jax", "grid_boxes", "split", "to_jax"]
+
+# A set whose boxes form a compressed grid larger than this is not searched
+# for the exact gap; the error then reports how many elements are missing.
+_GAP_SEARCH_LIMIT = 1 << 16
+
+
+class Box(NamedTuple):
+    """A box of a global index space: the start index and the extent along each dimension."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def volume(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+    @property
+    def is_empty(self) -> bool:
+        return 0 in self.sizes
+
+    def slices(self) -> tuple[slice, ...]:
+        """The box as a NumPy/JAX index: one ``slice(start, stop)`` per dimension."""
+        return tuple(slice(o, o + n) for o, n in zip(self.offsets, self.sizes))
+
+    def intersect(self, other: Box) -> Box | None:
+        """The common part of two boxes, or ``None`` when they share no element."""
+        offs, sizes = [], []
+        for o1, n1, o2, n2 in zip(self.offsets, self.sizes, other.offsets, other.sizes):
+            lo, hi = max(o1, o2), min(o1 + n1, o2 + n2)
+            if hi <= lo:
+                return None
+            offs.append(lo)
+            sizes.append(hi - lo)
+        return Box(tuple(offs), tuple(sizes))
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(f"{o}:{o + n}" for o, n in zip(self.offsets, self.sizes)) + "]"
+
+
+BoxLike = Any  # Box, (offsets, sizes), or a tuple of slices
+
+
+def _as_box(value: BoxLike, shape: tuple[int, ...], where: str) -> Box:
+    """A box from ``(offsets, sizes)`` or a tuple of slices (``slice(None)`` = whole dim)."""
+    rank = len(shape)
+    if isinstance(value, Box):
+        offsets, sizes = value
+    elif isinstance(value, tuple) and all(isinstance(v, slice) for v in value) and (
+        len(value) == rank and (rank > 0 or value == ())
+    ):
+        offsets_l, sizes_l = [], []
+        for k, (s, g) in enumerate(zip(value, shape)):
+            if s.step not in (None, 1):
+                raise FormatError(f"dim {k} slices with step {s.step}; a box takes unit steps",
+                                  field=where)
+            start = 0 if s.start is None else s.start
+            stop = g if s.stop is None else s.stop
+            if start < 0 or stop < start:
+                raise FormatError(f"dim {k} slice {s} is not a forward range of indices",
+                                  field=where)
+            offsets_l.append(start)
+            sizes_l.append(stop - start)
+        offsets, sizes = tuple(offsets_l), tuple(sizes_l)
+    else:
+        try:
+            offsets, sizes = value
+        except (TypeError, ValueError):
+            raise FormatError(
+                f"a box is (offsets, sizes) or a tuple of slices, got {value!r}", field=where
+            ) from None
+    try:
+        offsets = tuple(int(o.__index__()) for o in offsets)
+        sizes = tuple(int(n.__index__()) for n in sizes)
+    except (AttributeError, TypeError):
+        raise FormatError(f"box offsets and sizes must be integers, got {value!r}",
+                          field=where) from None
+    if len(offsets) != rank or len(sizes) != rank:
+        raise FormatError(
+            f"box {value!r} has {len(offsets)} offsets and {len(sizes)} sizes for a tensor of "
+            f"rank {rank}; give one of each per dimension", field=where,
+        )
+    for k, (o, n, g) in enumerate(zip(offsets, sizes, shape)):
+        if o < 0 or n < 0:
+            raise FormatError(f"box dim {k} has offset {o} and size {n}; neither may be negative",
+                              field=where)
+        if o + n > g:
+            raise FormatError(
+                f"box dim {k} spans [{o}, {o + n}), outside the global size {g}; a box must lie "
+                "inside the global shape", field=where,
+            )
+    return Box(offsets, sizes)
+
+
+def grid_boxes(shape: Sequence[int], parts: Sequence[int]) -> list[Box]:
+    """Boxes of a regular grid: ``parts[k]`` pieces along dimension ``k``, row-major order.
+
+    Sizes follow ``numpy.array_split``: when a dimension does not divide evenly
+    the first pieces are one larger; asking for more pieces than there are
+    indices gives empty trailing boxes. Both are valid shard layouts.
+    """
+    shape = tuple(shape)
+    parts = tuple(parts)
+    if len(parts) != len(shape):
+        raise FormatError(f"{len(parts)} part counts for rank {len(shape)}", field="parts")
+    if any(p < 1 for p in parts):
+        raise FormatError(f"part counts must be >= 1, got {list(parts)}", field="parts")
+    cuts: list[list[tuple[int, int]]] = []
+    for g, p in zip(shape, parts):
+        q, r = divmod(g, p)
+        edges, pos = [], 0
+        for i in range(p):
+            n = q + (1 if i < r else 0)
+            edges.append((pos, n))
+            pos += n
+        cuts.append(edges)
+    return [Box(tuple(o for o, _ in combo), tuple(n for _, n in combo))
+            for combo in itertools.product(*cuts)]
+
+
+def _box_of(t: Tensor) -> Box:
+    sh = t.descriptor.shard
+    assert sh is not None
+    return Box(sh.offsets, t.shape)
+
+
+class ShardedTensor:
+    """A global tensor held as shards: see the module docstring and docs/spec/sharding.md.
+
+    Parameters
+    ----------
+    descriptor:
+        The global descriptor: shape, element type and sub-byte form (row-major,
+        static, without quantization, sparse or shard sections).
+    shards:
+        hb.Tensors, each with a shard section whose ``global_shape`` is the
+        global shape. Their own layout is free (strided views, quantized
+        shards); :func:`assemble` needs dense ones.
+
+    The shard set is validated on construction; any broken rule raises
+    :class:`~hurray_bridge.FormatError` naming the shard, the rule and the fix.
+    """
+
+    __slots__ = ("__weakref__", "_boxes", "_descriptor", "_origin", "_shards")
+
+    def __init__(self, descriptor: Descriptor, shards: Iterable[Tensor]) -> None:
+        if not isinstance(descriptor, Descriptor):
+            raise TypeError(f"descriptor must be an hb.Descriptor, got {type(descriptor).__name__}")
+        if descriptor.is_dynamic:
+            dims = [i for i, d in enumerate(descriptor.shape) if d == DYNAMIC]
+            raise FormatError(
+                f"a sharded tensor's global shape has dynamic dimension(s) {dims}; shard boxes "
+                "need static sizes (resolve the descriptor first)", field="shape",
+            )
+        if (descriptor.layout != Layout.ROW_MAJOR or descriptor.quantization is not None
+                or descriptor.shard is not None):
+            raise FormatError(
+                f"the global descriptor must be plain row-major, got {descriptor!r}; "
+                "quantization, layouts and shard sections belong to the shards",
+                field="descriptor",
+            )
+        self._descriptor = descriptor
+        self._shards = tuple(shards)
+        self._origin: tuple[Any, ...] | None = None
+        self._boxes = _validate(descriptor, self._shards)
+
+    # ------------------------------------------------------------ properties
+    @property
+    def descriptor(self) -> Descriptor:
+        """The global descriptor (shape, element type, sub-byte form)."""
+        return self._descriptor
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._descriptor.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self._descriptor.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._descriptor.rank
+
+    @property
+    def shards(self) -> tuple[Tensor, ...]:
+        return self._shards
+
+    @property
+    def boxes(self) -> tuple[Box, ...]:
+        """The box of each shard, in shard order."""
+        return self._boxes
+
+    def __len__(self) -> int:
+        return len(self._shards)
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return iter(self._shards)
+
+    def __repr__(self) -> str:
+        dims = ", ".join(map(str, self.shape))
+        distinct = len({b for b, t in zip(self._boxes, self._shards) if not b.is_empty})
+        return (f"hb.ShardedTensor(shape=[{dims}], dtype={self.dtype.name}, "
+                f"shards={len(self._shards)}, boxes={distinct})")
+
+    def __reduce__(self) -> Any:
+        # Shards pickle as hb.Tensors (protocol-5 buffers); the global descriptor as its bytes.
+        return _rebuild_sharded, (self._descriptor.to_bytes(), self._shards)
+
+    def primary_shards(self) -> list[Tensor]:
+        """One shard per distinct non-empty box: the one with the lowest replica id."""
+        best: dict[Box, Tensor] = {}
+        for box, t in zip(self._boxes, self._shards):
+            if box.is_empty:
+                continue
+            cur = best.get(box)
+            if cur is None or _replica(t) < _replica(cur):
+                best[box] = t
+        return list(best.values())
+
+    def assemble(self, to: str = "numpy") -> Any:
+        """Same as :func:`assemble` (``to`` is ``"numpy"``, ``"torch"``, ... or ``"hurray"``)."""
+        return assemble(self, to=to)
+
+
+def _rebuild_sharded(desc: bytes, shards: tuple[Tensor, ...]) -> ShardedTensor:
+    return ShardedTensor(Descriptor.from_bytes(desc), shards)
+
+
+def _replica(t: Tensor) -> int:
+    sh = t.descriptor.shard
+    assert sh is not None
+    return sh.replica_id
+
+
+def _validate(desc: Descriptor, shards: tuple[Tensor, ...]) -> tuple[Box, ...]:
+    shape = desc.shape
+    boxes: list[Box] = []
+    seen: dict[tuple[Box, int], int] = {}
+    for i, t in enumerate(shards):
+        where = f"shards[{i}]"
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{where} is a {type(t).__name__}, not an hb.Tensor")
+        d = t.descriptor
+        sh = d.shard
+        if sh is None:
+            raise FormatError(
+                f"{where} has no shard section; give its descriptor a Shard(global_shape, "
+                "offsets, ...) or cut the tensor with hb.split()", field=where,
+            )
+        if sh.global_shape != shape:
+            raise FormatError(
+                f"{where} belongs to a global shape {list(sh.global_shape)}, this tensor's is "
+                f"{list(shape)}; every shard of a set has the same global shape", field=where,
+            )
+        if d.dtype != desc.dtype or d.padded != desc.padded:
+            form = lambda x: f"{x.dtype.name}{' (padded)' if x.padded else ''}"  # noqa: E731
+            raise FormatError(
+                f"{where} holds {form(d)} but the global tensor is {form(desc)}; every shard "
+                "of a set has the global element type", field=where,
+            )
+        box = Box(sh.offsets, d.shape)
+        boxes.append(box)
+        if box.is_empty:
+            continue  # empty shards cover nothing: they never overlap or duplicate
+        key = (box, sh.replica_id)
+        if key in seen:
+            raise FormatError(
+                f"{where} and shards[{seen[key]}] both hold box {box} as replica "
+                f"{sh.replica_id}; copies of one box need distinct replica ids", field=where,
+            )
+        seen[key] = i
+
+    # Distinct boxes must not overlap (identical boxes are replicas, checked above).
+    first: dict[Box, int] = {}
+    for i, b in enumerate(boxes):
+        if not b.is_empty:
+            first.setdefault(b, i)
+    distinct = sorted(first, key=lambda b: b.offsets)
+    if desc.rank:
+        for a_i, a in enumerate(distinct):
+            end0 = a.offsets[0] + a.sizes[0]
+            for b in distinct[a_i + 1:]:
+                if b.offsets[0] >= end0:
+                    break  # sorted by offsets[0]: no later box can reach back into a
+                common = a.intersect(b)
+                if common is not None:
+                    raise FormatError(
+                        f"shards[{first[a]}] (box {a}) and shards[{first[b]}] (box {b}) overlap "
+                        f"in {common}; distinct boxes must not share elements (only identical "
+                        "boxes, as replicas, may)", field=f"shards[{first[b]}]",
+                    )
+    covered = sum(b.volume for b in distinct)
+    total = 1
+    for g in shape:
+        total *= g
+    if covered != total:
+        gap = _find_gap(shape, distinct)
+        at = f"; index {list(gap)} is in no box" if gap is not None else ""
+        raise FormatError(
+            f"the shards cover {covered} of the {total} elements of global shape {list(shape)}"
+            f"{at}; the boxes must tile the global shape (add the missing shards)",
+            field="shards",
+        )
+    return tuple(boxes)
+
+
+def _find_gap(shape: tuple[int, ...], boxes: list[Box]) -> tuple[int, ...] | None:
+    """An index no box covers, searched on the grid the box edges cut (bounded)."""
+    edges = []
+    cells = 1
+    for k, g in enumerate(shape):
+        cut = sorted({0, g, *(b.offsets[k] for b in boxes), *(b.offsets[k] + b.sizes[k]
+                                                               for b in boxes)})
+        cut = [c for c in cut if c <= g]
+        edges.append(cut[:-1])
+        cells *= max(len(cut) - 1, 1)
+    if cells > _GAP_SEARCH_LIMIT:
+        return None
+    for point in itertools.product(*edges):
+        if not any(all(o <= p < o + n for p, o, n in zip(point, b.offsets, b.sizes))
+                   for b in boxes):
+            return tuple(point)
+    return None
+
+
+# -------------------------------------------------------------------- split
+def _strided_tensor(
+    ptr: int, shape: tuple[int, ...], dtype: DType, strides: tuple[int, ...] | None,
+    padded: bool, shard: Shard | None, device: Device, owner: object, readonly: bool,
+    copied: bool,
+) -> Tensor:
+    """A dense tensor whose element [0..0] is at ``ptr``, described with a shard section."""
+    if strides is not None and _compact(shape, strides):
+        strides = None
+    layout = Layout.ROW_MAJOR if strides is None else Layout.STRIDED
+    d = Descriptor(shape, dtype, layout, strides, shard=shard, padded=padded)
+    nbytes = d.nbytes
+    if nbytes == 0:
+        base = 0
+    elif strides is None:
+        base = ptr
+    else:
+        back = sum((n - 1) * -s for n, s in zip(shape, strides) if s < 0)
+        base = ptr - back * dtype.itemsize
+    return Tensor(d, [Buffer(BufferRole.DATA, base, nbytes)], device=device, owner=owner,
+                  readonly=readonly, copied=copied)
+
+
+def _compact(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    expected = 1
+    for d, s in zip(reversed(shape), reversed(strides)):
+        if d != 1 and s != expected:
+            return False
+        expected *= d
+    return True
+
+
+def _dense_source(obj: Any) -> Tensor:
+    from ._registry import asarray
+
+    t = asarray(obj)
+    if not t.is_dense:
+        d = t.descriptor
+        what = "quantized" if d.quantization is not None else d.layout.name
+        raise UnsupportedError(
+            f"split() cuts dense tensors; a {what} tensor has no element-addressable boxes "
+            "(densify it first, or build each shard's descriptor by hand)"
+        )
+    return t
+
+
+def split(
+    tensor: Any,
+    boxes: Iterable[BoxLike],
+    *,
+    replica_ids: Sequence[int] | None = None,
+    devices: Sequence[Device | tuple[int, int]] | None = None,
+    copy: bool | None = None,
+) -> ShardedTensor:
+    """Cut a dense tensor into shards, one per box.
+
+    ``tensor`` is an hb.Tensor or any native array :func:`hb.asarray` takes.
+    Each box is ``(offsets, sizes)``, a :class:`Box` or a tuple of slices;
+    together the boxes must tile the tensor (a box given twice becomes a
+    replica: its replica ids count up unless ``replica_ids`` says otherwise).
+    ``devices`` records where each shard belongs (its shard section; default
+    the tensor's own device); the memory does not move.
+
+    ``copy=None``: each shard is a view of the tensor's memory (row-major when
+    the box is a contiguous run, strided otherwise). Packed sub-byte elements
+    share bytes, so a box whose first or last element does not start or end a
+    byte is copied, and that shard says so (``copied``). ``copy=False`` raises
+    :class:`CopyRequiredError` instead; ``copy=True`` copies every shard into
+    fresh compact memory.
+    """
+    t = _dense_source(tensor)
+    shape = t.shape
+    gdesc = Descriptor(shape, t.dtype, padded=t.descriptor.padded)
+    box_list = [_as_box(b, shape, f"boxes[{i}]") for i, b in enumerate(boxes)]
+    if replica_ids is not None and len(replica_ids) != len(box_list):
+        raise FormatError(f"{len(replica_ids)} replica ids for {len(box_list)} boxes",
+                          field="replica_ids")
+    if devices is not None and len(devices) != len(box_list):
+        raise FormatError(f"{len(devices)} devices for {len(box_list)} boxes", field="devices")
+    counts: dict[Box, int] = {}
+    shards = []
+    for i, box in enumerate(box_list):
+        if replica_ids is not None:
+            rid = replica_ids[i]
+        else:
+            rid = counts.get(box, 0)
+            counts[box] = rid + 1
+        dev = Device(*devices[i]) if devices is not None else t.device
+        shard = Shard(shape, box.offsets, rid, dev.type, dev.id)
+        shards.append(_cut(t, box, shard, copy, f"boxes[{i}]"))
+    return ShardedTensor(gdesc, shards)
+
+
+def _cut(t: Tensor, box: Box, shard: Shard, copy: bool | None, where: str) -> Tensor:
+    dtype, padded = t.dtype, t.descriptor.padded
+    packed = dtype.is_subbyte and not padded
+    strides = t.strides if t.strides is not None else compact_strides(t.shape)
+    if box.is_empty:
+        return _strided_tensor(0, box.sizes, dtype, None, padded, shard, t.device, None,
+                               t.readonly, t.copied)
+    start = sum(o * s for o, s in zip(box.offsets, strides))
+    if packed:
+        # Packed tensors are always compact row-major, so a contiguous box is one run of bits.
+        run = _compact(box.sizes, strides)
+        end = start + box.volume
+        total = 1
+        for g in t.shape:
+            total *= g
+        aligned = (start * dtype.bits) % 8 == 0 and (end == total or (end * dtype.bits) % 8 == 0)
+        if run and aligned and not copy:
+            ptr = t.buffers[0].ptr + start * dtype.bits // 8
+            return _strided_tensor(ptr, box.sizes, dtype, None, padded, shard, t.device, t,
+                                   t.readonly, t.copied)
+        if copy is False:
+            why = ("is not one contiguous run" if not run
+                   else "starts or ends inside a byte another box shares")
+            raise CopyRequiredError(
+                f"{where}: box {box} of packed {dtype.name} {why}, so it cannot be a view; "
+                "pass copy=None to copy it, or split a padded tensor"
+            )
+        return _copy_packed_box(t, box, shard)
+    if not copy:
+        ptr = t.data_ptr + start * dtype.itemsize
+        return _strided_tensor(ptr, box.sizes, dtype, strides, padded, shard, t.device, t,
+                               t.readonly, t.copied)
+    out = _extract_dense([(Box(tuple(0 for _ in box.sizes), t.shape), t)], box, dtype, padded)
+    return _strided_tensor(out.buffers[0].ptr, box.sizes, dtype, None, padded, shard, Device(1, 0),
+                           out.owner, False, True)
+
+
+def _copy_packed_box(t: Tensor, box: Box, shard: Shard) -> Tensor:
+    np = _numpy("copy a packed sub-byte box")
+    pack_subbyte, unpack_subbyte = _subbyte_codecs()
+
+    _require_host(t, "copy a shard")
+    codes = unpack_subbyte(np.frombuffer(t.memoryview(), np.uint8),
+                           _volume(t.shape), t.dtype.bits).reshape(t.shape)
+    packed = pack_subbyte(codes[box.slices()], t.dtype.bits)
+    alloc = alloc_aligned(packed.nbytes)
+    assert alloc is not None  # the box is not empty
+    ctypes.memmove(alloc.ptr, packed.ctypes.data, packed.nbytes)
+    return _strided_tensor(alloc.ptr, box.sizes, t.dtype, None, False, shard, Device(1, 0),
+                           alloc, False, True)
+
+
+def _subbyte_codecs() -> tuple[Any, Any]:
+    """The NumPy adapter's sub-byte pack/unpack (one implementation of the bit order)."""
+    from ._registry import get_adapter
+
+    ad = get_adapter("numpy")
+    return ad.pack_subbyte, ad.unpack_subbyte
+
+
+def _volume(shape: Sequence[int]) -> int:
+    n = 1
+    for g in shape:
+        n *= g
+    return n
+
+
+def _numpy(why: str) -> Any:
+    try:
+        import numpy as np
+    except ImportError:
+        raise BackendNotAvailableError("numpy", "numpy", f"NumPy is needed to {why}") from None
+    return np
+
+
+def _require_host(t: Tensor, what: str) -> None:
+    if not t.device.is_host_accessible:
+        raise UnsupportedError(
+            f"cannot {what} on {t.device}: the bridge copies host memory only; move the shards "
+            "to the host with their framework first"
+        )
+
+
+# ----------------------------------------------------------------- assembly
+def _copy_strided(
+    dst: int, dst_strides: Sequence[int], src: int, src_strides: Sequence[int],
+    shape: Sequence[int], isz: int,
+) -> None:
+    """Copy a box of ``isz``-byte elements between two strided host layouts."""
+    if _volume(shape) == 0:
+        return
+    np = sys.modules.get("numpy")
+    if np is not None:
+        # NumPy is loaded in this process anyway: let it walk the strides in C.
+        def view(ptr: int, strides: Sequence[int], writeable: bool) -> Any:
+            base = np.frombuffer((ctypes.c_ubyte * 1).from_address(ptr), np.uint8, 1)
+            return np.lib.stride_tricks.as_strided(
+                base, shape=(*shape, isz), strides=(*(s * isz for s in strides), 1),
+                writeable=writeable)
+
+        view(dst, dst_strides, True)[...] = view(src, src_strides, False)
+        return
+    # Without NumPy: memmove the longest run that is contiguous on both sides.
+    k, run = len(shape), 1
+    while k > 0 and dst_strides[k - 1] == run and src_strides[k - 1] == run:
+        k -= 1
+        run *= shape[k]
+    nbytes = run * isz
+    for idx in itertools.product(*(range(n) for n in shape[:k])):
+        d_off = sum(i * s for i, s in zip(idx, dst_strides))
+        s_off = sum(i * s for i, s in zip(idx, src_strides))
+        ctypes.memmove(dst + d_off * isz, src + s_off * isz, nbytes)
+
+
+def _extract_dense(
+    pieces: list[tuple[Box, Tensor]], target: Box, dtype: DType, padded: bool,
+) -> Tensor:
+    """Copy the part of each (box, dense host tensor) inside ``target`` into a fresh tensor."""
+    out_shape = target.sizes
+    n = _volume(out_shape)
+    if dtype.is_subbyte and not padded:
+        return _extract_packed(pieces, target, dtype)
+    alloc = alloc_aligned(n * dtype.itemsize)
+    if alloc is None:
+        return Tensor._dense(0, out_shape, dtype, None, padded, Device(1, 0), None, False, True)
+    out_strides = compact_strides(out_shape)
+    isz = dtype.itemsize
+    for box, t in pieces:
+        common = box.intersect(target)
+        if common is None:
+            continue
+        _require_host(t, "assemble shards")
+        src_strides = t.strides if t.strides is not None else compact_strides(t.shape)
+        src = t.data_ptr + sum((c - o) * s for c, o, s in
+                               zip(common.offsets, box.offsets, src_strides)) * isz
+        dst = alloc.ptr + sum((c - o) * s for c, o, s in
+                              zip(common.offsets, target.offsets, out_strides)) * isz
+        _copy_strided(dst, out_strides, src, src_strides, common.sizes, isz)
+    return Tensor._dense(alloc.ptr, out_shape, dtype, None, padded, Device(1, 0), alloc, False,
+                         True)
+
+
+def _extract_packed(pieces: list[tuple[Box, Tensor]], target: Box, dtype: DType) -> Tensor:
+    # Packed elements share bytes: place them as one-per-byte codes, then pack once.
+    np = _numpy("assemble packed sub-byte shards")
+    pack_subbyte, unpack_subbyte = _subbyte_codecs()
+
+    codes = np.zeros(target.sizes, np.uint8)
+    for box, t in pieces:
+        common = box.intersect(target)
+        if common is None:
+            continue
+        _require_host(t, "assemble shards")
+        src = unpack_subbyte(np.frombuffer(t.memoryview(), np.uint8), box.volume,
+                             dtype.bits).reshape(box.sizes)
+        codes[tuple(slice(c - o, c - o + n) for c, o, n in
+                    zip(common.offsets, target.offsets, common.sizes))] = src[
+            tuple(slice(c - o, c - o + n) for c, o, n in
+                  zip(common.offsets, box.offsets, common.sizes))]
+    packed = pack_subbyte(codes, dtype.bits)
+    alloc = alloc_aligned(packed.nbytes)
+    if alloc is not None:
+        ctypes.memmove(alloc.ptr, packed.ctypes.data, packed.nbytes)
+    return Tensor._dense(alloc.ptr if alloc else 0, target.sizes, dtype, None, False,
+                         Device(1, 0), alloc, False, True)
+
+
+def _pieces(sharded: ShardedTensor) -> list[tuple[Box, Tensor]]:
+    out = []
+    for t in sharded.primary_shards():
+        if not t.is_dense:
+            d = t.descriptor
+            what = "quantized" if d.quantization is not None else d.layout.name
+            raise UnsupportedError(
+                f"cannot assemble a {what} shard (box {_box_of(t)}): assembly copies dense "
+                "elements; dequantize or densify the shards first"
+            )
+        out.append((_box_of(t), t))
+    return out
+
+
+def assemble(sharded: ShardedTensor, to: str = "numpy") -> Any:
+    """The global tensor as one dense, compact tensor: always a copy.
+
+    Each distinct box is read from its replica with the lowest replica id.
+    ``to`` names the result: ``"hurray"`` for an hb.Tensor, or any adapter
+    target (``"numpy"``, ``"torch"``, ...), handed the fresh 64-byte aligned
+    memory without a second copy. Shards must be dense and host-accessible.
+    """
+    if not isinstance(sharded, ShardedTensor):
+        raise TypeError(f"assemble() takes an hb.ShardedTensor, got {type(sharded).__name__}")
+    full = Box(tuple(0 for _ in sharded.shape), sharded.shape)
+    out = _extract_dense(_pieces(sharded), full, sharded.dtype, sharded.descriptor.padded)
+    if to in ("hurray", "hb"):
+        return out
+    from ._registry import get_adapter
+
+    return get_adapter(to).from_hurray(out)
+
+
+# ---------------------------------------------------------------------- JAX
+def _jax() -> Any:
+    try:
+        import jax
+    except ImportError:
+        raise BackendNotAvailableError("jax", "jax", "from_jax/to_jax need JAX") from None
+    return jax
+
+
+def _jax_device(dev: Any) -> Device:
+    """The DLPack device of a JAX device."""
+    platform = dev.platform
+    if platform == "cpu":
+        # JAX's __dlpack_device__ reports id 0 for every CPU device (jax 0.10); the
+        # device's own id is the one its DLPack capsules carry.
+        return Device(1, dev.id)
+    if platform in ("gpu", "cuda"):
+        return Device(2, getattr(dev, "local_hardware_id", None) or 0)
+    if platform == "rocm":
+        return Device(10, getattr(dev, "local_hardware_id", None) or 0)
+    raise UnsupportedError(
+        f"JAX {platform} device {dev} has no DLPack device type; shards on it cannot be "
+        "described (only cpu, cuda and rocm devices can)"
+    )
+
+
+def _jax_box(index: tuple[Any, ...], shape: tuple[int, ...]) -> Box:
+    return _as_box(tuple(index), shape, "jax shard index")
+
+
+def _jax_packs_subbyte(platform: str) -> bool:
+    """Whether JAX stores int4-like elements two per byte on ``platform`` (probed once)."""
+    cached = _SUBBYTE_PACKED.get(platform)
+    if cached is not None:
+        return cached
+    if platform != "cpu":
+        packed = True  # XLA's GPU backend packs S4/U4 two per byte; device memory is not probed
+    else:
+        jax = _jax()
+        np = _numpy("probe JAX's int4 storage")
+        import ml_dtypes
+
+        probe = jax.device_put(np.array([1, 2], ml_dtypes.int4), jax.devices("cpu")[0])
+        probe.block_until_ready()
+        first = ctypes.c_ubyte.from_address(probe.unsafe_buffer_pointer()).value
+        if first not in (0x21, 0x01):
+            raise UnsupportedError(
+                f"JAX stores int4 [1, 2] as byte 0x{first:02x}: neither packed nor one per byte"
+            )
+        # jax 0.10 (XLA CPU) packs, LSB first, as Hurray does; older releases did not.
+        packed = first == 0x21
+    _SUBBYTE_PACKED[platform] = packed
+    return packed
+
+
+_SUBBYTE_PACKED: dict[str, bool] = {}
+
+
+def _from_jax_shard(data: Any, dtype: DType, padded: bool) -> Tensor:
+    """A zero-copy hb.Tensor over one single-device jax.Array."""
+    from . import _capsule
+    from .tensor import from_dlview
+
+    dev = _jax_device(next(iter(data.devices())))
+    if not dtype.is_subbyte:
+        # DLPack: the capsule holds a reference that keeps JAX from freeing or
+        # donating the buffer while we look at it.
+        view = _capsule.consume_capsule(_capsule.request_capsule(data))
+        return from_dlview(view, data if not dev.is_host_accessible else None)
+    # JAX has no DLPack form for int4 and the other sub-byte types ("XLA type S4 has
+    # no DLPack equivalent", jax 0.10): take the buffer pointer, keep the array as owner.
+    n = _volume(data.shape)
+    ptr = data.unsafe_buffer_pointer() if n else 0
+    return Tensor._dense(ptr, tuple(data.shape), dtype, None, padded, dev, data, True, False,
+                         data if not dev.is_host_accessible else None)
+
+
+def from_jax(x: Any) -> ShardedTensor:
+    """A ``jax.Array`` (sharded over any number of devices) as a :class:`ShardedTensor`.
+
+    One shard per addressable shard of ``x``, zero-copy: each shard's buffer is
+    the device buffer of ``x.addressable_shards[i].data`` (its pointer), its
+    box comes from the shard's index, its replica id and device from JAX. The
+    shards are read-only (JAX arrays are immutable) and keep the JAX buffers
+    alive; do not ``delete()`` or donate ``x`` while they are in use.
+    """
+    jax = _jax()
+    if not isinstance(x, jax.Array):
+        raise TypeError(f"from_jax() takes a jax.Array, got {type(x).__name__}")
+    if not x.is_fully_addressable:
+        raise UnsupportedError(
+            "this jax.Array spans several processes; a ShardedTensor needs every shard in "
+            "this process (convert x.addressable_shards one by one instead)"
+        )
+    from ._registry import get_adapter
+
+    np = _numpy("read JAX element types")
+    dtype = get_adapter("numpy").dtype_of(np.dtype(x.dtype))
+    platform = next(iter(x.devices())).platform
+    padded = dtype.is_subbyte and not _jax_packs_subbyte(platform)
+    shape = tuple(int(d) for d in x.shape)
+    shards, origin = [], []
+    for s in x.addressable_shards:
+        box = _jax_box(s.index, shape)
+        t = _from_jax_shard(s.data, dtype, padded)
+        dev = _jax_device(s.device)
+        shard = Shard(shape, box.offsets, int(s.replica_id), dev.type, dev.id)
+        st = _strided_tensor(t.data_ptr, box.sizes, dtype, t.strides, padded, shard, dev, t,
+                             True, False)
+        if not dev.is_host_accessible:
+            st._source = s.data  # device memory: DLPack export forwards to JAX for stream sync
+        shards.append(st)
+        origin.append(s.data)
+    out = ShardedTensor(Descriptor(shape, dtype, padded=padded), shards)
+    out._origin = tuple(origin)
+    return out
+
+
+def to_jax(sharded: ShardedTensor, sharding: Any, *, copy: bool | None = None) -> Any:
+    """A ``jax.Array`` with ``sharding`` (any ``jax.sharding.Sharding``) over the shards.
+
+    Built with ``jax.make_array_from_single_device_arrays``. For each device
+    the sharding names, the shard with the same box is handed to JAX without a
+    copy when it can be: the original JAX buffer when ``sharded`` came from
+    :func:`from_jax` and the device matches, else a DLPack import onto that
+    device (zero-copy on CPU for 64-byte aligned, row-major memory). A copy is
+    made, and reported with :class:`hb.CopyWarning`, when JAX would copy
+    (unaligned or strided memory, sub-byte types), when a box of the target
+    sharding is not a box of ``sharded`` (resharding), or when one buffer would
+    back two devices. ``copy=False`` raises instead; ``copy=True`` always copies.
+    """
+    jax = _jax()
+    from ._registry import CopyWarning, get_adapter
+
+    if not isinstance(sharded, ShardedTensor):
+        raise TypeError(f"to_jax() takes an hb.ShardedTensor, got {type(sharded).__name__}")
+    shape = sharded.shape
+    dtype = sharded.dtype
+    np_adapter = get_adapter("numpy")
+    if dtype.itemsize == 8 and not jax.config.jax_enable_x64 and not dtype.is_subbyte:
+        raise UnsupportedError(
+            f"JAX would truncate {dtype.name} to 32 bits because 64-bit types are disabled; "
+            "enable them with jax.config.update('jax_enable_x64', True)"
+        )
+    np_adapter.native_dtype(dtype)  # a type NumPy (and so JAX) lacks fails here, by name
+    by_box: dict[Box, list[int]] = {}
+    for i, b in enumerate(sharded.boxes):
+        by_box.setdefault(b, []).append(i)
+    used: set[int] = set()  # buffers already handed to JAX without a copy
+    arrays = []
+    copies: list[str] = []
+    for jdev, index in sharding.addressable_devices_indices_map(shape).items():
+        box = _jax_box(index, shape)
+        want = _jax_device(jdev)
+        # Prefer the shard that already lives on this device, then the lowest replica id.
+        candidates = sorted(by_box.get(box, []), key=lambda i: (
+            sharded.shards[i].device != want, _replica(sharded.shards[i])))
+        reason = None if candidates else (
+            f"box {box} of the target sharding is not a box of the shards (resharding)")
+        arr = None
+        for i in candidates if not copy else ():
+            t = sharded.shards[i]
+            origin = sharded._origin[i] if sharded._origin is not None else None
+            if origin is not None and next(iter(origin.devices())) == jdev and (
+                    not t.nbytes or origin.unsafe_buffer_pointer() == t.data_ptr):
+                # The very array from_jax() took: no import at all. (JAX on CPU may
+                # itself back two replicas with one host buffer; that is its choice.)
+                arr = origin
+            elif t.nbytes and t.buffers[0].ptr in used:
+                reason = (f"box {box} would back two devices with one buffer; JAX needs "
+                          "one buffer per device")
+                continue
+            else:
+                arr, reason = _import_zero_copy(jax, t, jdev, want)
+            if arr is not None:
+                if t.nbytes:
+                    used.add(t.buffers[0].ptr)
+                break
+        if arr is None:
+            if copy is False:
+                raise CopyRequiredError(f"to_jax(copy=False) needs a copy: {reason}")
+            copies.append(reason or "copy=True")
+            pieces = ([(sharded.boxes[candidates[0]], sharded.shards[candidates[0]])]
+                      if candidates else _pieces(sharded))
+            dense = _extract_dense(pieces, box, dtype, sharded.descriptor.padded)
+            # NumPy holds sub-byte elements one per byte: a packed box is unpacked here.
+            native = np_adapter.from_hurray(
+                dense, copy=True if dtype.is_subbyte and not sharded.descriptor.padded else False)
+            arr = jax.device_put(native, jdev)
+        arrays.append(arr)
+    if copies and copy is None:
+        reasons = sorted(set(copies))
+        warnings.warn(f"copied for jax: {len(copies)} of {len(arrays)} shards: "
+                      + "; ".join(reasons), CopyWarning, stacklevel=2)
+    return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
+
+
+def _import_zero_copy(jax: Any, t: Tensor, jdev: Any, want: Device) -> tuple[Any, str | None]:
+    """Hand one dense shard to JAX on ``jdev`` without a copy: (array, None) or (None, why)."""
+    if not t.is_dense:
+        return None, f"a {t.descriptor.layout.name} shard has no JAX form without a copy"
+    if t.dtype.is_subbyte:
+        return None, f"JAX has no zero-copy import for {t.dtype.name}"
+    if t.strides is not None:
+        return None, f"JAX imports row-major memory only; the shard has strides {list(t.strides)}"
+    if t.device != want and not (t.device.is_host_accessible and want.type == 1):
+        return None, f"the shard is on {t.device}, the sharding puts its box on {want}"
+    if t.nbytes and want.type == 1 and t.data_ptr % 64:
+        return None, "JAX copies CPU memory that is not 64-byte aligned"
+    # Relabel host memory with the target CPU device: JAX places a DLPack import on
+    # the device its capsule names (it reports every CPU device as id 0 itself).
+    view = Tensor(Descriptor(t.shape, t.dtype, padded=t.descriptor.padded), t.buffers,
+                  device=want, owner=t, readonly=t.readonly)
+    arr = jax.dlpack.from_dlpack(view, device=jdev)
+    if t.nbytes and arr.unsafe_buffer_pointer() != t.data_ptr:
+        return None, "JAX copied the buffer on import"
+    return arr, None
