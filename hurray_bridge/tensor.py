@@ -515,7 +515,9 @@ def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM)
         # legacy default stream instead, which every producer must accept.
         capsule = _capsule.request_capsule(obj, stream=None)
     view = _capsule.consume_capsule(capsule)
-    if (view.device_type, view.device_id) != dev and dev.type not in (3, 11):
+    if (view.device_type, view.device_id) != dev and dev.type not in (3, 11) and not (
+        dev.type == view.device_type == 1  # jax labels cpu:k arrays (1, 0) outside, (1, k) inside
+    ):
         # Pinned-host producers (torch) report kDLCUDAHost but put kDLCPU in the capsule.
         raise FormatError(
             f"__dlpack_device__ says {dev} but the capsule says "

@@ -25,15 +25,18 @@ np = pytest.importorskip("numpy")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import jax.numpy as jnp  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from jax.experimental.layout import Format, Layout  # noqa: E402
-
 from hurray_bridge.adapters import jax as hj  # noqa: E402
 from hurray_bridge.adapters import numpy as hnp  # noqa: E402
+from jax.experimental.layout import Format, Layout  # noqa: E402
 
 import hurray_bridge as hb  # noqa: E402
 from hurray_bridge import _capsule  # noqa: E402
+
+try:  # the GPU machine may lack hypothesis: only the property tests need it
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover
+    given = None  # type: ignore[assignment]
 from hurray_bridge.tensor import CPU, Tensor  # noqa: E402
 
 X64 = {hb.int64, hb.uint64, hb.float64, hb.complex128}
@@ -49,6 +52,16 @@ def _ids(v: object) -> str:
     if isinstance(v, tuple):
         return f"rank{len(v)}" if len(v) > 8 else "x".join(map(str, v)) or "scalar"
     return str(v)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_by_default(request: pytest.FixtureRequest) -> Iterator[None]:
+    """CPU tests stay on the CPU on a machine whose default JAX device is a GPU."""
+    if request.cls is not None and request.cls.__name__ == "TestGPU":
+        yield
+        return
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
 
 
 @pytest.fixture
@@ -140,7 +153,7 @@ def test_unknown_dtype_names_type_and_framework() -> None:
 
 
 def test_to_hurray_refuses_non_jax_objects() -> None:
-    with pytest.raises(hb.UnsupportedError, match="expected a jax.Array"):
+    with pytest.raises(hb.UnsupportedError, match=r"expected a jax\.Array"):
         hj.to_hurray(np.zeros(3))
 
 
@@ -285,6 +298,21 @@ def test_to_hurray_refuses_tracers() -> None:
 
     f(jnp.ones(3))
     assert seen
+
+
+def test_device_export_path_on_cpu_arrays() -> None:
+    """The DLPack export used for GPU arrays, exercised on CPU arrays (no GPU needed)."""
+    x = _jax_array(hb.float32, (3, 4))
+    t = hj._to_hurray_gpu(x, hb.float32, None)
+    assert t.data_ptr == x.unsafe_buffer_pointer() and t.readonly and not t.copied
+    assert t.device == CPU and t.owner.array is x
+    assert np.array_equal(_tensor_codes(t), _codes(x))
+    assert hj.from_hurray(t) is x
+    c = hj._to_hurray_gpu(x, hb.float32, True)
+    assert c.copied and c.data_ptr != t.data_ptr
+    assert np.array_equal(_tensor_codes(c), _codes(x))
+    with pytest.raises(hb.UnsupportedError, match=r"int4 .* no DLPack"):
+        hj._to_hurray_gpu(_jax_array(hb.int4, (3,)), hb.int4, None)
 
 
 def test_asarray_and_convert_use_the_adapter() -> None:
@@ -475,49 +503,77 @@ def test_alignment_prediction_matches_jax(offset: int) -> None:
     assert bool([x for x in w if issubclass(x.category, hb.CopyWarning)]) is not zero_copy
 
 
-@st.composite
-def _views(draw: st.DrawFn) -> np.ndarray:
-    rank = draw(st.integers(1, 4))
-    shape = tuple(draw(st.integers(1, 4)) for _ in range(rank))
-    a = _random_numpy(hb.int16, shape, seed=draw(st.integers(0, 99)))
-    index = []
-    for d in shape:
-        step = draw(st.sampled_from([1, 1, 2, -1, -2]))
-        start = draw(st.integers(0, d - 1)) if draw(st.booleans()) else None
-        index.append(slice(start, None, step))
-    view = a[tuple(index)]
-    if draw(st.booleans()):
-        view = view.transpose(draw(st.permutations(range(view.ndim))))
-    if draw(st.booleans()):
-        view = np.expand_dims(view, draw(st.integers(0, view.ndim)))
-    if draw(st.booleans()) and view.ndim:
-        axis = draw(st.integers(0, view.ndim - 1))
-        if view.shape[axis] == 1:
-            view = np.broadcast_to(view, view.shape[:axis] + (3,) + view.shape[axis + 1 :])
-    return view
+if given is not None:
+
+    @st.composite
+    def _views(draw: st.DrawFn) -> np.ndarray:
+        rank = draw(st.integers(1, 4))
+        shape = tuple(draw(st.integers(1, 4)) for _ in range(rank))
+        a = _random_numpy(hb.int16, shape, seed=draw(st.integers(0, 99)))
+        index = []
+        for d in shape:
+            step = draw(st.sampled_from([1, 1, 2, -1, -2]))
+            start = draw(st.integers(0, d - 1)) if draw(st.booleans()) else None
+            index.append(slice(start, None, step))
+        view = a[tuple(index)]
+        if draw(st.booleans()):
+            view = view.transpose(draw(st.permutations(range(view.ndim))))
+        if draw(st.booleans()):
+            view = np.expand_dims(view, draw(st.integers(0, view.ndim)))
+        if draw(st.booleans()) and view.ndim:
+            axis = draw(st.integers(0, view.ndim - 1))
+            if view.shape[axis] == 1:
+                view = np.broadcast_to(view, (*view.shape[:axis], 3, *view.shape[axis + 1 :]))
+        return view
 
 
-@settings(max_examples=150, deadline=None)
-@given(_views())
-def test_stride_prediction_matches_jax(view: np.ndarray) -> None:
-    """The adapter says 'zero-copy' exactly when JAX aliases the memory."""
-    t = hnp.to_hurray(view)
-    predicted = hj._strides_importable(t.shape, t.strides)
-    try:
-        z = jnp.from_dlpack(t, copy=False)
-        jax_aliases = _ptr(z) == t.data_ptr
-    except Exception:
-        jax_aliases = False
-    if view.size:
-        assert predicted is jax_aliases, (view.shape, t.strides)
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        y = hj.from_hurray(t)
-    copied = bool([x for x in w if issubclass(x.category, hb.CopyWarning)])
-    assert copied is (bool(view.size) and not predicted)
-    if view.size:
-        assert (_ptr(y) == t.data_ptr) is predicted
-    assert np.array_equal(np.asarray(y), view)
+    @settings(max_examples=150, deadline=None)
+    @given(_views())
+    def test_stride_prediction_matches_jax(view: np.ndarray) -> None:
+        """The adapter reports a copy exactly when JAX would not alias the memory
+        (strides and alignment together, as NumPy views give them)."""
+        t = hnp.to_hurray(view)
+        predicted = hj._strides_importable(t.shape, t.strides) and t.data_ptr % 64 == 0
+        try:
+            jax_aliases = _ptr(jnp.from_dlpack(t, copy=False)) == t.data_ptr
+        except Exception:
+            jax_aliases = False
+        if view.size:
+            assert predicted is jax_aliases, (view.shape, t.strides, t.data_ptr % 64)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            y = hj.from_hurray(t)
+        copied = bool([x for x in w if issubclass(x.category, hb.CopyWarning)])
+        assert copied is (bool(view.size) and not predicted)
+        if view.size:
+            assert (_ptr(y) == t.data_ptr) is predicted
+        assert np.array_equal(np.asarray(y), view)
+
+
+    @settings(max_examples=150, deadline=None)
+    @given(_views())
+    def test_stride_rule_alone_matches_jax(view: np.ndarray) -> None:
+        """The same strides over an aligned element 0: only the stride rule decides."""
+        isz = view.itemsize
+        strides = tuple(s // isz for s in view.strides)
+        buf = _aligned(8192)
+        buf[:] = np.arange(8192, dtype=np.uint8)
+        ptr = buf.ctypes.data + 4096  # room behind element 0 for negative strides
+        t = Tensor._dense(ptr, view.shape, hb.int16, strides, False, CPU, buf, False, False)
+        want = np.lib.stride_tricks.as_strided(
+            buf[4096:].view(np.int16), view.shape, view.strides, writeable=False)
+        predicted = hj._strides_importable(view.shape, strides)
+        try:
+            jax_aliases = _ptr(jnp.from_dlpack(t, copy=False)) == ptr
+        except Exception:
+            jax_aliases = False
+        assert predicted is jax_aliases, (view.shape, strides)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            y = hj.from_hurray(t)
+        assert bool([x for x in w if issubclass(x.category, hb.CopyWarning)]) is not predicted
+        assert (_ptr(y) == ptr) is predicted
+        assert np.array_equal(np.asarray(y), want)
 
 
 def test_copy_true_always_copies() -> None:
@@ -611,8 +667,9 @@ def test_several_cpu_devices_and_sharding_in_a_fresh_process() -> None:
 
 def test_refuses_sparse_tensors() -> None:
     d = hb.Descriptor([3, 4], hb.float32, layout=hb.Layout.CSR, sparse=hb.Sparse(0))
-    bufs = [(s.role, 0, 0) for s in d.buffer_layout()]
-    t = Tensor(d, bufs, owner=None)
+    mem = _aligned(256)
+    bufs = [(s.role, mem.ctypes.data if s.nbytes else 0, s.nbytes) for s in d.buffer_layout()]
+    t = Tensor(d, bufs, owner=mem)
     with pytest.raises(hb.UnsupportedError, match="CSR"):
         hj.from_hurray(t)
 
@@ -721,34 +778,81 @@ def test_jax_array_keeps_hurray_source_alive(no_copy_warnings: None) -> None:
 # ----------------------------------------------------------------------- GPU
 @pytest.mark.skipif(not GPU, reason="needs a JAX GPU device")
 class TestGPU:
+    @staticmethod
+    def _gpu() -> Any:
+        return jax.devices("gpu")[0]
+
+    @staticmethod
+    def _device_bytes(t: hb.Tensor) -> bytes:
+        """The raw bytes of a CUDA tensor, read through torch (not through JAX)."""
+        torch = pytest.importorskip("torch")
+        raw = Tensor._dense(t.data_ptr, (t.nbytes,), hb.uint8, None, False, t.device, t, True,
+                            False)
+        return bytes(torch.from_dlpack(raw).cpu().numpy())
+
     def test_to_hurray_gpu_keeps_source(self) -> None:
-        x = jnp.arange(24, dtype=jnp.float32, device=jax.devices("gpu")[0]).reshape(4, 6)
+        x = jax.device_put(jnp.arange(24, dtype=jnp.float32).reshape(4, 6), self._gpu())
         t = hj.to_hurray(x)
-        assert t.device.type == 2 and t.readonly and t.data_ptr == x.unsafe_buffer_pointer()
-        y = jnp.from_dlpack(t)
-        assert y.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()
+        assert t.device.type == 2 and t.readonly and not t.copied
+        assert t.data_ptr == x.unsafe_buffer_pointer()
+        assert jnp.from_dlpack(t).unsafe_buffer_pointer() == x.unsafe_buffer_pointer()
         assert hj.from_hurray(t) is x
-        z = hj.from_hurray(t.__class__._dense(t.data_ptr, t.shape, t.dtype, None, False,
-                                              t.device, t.owner, True, False, x))
-        assert z.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()
-        c = hj.to_hurray(x, copy=True)
-        assert c.copied and c.data_ptr != t.data_ptr
-        assert np.array_equal(np.asarray(hj.from_hurray(c)), np.asarray(x))
+        assert self._device_bytes(t) == np.arange(24, dtype=np.float32).tobytes()
+        # A tensor that is not our own export: imported through the forwarded capsule.
+        other = Tensor._dense(t.data_ptr, t.shape, t.dtype, None, False, t.device, t, True,
+                              False, x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", hb.CopyWarning)
+            y = hj.from_hurray(other)
+        assert y.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()
+        c = hj.from_hurray(other, copy=True)
+        assert c.unsafe_buffer_pointer() != x.unsafe_buffer_pointer()
+        assert np.array_equal(np.asarray(c), np.asarray(x))
+        tc = hj.to_hurray(x, copy=True)
+        assert tc.copied and tc.data_ptr != t.data_ptr
+        with pytest.warns(hb.CopyWarning, match="moving"):
+            h = hj.from_hurray(other, device="cpu")
+        assert h.devices() == {jax.devices("cpu")[0]}
+        assert np.array_equal(np.asarray(h), np.asarray(x))
+        with pytest.raises(hb.CopyRequiredError):
+            hj.from_hurray(other, device="cpu", copy=False)
+
+    def test_gpu_bfloat16_and_float8(self) -> None:
+        for d in (hb.bfloat16, hb.float8_e4m3fn, hb.bool8):
+            a = _random_numpy(d, (5, 7), seed=d.tag)
+            x = jax.device_put(a, self._gpu())
+            t = hj.to_hurray(x)
+            assert t.data_ptr == x.unsafe_buffer_pointer() and t.dtype is d
+            assert self._device_bytes(t) == a.tobytes()
 
     def test_gpu_subbyte(self) -> None:
-        x = jnp.arange(6, dtype=jnp.int4, device=jax.devices("gpu")[0])
+        x = jax.device_put(jnp.arange(6, dtype=jnp.int4), self._gpu())
         with pytest.raises(hb.UnsupportedError, match="int4"):
             hj.to_hurray(x)
+        # float4 has a DLPack code: check that the GPU bytes are Hurray's packed form.
+        vals = np.array([0.5, 1, -1.5, 6, 0, -0.0, 3], ml_dtypes.float4_e2m1fn)
+        x4 = jax.device_put(vals, self._gpu())
+        t = hj.to_hurray(x4)
+        assert t.dtype is hb.float4_e2m1fn and not t.descriptor.padded and t.nbytes == 4
+        got = np.frombuffer(self._device_bytes(t), np.uint8)
+        assert np.array_equal(hnp.unpack_subbyte(got, 7, 4), vals.view(np.uint8))
 
     def test_torch_cuda_to_jax(self) -> None:
         torch = pytest.importorskip("torch")
         if not torch.cuda.is_available():
             pytest.skip("torch has no CUDA")
         src = torch.arange(40, dtype=torch.float32, device="cuda").reshape(5, 8)
-        y = hb.convert(src, "jax")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", hb.CopyWarning)
+            y = hb.convert(src, "jax")
         assert y.unsafe_buffer_pointer() == src.data_ptr()
         assert np.array_equal(np.asarray(y), src.cpu().numpy())
+        tr = hb.convert(src.T, "jax")  # a permutation of compact: aliased
+        assert tr.unsafe_buffer_pointer() == src.data_ptr()
+        assert np.array_equal(np.asarray(tr), src.T.cpu().numpy())
         with pytest.raises(hb.UnsupportedError, match="contiguous"):
             hb.convert(src[:, :3], "jax")
-        host = hj.from_hurray(hb.asarray(src), device="cpu")
-        assert host.devices() == set(jax.devices("cpu")[:1])
+        with pytest.warns(hb.CopyWarning):
+            host = hj.from_hurray(hb.asarray(src), device="cpu")
+        assert host.devices() == {jax.devices("cpu")[0]}
+        assert np.array_equal(np.asarray(host), src.cpu().numpy())

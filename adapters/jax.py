@@ -1,0 +1,579 @@
+"""JAX adapter: ``jax.Array`` <-> ``hb.Tensor``.
+
+Export (``to_hurray``). A CPU array is described from its own buffer, no copy:
+
+* Types the Python buffer protocol knows (bool, ints, uints, float16/32/64,
+  complex) are pinned with ``memoryview(x)``. That waits for the value (JAX
+  dispatch is asynchronous) and takes a PjRt *external reference*: while it
+  lives, ``x.delete()`` and buffer donation cannot free or reuse the memory
+  (JAX copies instead of donating). A bare ``unsafe_buffer_pointer()`` takes no
+  such hold and reads freed memory after ``x.delete()`` (a segfault with
+  jax 0.10.2). ~1.5 us per array, against ~11 us for ``hb.from_dlpack(x)``.
+* bfloat16, float8 and float4_e2m1fn have no buffer-protocol format; they go
+  through JAX's DLPack export, which takes the same hold.
+* int4/uint4/int2/uint2 have neither (XLA "S4 has no DLPack equivalent"), so
+  the tensor points at ``x.unsafe_buffer_pointer()`` with ``x`` as its owner:
+  garbage collection is safe, but **donating or deleting ``x`` while the
+  tensor lives leaves it dangling** (no API exists to pin such a buffer).
+
+XLA:CPU stores int4/uint4/int2/uint2/float4_e2m1fn **packed** (LSB first,
+across the whole tensor: Hurray's packed form), not one element per byte as
+ml_dtypes does; JAX's own ``nbytes`` still counts one byte per element. The
+adapter checks this once per type with a probe array instead of assuming it.
+Arrays JAX gives a non-default layout (``jax.experimental.layout``) are
+exported with the matching strides. GPU arrays go through
+JAX's DLPack export and keep the array as the tensor's *source*, so consumers'
+``__dlpack__(stream=...)`` requests are forwarded to JAX, which synchronises.
+
+Import (``from_hurray``). ``jax.numpy.from_dlpack(t)`` aliases host memory only
+when the pointer is aligned (64 bytes on XLA:CPU, openxla/xla#16505) and the
+strides are compact or a permutation of compact (xla ``StridesToLayout``);
+otherwise JAX copies silently or fails. The adapter predicts both before it
+calls JAX, so every copy is reported (``CopyWarning``) or refused
+(``copy=False``). JAX cannot import the sub-byte types over DLPack at all
+(int4 family: no mapping; float4: "PjRt CPU buffers only support default
+layout" even for JAX's own export), so those take an explicit copy through
+ml_dtypes and ``jax.device_put``; 1-bit bool is unpacked to bool the same way.
+64-bit types are refused while ``jax_enable_x64`` is off, because JAX would
+narrow them silently (jax-ml/jax#11895).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hurray_bridge import _capsule
+from hurray_bridge._registry import warn_copy
+from hurray_bridge.descriptor import MAX_RANK
+from hurray_bridge.dtypes import DType, native_types
+from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
+from hurray_bridge.tensor import CPU, Device, Tensor
+
+from .numpy import pack_subbyte, unpack_subbyte
+
+__all__ = ["dtype_of", "from_hurray", "native_dtype", "to_hurray"]
+
+NAME = "jax"
+
+# Element types the Python buffer protocol of a jax.Array accepts (jaxlib refuses
+# BF16, F8*, F4 and S4/U4/S2/U2 with "not supported by the Python buffer protocol").
+_BUFFER_PROTOCOL = frozenset({
+    "bool8", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128",
+})
+# Types XLA has no DLPack code for (xla/python/dlpack_types: S4, U4, S2, U2 unmapped).
+_NO_DLPACK = frozenset({"int4", "uint4", "int2", "uint2"})
+# Types jax.numpy.from_dlpack cannot import on this JAX (see the module docstring).
+_IMPORT_BY_COPY = frozenset({"bool", "int4", "uint4", "int2", "uint2", "float4_e2m1fn"})
+# Types JAX narrows to 32 bits while jax_enable_x64 is off.
+_X64 = frozenset({"int64", "uint64", "float64", "complex128"})
+
+# DLPack device type -> the JAX backend that imports it (mirrors jax/_src/dlpack.py).
+_DL_TO_BACKEND = {1: "cpu", 2: "cuda", 3: "cuda", 10: "rocm", 11: "rocm", 13: "cuda"}
+_GPU_NAMES = {"gpu": "gpu", "cuda": "gpu", "rocm": "gpu"}
+
+
+def _resolve(name: str) -> Any:
+    t = getattr(jnp, name, None)
+    return None if t is None else np.dtype(t)
+
+
+@lru_cache(maxsize=1)
+def _tables() -> tuple[dict[DType, np.dtype], dict[np.dtype, DType]]:
+    to_jax = native_types("jax", _resolve)
+    return to_jax, {v: k for k, v in to_jax.items()}
+
+
+def native_dtype(dtype: DType) -> np.dtype:
+    """The dtype a JAX array of Hurray element type ``dtype`` has."""
+    try:
+        return _tables()[0][dtype]
+    except KeyError:
+        raise UnsupportedError(f"JAX has no dtype for {dtype.name}") from None
+
+
+_from_jax: dict[Any, DType] = {}
+
+
+def dtype_of(dt: Any) -> DType:
+    """The Hurray element type of a JAX dtype."""
+    try:
+        return _from_jax[dt]
+    except (KeyError, TypeError):
+        pass
+    try:
+        d = _from_jax[dt] = _tables()[1][dt]
+        return d
+    except (KeyError, TypeError):
+        raise UnsupportedError(
+            f"JAX dtype {dt} has no Hurray element type (supported: "
+            f"{', '.join(sorted(d.name for d in _tables()[0]))})"
+        ) from None
+
+
+class _JaxOwner:
+    """Keeps an exported jax.Array alive, and the PjRt hold on its buffer when there is one."""
+
+    __slots__ = ("__weakref__", "array", "hold")
+
+    def __init__(self, array: jax.Array, hold: object) -> None:
+        self.array = array
+        self.hold = hold
+
+    def __repr__(self) -> str:
+        kind = "unpinned" if self.hold is None else type(self.hold).__name__
+        return f"<jax.Array hold ({kind}) {self.array.dtype}{list(self.array.shape)}>"
+
+
+# ------------------------------------------------------------------ probes (cached)
+_packed_on_host: dict[str, bool] = {}
+
+
+def _host_subbyte_packed(dtype: DType) -> bool:
+    """Whether XLA:CPU stores ``dtype`` packed (True) or one element per byte (False).
+
+    jax 0.10.2 packs all of them although ``nbytes`` and the layout's
+    ``sub_byte_element_size_in_bits`` (0) suggest otherwise: read it back once.
+    """
+    packed = _packed_on_host.get(dtype.name)
+    if packed is None:
+        packed = _packed_on_host[dtype.name] = _probe_subbyte(dtype)
+    return packed
+
+
+def _probe_subbyte(dtype: DType) -> bool:
+    per = 8 // dtype.bits
+    codes = np.array([(i % ((1 << dtype.bits) - 1)) + 1 for i in range(per)], np.uint8)
+    probe = jax.device_put(codes.view(native_dtype(dtype)), jax.local_devices(backend="cpu")[0])
+    probe.block_until_ready()
+    first = ctypes.string_at(probe.unsafe_buffer_pointer(), 1)[0]
+    if first == int(pack_subbyte(codes, dtype.bits)[0]):
+        return True
+    if first == int(codes[0]):
+        return False
+    raise UnsupportedError(
+        f"cannot tell how this JAX stores {dtype.name} on the CPU (first byte 0x{first:02x} "
+        "is neither the packed nor the padded encoding); please report it"
+    )
+
+
+@lru_cache(maxsize=1)
+def _cpu_alignment() -> int:
+    """The pointer alignment below which JAX's CPU DLPack import copies (64 on jax 0.10).
+
+    Measured once with ``copy=False`` imports (which fail rather than copy) at
+    pointers with exactly 1, 2, 4 ... 256 bytes of alignment.
+    """
+    from .numpy import to_hurray as np_to_hurray
+
+    raw = np.zeros(1024, np.uint8)
+    base = -raw.ctypes.data % 512  # offset of a 512-aligned address inside raw
+    for align in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        t = np_to_hurray(raw[base + align : base + align + 1])
+        try:
+            jnp.from_dlpack(t, copy=False)
+        except ValueError:
+            continue
+        return align
+    return 512
+
+
+def _strides_importable(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> bool:
+    """Whether JAX's DLPack import takes these strides without copying.
+
+    xla/python/dlpack_strides.cc (StridesToLayout): the strides, sorted, must be
+    exactly compact for the dimensions larger than 1 - a permutation of row-major
+    is fine; gaps, broadcast (0) and negative strides are refused.
+    """
+    if strides is None:
+        return True
+    expected = 1
+    for s, d in sorted((s, d) for d, s in zip(shape, strides, strict=True) if d != 1):
+        if s != expected:
+            return False
+        expected *= d
+    return True
+
+
+# ----------------------------------------------------------------------- to Hurray
+_checked_types: set[type] = set()
+_sharding_platform: dict[Any, str] = {}
+_layout_perm: dict[Any, tuple[tuple[int, ...], bool, bool]] = {}
+
+
+def _check_array(x: Any) -> None:
+    tp = type(x)
+    if tp in _checked_types:
+        return
+    if not isinstance(x, jax.Array):
+        raise UnsupportedError(
+            f"expected a jax.Array, got {tp.__module__}.{tp.__qualname__}; "
+            "use hb.asarray() for other objects"
+        )
+    if isinstance(x, jax.core.Tracer):
+        raise UnsupportedError(
+            "cannot export a traced JAX value (inside jit/grad/vmap it has no memory); "
+            "export the concrete array outside the transformation"
+        )
+    _checked_types.add(tp)
+
+
+def _platform_of(x: jax.Array) -> str:
+    sharding = x.sharding
+    platform = _sharding_platform.get(sharding)
+    if platform is None:
+        devices = sharding.device_set
+        if len(devices) != 1:
+            raise UnsupportedError(
+                f"this jax.Array lives on {len(devices)} devices ({sharding}); hurray_bridge "
+                "exports single-device arrays (sharded export is not implemented yet): "
+                "gather it first, e.g. jax.device_put(x, jax.devices()[0])"
+            )
+        if not x.is_fully_addressable:
+            raise UnsupportedError(
+                "this jax.Array is not fully addressable from this process (multi-process "
+                "sharding); export the local shards (x.addressable_shards) one by one"
+            )
+        device: Any = next(iter(devices))
+        platform = device.platform
+        if len(_sharding_platform) > 256:
+            _sharding_platform.clear()
+        _sharding_platform[sharding] = platform
+    return platform
+
+
+def _layout_strides(x: jax.Array) -> tuple[int, ...] | bool | None:
+    """Element strides of x's device layout: None when row-major, False when untileable.
+
+    The PjRt layout object is cached (reading ``x.format`` costs ~1.5 us).
+    """
+    key = getattr(x, "_pjrt_layout", None)  # private but cheap; the public path is x.format
+    entry = _layout_perm.get(key) if key is not None else None
+    if entry is None:
+        layout = x.format.layout  # type: ignore[attr-defined]  # (missing from jax's stubs)
+        m2m = tuple(layout.major_to_minor)
+        entry = (m2m, not layout.tiling, m2m == tuple(range(len(m2m))))
+        if key is not None:
+            if len(_layout_perm) > 256:
+                _layout_perm.clear()
+            _layout_perm[key] = entry
+    m2m, untiled, row_major = entry
+    if not untiled:
+        return False
+    if row_major:
+        return None
+    shape = x.shape
+    strides = [0] * len(shape)
+    step = 1
+    for axis in reversed(m2m):
+        strides[axis] = step
+        step *= shape[axis]
+    return tuple(strides)
+
+
+def _normalise(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    if strides is None:
+        return None
+    expected = 1
+    for d, s in zip(reversed(shape), reversed(strides), strict=True):
+        if d != 1 and s != expected:
+            return strides
+        expected *= d
+    return None
+
+
+def _host_copy(x: jax.Array, dtype: DType, why: str, copy: bool | None) -> Tensor:
+    """A compact host copy of ``x`` (sub-byte types padded, as NumPy holds them)."""
+    if copy is False:
+        raise CopyRequiredError(f"exporting this {dtype.name} jax.Array needs a copy ({why}); "
+                                "copy=False")
+    # np.asarray keeps a permuted device layout as NumPy strides: make it row-major.
+    a = np.ascontiguousarray(np.asarray(x))  # sub-byte types come out padded (ml_dtypes)
+    ptr = a.__array_interface__["data"][0] if a.size else 0
+    return Tensor._dense(ptr, a.shape, dtype, None, dtype.is_subbyte, CPU, a,
+                         not a.flags.writeable, True)
+
+
+def _to_hurray_gpu(x: jax.Array, dtype: DType, copy: bool | None) -> Tensor:
+    if dtype.name in _NO_DLPACK:
+        raise UnsupportedError(
+            f"JAX cannot export {dtype.name} from {next(iter(x.devices()))} over DLPack (XLA has no DLPack "
+            f"code for it) and the bridge cannot read device memory; convert on the device "
+            f"first (x.astype(jnp.int8)) or copy to the host (jax.device_get(x))"
+        )
+    src = x.copy() if copy else x
+    # Not hb.from_dlpack(src): it asks for stream=-1 ("no sync"), which jaxlib does not
+    # treat specially - it hands -1 to WaitUntilBufferReadyOnStream as a stream handle.
+    # stream=None makes JAX wait on the host until the value is ready; consumers of the
+    # tensor still get their own stream synchronisation: src is the tensor's source, so
+    # their __dlpack__(stream=...) requests are forwarded to JAX.
+    view = _capsule.consume_capsule(src.__dlpack__())
+    dev = Device(view.device_type, view.device_id)
+    shape = x.shape
+    strides = _normalise(shape, view.strides)
+    if strides is not None and dtype.is_subbyte:
+        raise UnsupportedError(f"packed {dtype.name} on {dev} in a non-row-major layout cannot "
+                               "be described; make it row-major on the device first")
+    # JAX exports legacy capsules, which cannot say read-only; its arrays are immutable.
+    return Tensor._dense(view.data if view.data else 0, shape, dtype, strides, False, dev,
+                         _JaxOwner(src, view.owner), True, bool(copy),
+                         None if dev.is_host_accessible else src)
+
+
+def to_hurray(x: Any, *, copy: bool | None = None) -> Tensor:
+    """A single-device jax.Array as a read-only hb.Tensor; zero-copy unless ``copy=True``."""
+    _check_array(x)
+    if x.is_deleted():
+        raise UnsupportedError(
+            "this jax.Array has been deleted (x.delete(), or donated to a jit call with "
+            "donate_argnums), so its memory is gone; export it before donating it"
+        )
+    platform = _platform_of(x)
+    dtype = dtype_of(x.dtype)
+    shape = x.shape
+    if len(shape) > MAX_RANK:
+        raise FormatError(
+            f"rank {len(shape)} exceeds the maximum rank {MAX_RANK} (ADR-008); XLA itself "
+            "has no such limit, reshape the array first", field="shape",
+        )
+    if platform != "cpu":
+        return _to_hurray_gpu(x, dtype, copy)
+
+    name = dtype.name
+    t: Tensor
+    if name in _BUFFER_PROTOCOL:
+        try:
+            # Waits for the value and pins the buffer (see the module docstring).
+            hold = memoryview(x)
+        except BufferError:
+            hold = None  # a non-default layout: jaxlib's buffer protocol refuses it
+        if hold is not None:
+            ptr = x.unsafe_buffer_pointer() if hold.nbytes else 0
+            t = Tensor._dense(ptr, shape, dtype, None, False, CPU, _JaxOwner(x, hold), True,
+                              False)
+            return t.copy() if copy else t
+    if name not in _NO_DLPACK:
+        # JAX's __dlpack__ with stream=None blocks until the value is ready.
+        view = _capsule.consume_capsule(x.__dlpack__())
+        strides = _normalise(shape, view.strides)
+        if strides is not None and dtype.is_subbyte:
+            t = _host_copy(x, dtype, f"packed {name} in a non-row-major layout", copy)
+            return t
+        t = Tensor._dense(view.data if view.data else 0, shape, dtype, strides, False, CPU,
+                          _JaxOwner(x, view.owner), True, False)
+        return t.copy() if copy else t
+
+    # int4/uint4/int2/uint2: no way to pin the buffer; x itself is the owner.
+    layout = _layout_strides(x) if len(shape) > 1 else None
+    if layout is not None:
+        why = "a tiled device layout" if layout is False else f"packed {name} in a permuted layout"
+        return _host_copy(x, dtype, why, copy)
+    x.block_until_ready()
+    n = 1
+    for d in shape:
+        n *= d
+    padded = not _host_subbyte_packed(dtype)
+    ptr = x.unsafe_buffer_pointer() if n else 0
+    t = Tensor._dense(ptr, shape, dtype, None, padded, CPU, _JaxOwner(x, None), True, False)
+    return t.copy() if copy else t
+
+
+# --------------------------------------------------------------------- from Hurray
+def _backend_devices(platform: str) -> list[Any]:
+    try:
+        return jax.local_devices(backend=platform)
+    except RuntimeError as exc:
+        raise UnsupportedError(f"JAX has no {platform} backend here: {exc}") from None
+
+
+def _target_device(device: Any) -> Any:
+    """A jax.Device from ``device`` (jax.Device, "cpu", "gpu:1", hb.Device / (type, id))."""
+    if isinstance(device, jax.Device):
+        return device
+    if isinstance(device, str):
+        platform, _, index = device.partition(":")
+        platform = _GPU_NAMES.get(platform, platform)
+        devices = _backend_devices(platform)
+        try:
+            return devices[int(index or 0)]
+        except (ValueError, IndexError):
+            raise UnsupportedError(
+                f"device {device!r}: this process has {len(devices)} {platform} device(s)"
+            ) from None
+    if isinstance(device, tuple) and len(device) == 2:
+        return _home_device(Device(*device))
+    raise UnsupportedError(
+        f"device={device!r} is not a JAX device; pass a jax.Device, a platform name "
+        "('cpu', 'gpu', 'cuda:1') or a DLPack (device_type, id) pair"
+    )
+
+
+def _home_device(dev: Device) -> Any:
+    """The JAX device a DLPack import of memory on ``dev`` lands on."""
+    platform = _DL_TO_BACKEND.get(dev.type)
+    if platform is None:
+        raise UnsupportedError(f"JAX cannot import memory on {dev}")
+    for d in _backend_devices(platform):
+        if d.local_hardware_id == dev.id:
+            return d
+    raise UnsupportedError(f"JAX has no {platform} device with hardware id {dev.id}")
+
+
+def _x64_enabled() -> bool:
+    # Honours the thread-local ``with jax.enable_x64(...)`` context as well.
+    return bool(jax.config.read("jax_enable_x64"))
+
+
+def _by_copy(t: Tensor, target: Any, copy: bool | None) -> jax.Array:
+    """Sub-byte and 1-bit bool: JAX cannot import them, so copy through NumPy."""
+    dtype = t.dtype
+    form = "packed" if not t.descriptor.padded else "padded"
+    if copy is False:
+        raise CopyRequiredError(
+            f"JAX cannot import {form} {dtype.name} without a copy (its DLPack import has no "
+            f"zero-copy path for it); copy=False"
+        )
+    if not t.device.is_host_accessible:
+        raise UnsupportedError(
+            f"{dtype.name} on {t.device} cannot reach JAX: its DLPack import does not take the "
+            "type and the bridge cannot read device memory"
+        )
+    n = 1
+    for d in t.shape:
+        n *= d
+    bits = dtype.bits
+    if n == 0:
+        codes = np.zeros(t.shape, np.uint8)
+    elif form == "packed":
+        codes = unpack_subbyte(np.frombuffer(t.memoryview(), np.uint8), n, bits).reshape(t.shape)
+    else:
+        from .numpy import from_hurray as np_from_hurray
+
+        # Padded form: the high bits are to be ignored (element-types.md §4.3);
+        # ml_dtypes float4 reads them (0x37 is -6, not 6), so mask.
+        codes = np.bitwise_and(np_from_hurray(t, copy=False).view(np.uint8),
+                               np.uint8((1 << bits) - 1))
+    if copy is None:
+        what = "unpacked to bool" if bits == 1 else f"re-laid out by jax.device_put ({form} input)"
+        warn_copy(NAME, f"{dtype.name} has no zero-copy JAX import; {what}")
+    host = codes.astype(np.bool_) if bits == 1 else codes.view(native_dtype(dtype))
+    if target is None:
+        target = jax.local_devices(backend="cpu")[0]
+    return jax.device_put(host, target)
+
+
+def _refuse_or_warn(copy: bool | None, reason: str) -> None:
+    if copy is False:
+        raise CopyRequiredError(f"JAX would have to copy: {reason}; copy=False")
+    if copy is None:
+        warn_copy(NAME, reason)
+
+
+def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> jax.Array:
+    """An hb.Tensor as a jax.Array, aliasing its memory when JAX can.
+
+    ``device``: None keeps the tensor's device; a jax.Device, a platform name
+    (``"cpu"``, ``"gpu:1"``) or a DLPack ``(type, id)`` pair places it there
+    (a copy unless it is where the tensor already is).
+    """
+    if not t.is_dense:
+        raise UnsupportedError(
+            f"JAX has no {t.descriptor.layout.name} arrays in its DLPack import; densify the "
+            "tensor first (jax.experimental.sparse takes the component arrays)"
+        )
+    dtype = t.dtype
+    name = dtype.name
+    target = None if device is None else _target_device(device)
+    owner = t.owner
+    if type(owner) is _JaxOwner and not copy and _is_whole_view(t, owner.array):
+        # t is one of our own exports: hand back the original array (no x64 question
+        # either: that array exists already).
+        x = owner.array
+        if target is None or target in x.devices():
+            return x
+        _refuse_or_warn(copy, f"moving the array to {target}")
+        return jax.device_put(x, target)
+
+    if name in _X64 and not _x64_enabled():
+        raise UnsupportedError(
+            f"{name} needs 64-bit JAX: with jax_enable_x64 off JAX narrows it to 32 bits "
+            "silently. Enable it first: jax.config.update('jax_enable_x64', True) (or "
+            "JAX_ENABLE_X64=1), or cast the data to a 32-bit type before converting"
+        )
+    if dtype.jax is None and name != "bool":
+        raise UnsupportedError(f"JAX has no dtype for {name}")
+
+    home = None
+    if target is not None:
+        home = _home_device(t.device)
+        if target == home:
+            target = None
+
+    if name in _IMPORT_BY_COPY:
+        return _by_copy(t, target if target is not None else home, copy)
+
+    src: Any = t
+    reasons = []
+    if target is not None:
+        reasons.append(f"moving from {t.device} to {target}")
+    if t.nbytes and not _strides_importable(t.shape, t.strides):
+        if not t.device.is_host_accessible:
+            raise UnsupportedError(
+                f"JAX imports only compact (or transposed) strides and cannot take strides "
+                f"{t.strides} for shape {t.shape} on {t.device}; the bridge cannot copy device "
+                "memory: make it contiguous in the producing framework first"
+            )
+        reasons.append(f"strides {t.strides} for shape {t.shape} are not compact nor a "
+                       "permutation of compact (JAX rejects gaps, broadcast and negative strides)")
+        src = None
+    elif t.nbytes and t.device.type == 1 and t.data_ptr % _cpu_alignment():
+        align = _cpu_alignment()
+        reasons.append(f"the data pointer 0x{t.data_ptr:x} is not {align}-byte aligned "
+                       f"(pointer % {align} = {t.data_ptr % align}); JAX aliases CPU memory "
+                       "only when it is")
+        src = None
+    if reasons and not copy:
+        _refuse_or_warn(copy, "; ".join(reasons))
+    if src is None or (copy and t.device.is_host_accessible and target is None):
+        # A compact, 64-byte aligned host copy, which JAX then aliases: the one copy.
+        # (copy=True cannot be left to JAX: jax 0.10.2's from_dlpack(copy=True) aliases
+        # CPU memory all the same.)
+        src = t.copy()
+    y = jnp.from_dlpack(src)
+    if target is not None:
+        return _move(y, target)
+    if copy and src is t:
+        y = y.copy()  # a device copy made by XLA, for the reason above
+    return y
+
+
+def _move(y: jax.Array, target: Any) -> jax.Array:
+    """``y`` (aliasing foreign memory) copied to ``target``, the alias released here.
+
+    Not ``jnp.from_dlpack(..., device=target)``: that leaves the alias to be freed by
+    an XLA thread once the transfer ends, and a process exiting meanwhile aborts
+    ("terminate called without an active exception"; jax 0.10.2, with NumPy and
+    torch producers alike, ~10% of runs). Waiting for the copy and deleting the
+    alias here releases the producer's memory on this thread.
+    """
+    z = jax.device_put(y, target)
+    z.block_until_ready()
+    y.delete()
+    return z
+
+
+def _is_whole_view(t: Tensor, x: jax.Array) -> bool:
+    """Whether ``t`` describes all of ``x`` as it is (one of ``to_hurray``'s zero-copy exports)."""
+    if t.shape != x.shape or t.copied or x.is_deleted():
+        return False
+    try:
+        ptr = x.unsafe_buffer_pointer() if x.size else 0
+    except Exception:  # a device that exposes no pointers: trust the owner link
+        return True
+    return ptr == t.data_ptr
