@@ -49,6 +49,13 @@ from .errors import (
 from .layout import BufferRole, Flags, Layout, QuantScheme
 from .tensor import CPU, Buffer, Device, Tensor, from_dlpack
 from ._registry import CopyWarning, asarray, convert, get_adapter
+from . import shards, shm, stream
+from .shards import Box, ShardedTensor, assemble, grid_boxes, split
+from .stream import StreamReader, StreamWriter
+from .container import dumps, load, loads, save
+from . import quant, sparse
+from .quant import dequantize, pack_subbyte, quantize, unpack_subbyte
+from .sparse import densify
 
 __version__ = "0.1.0"
 
@@ -84,6 +91,7 @@ __all__ = [
     "complex128",
     "convert",
     "dtypes",
+    "dumps",
     "float4_e2m1fn",
     "float8_e4m3fn",
     "float8_e4m3fnuz",
@@ -101,12 +109,34 @@ __all__ = [
     "int16",
     "int32",
     "int64",
+    "load",
+    "loads",
+    "save",
     "uint2",
     "uint4",
     "uint8",
     "uint16",
     "uint32",
     "uint64",
+    # sharding, streams, shared memory (issue 7)
+    "Box",
+    "ShardedTensor",
+    "StreamReader",
+    "StreamWriter",
+    "assemble",
+    "grid_boxes",
+    "shards",
+    "shm",
+    "split",
+    "stream",
+    # sparse layouts, quantization, sub-byte packing (issue 5)
+    "densify",
+    "dequantize",
+    "pack_subbyte",
+    "quant",
+    "quantize",
+    "sparse",
+    "unpack_subbyte",
 ]
 
 

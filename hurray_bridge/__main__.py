@@ -31,6 +31,334 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     return 1 if any(c.outcome == "wrong" for c in cells) else 0
 
 
+# ------------------------------------------------------------ files: helpers
+_FORMATS = ("hurray", "safetensors", "npy", "npz")
+_SUFFIXES = {".hurray": "hurray", ".hry": "hurray", ".safetensors": "safetensors",
+             ".npy": "npy", ".npz": "npz"}
+_PROGRESS_MIN_BYTES = 64 << 20  # smaller conversions finish before a bar would help
+
+
+def _fail(path: object, exc: BaseException) -> int:
+    """Report bad input on stderr; status 2 (as argparse does for a bad command line)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        msg = exc.strerror
+    else:
+        msg = str(exc)
+    print(f"hurray: error: {path}: {msg}", file=sys.stderr)
+    return 2
+
+
+def _sniff(path: str) -> str:
+    """The format of an input file: its magic bytes first, its suffix as a fallback."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if head[:4] == b"HRYF":
+        return "hurray"
+    if head[:6] == b"\x93NUMPY":
+        return "npy"
+    if head[:4] == b"PK\x03\x04":
+        return "npz"
+    if len(head) >= 9 and head[8:9] == b"{":
+        return "safetensors"
+    return _suffix_format(path) or "hurray"  # let the Hurray reader name the defect
+
+
+def _suffix_format(path: str) -> str | None:
+    import os
+
+    return _SUFFIXES.get(os.path.splitext(path)[1].lower())
+
+
+class _ProgressBar:
+    """A one-line progress bar on stderr, drawn only for a terminal and a large job."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled and sys.stderr.isatty()
+        self.last = -1
+        self.drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total < _PROGRESS_MIN_BYTES:
+            return
+        pct = done * 100 // total if total else 100
+        if pct == self.last:
+            return
+        self.last = pct
+        width = 30
+        fill = width * pct // 100
+        sys.stderr.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] {pct:3d}% "
+                         f"{done >> 20}/{total >> 20} MiB")
+        sys.stderr.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _layout_text(d: object) -> str:
+    from .descriptor import Descriptor
+    from .layout import Layout
+
+    assert isinstance(d, Descriptor)
+    if d.layout == Layout.ROW_MAJOR:
+        text = "row-major"
+    elif d.layout == Layout.STRIDED:
+        text = f"strided {list(d.strides or ())}"
+    elif d.layout == Layout.TILED:
+        text = f"tiled {list(d.tile or ())}"
+    else:
+        sp = d.sparse
+        assert sp is not None
+        text = (f"{d.layout.name.lower()} nnz={sp.nnz} {sp.index_dtype.name}"
+                + (" canonical" if sp.canonical else ""))
+    if d.padded:
+        text += " padded"
+    if d.shard is not None:
+        text += f" shard@{list(d.shard.offsets)}/{list(d.shard.global_shape)}"
+    return text
+
+
+def _quant_text(d: object) -> str:
+    from .descriptor import Descriptor
+    from .layout import QuantScheme
+
+    assert isinstance(d, Descriptor)
+    q = d.quantization
+    if q is None:
+        return "-"
+    name = q.scheme.name.lower().replace("_", "-")
+    if q.scheme == QuantScheme.PER_AXIS:
+        name += f"(axis={q.axis})"
+    elif q.scheme == QuantScheme.PER_BLOCK:
+        name += f"(axis={q.axis}, block={q.block_size})"
+    text = f"{name} scale={q.scale_dtype.name}"
+    if q.zero_point_dtype is not None:
+        text += f" zero_point={q.zero_point_dtype.name}"
+    return text
+
+
+def _rows_of(path: str) -> tuple[str, list[dict[str, object]], dict[str, str]]:
+    """(summary line, one row per entry, metadata) for a Hurray or safetensors file."""
+    if _sniff(path) == "safetensors":
+        from .safetensors_io import read_header
+
+        idx = read_header(path)
+        rows = [{"name": e.name, "dtype": e.dtype.name, "shape": list(e.shape),
+                 "layout": "row-major", "bytes": e.end - e.begin, "quantization": "-"}
+                for e in idx.entries]
+        summary = (f"{path}: safetensors, {len(rows)} tensors, "
+                   f"{idx.file_size - idx.data_start} bytes of data")
+        return summary, rows, dict(idx.metadata)
+    from .container import read_index
+
+    fi = read_index(path)
+    rows = [{"name": e.name, "dtype": e.descriptor.dtype.name,
+             "shape": list(e.descriptor.shape), "layout": _layout_text(e.descriptor),
+             "bytes": e.nbytes, "quantization": _quant_text(e.descriptor)}
+            for e in fi.entries]
+    summary = (f"{path}: Hurray {fi.version[0]}.{fi.version[1]}, {len(rows)} entries, "
+               f"{fi.data_length} bytes of data, {fi.alignment}-byte alignment, "
+               + ("CRC-32 data checksums" if fi.has_checksums else "no data checksums"))
+    return summary, rows, dict(fi.metadata)
+
+
+def _table(rows: list[dict[str, object]]) -> str:
+    cols = ("name", "dtype", "shape", "layout", "bytes", "quantization")
+    cells = [[str(r[c]) for c in cols] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.rjust(w) if c == "bytes" else c.ljust(w)
+                       for c, w in zip(cols, widths, strict=True))]
+    for row in cells:
+        lines.append("  ".join(v.rjust(w) if cols[i] == "bytes" else v.ljust(w)
+                               for i, (v, w) in enumerate(zip(row, widths, strict=True))))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+# ------------------------------------------------------------- files: commands
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    try:
+        summary, rows, metadata = _rows_of(args.file)
+    except (HurrayError, OSError) as exc:
+        return _fail(args.file, exc)
+    if args.json:
+        print(json.dumps({"summary": summary, "entries": rows, "metadata": metadata}, indent=1))
+        return 0
+    print(summary)
+    if rows:
+        print(_table(rows))
+    if metadata:
+        print("metadata:")
+        for k, v in metadata.items():
+            shown = v if len(v) <= 200 else v[:200] + f"... ({len(v)} characters)"
+            print(f"  {k} = {shown}")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    status = 0
+    for path in args.files:
+        try:
+            if _sniff(path) == "safetensors":
+                from .safetensors_io import read_header
+
+                idx = read_header(path)
+                print(f"{path}: OK (safetensors: {len(idx.entries)} tensors, header and offsets "
+                      "checked; the format has no checksums)")
+                continue
+            from .container import verify
+
+            fi = verify(path)
+        except (HurrayError, OSError) as exc:
+            status = _fail(path, exc)
+            continue
+        what = ("data checksums and padding verified" if fi.has_checksums
+                else "no data checksums: structure and padding verified")
+        print(f"{path}: OK ({len(fi.entries)} entries, {fi.data_length} bytes of data, {what})")
+    return status
+
+
+def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
+    from ._registry import get_adapter
+
+    get_adapter("numpy")  # BackendNotAvailableError, with the pip extra, when NumPy is missing
+    import os
+
+    import numpy as np
+
+    try:
+        if fmt == "npy":
+            key = name or os.path.splitext(os.path.basename(path))[0] or "array"
+            return {key: np.load(path, mmap_mode="r", allow_pickle=False)}
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except ValueError as exc:  # pickled object arrays, malformed headers
+        from .errors import FormatError
+
+        raise FormatError(f"cannot read {fmt}: {exc}", field="input") from None
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from . import container, safetensors_io
+    from .errors import FormatError
+
+    try:
+        src_fmt = args.from_format or _sniff(args.input)
+    except OSError as exc:
+        return _fail(args.input, exc)
+    dst_fmt = args.to_format or _suffix_format(args.output)
+    if dst_fmt is None:
+        return _fail(args.output, FormatError(
+            "cannot tell the output format from the file name; use --to "
+            f"{{{','.join(f for f in _FORMATS if f in ('hurray', 'safetensors'))}}}"))
+    bar = _ProgressBar(f"converting {args.input}", not args.quiet)
+    try:
+        if src_fmt == "safetensors" and dst_fmt == "hurray":
+            n = safetensors_io.safetensors_to_hurray(args.input, args.output,
+                                                     checksums=not args.no_checksums,
+                                                     progress=bar)
+        elif src_fmt == "hurray" and dst_fmt == "safetensors":
+            n = safetensors_io.hurray_to_safetensors(args.input, args.output, progress=bar)
+        elif dst_fmt == "hurray" and src_fmt in ("hurray", "npy", "npz"):
+            if src_fmt == "hurray":
+                loaded = container.load(args.input)
+                tensors: dict[str, object] = dict(loaded)
+                metadata = loaded.metadata
+            else:
+                tensors, metadata = _numpy_tensors(args.input, src_fmt, args.name), {}
+            plan = container._plan_tensors(tensors, metadata or None, args.alignment,
+                                           not args.no_checksums)
+            container._write_plan(args.output, plan, fsync=True, progress=bar)
+            n = len(tensors)
+        else:
+            bar.close()
+            return _fail(args.input, FormatError(
+                f"converting {src_fmt} to {dst_fmt} is not supported (supported: safetensors "
+                "<-> hurray, npy/npz/hurray -> hurray)"))
+    except (HurrayError, OSError) as exc:
+        bar.close()
+        return _fail(getattr(exc, "filename", None) or args.input, exc)
+    bar.close()
+    if not args.quiet:
+        print(f"{args.input} ({src_fmt}) -> {args.output} ({dst_fmt}): {n} tensors")
+    return 0
+
+
+def _add_file_commands(sub: argparse._SubParsersAction) -> None:
+    i = sub.add_parser(
+        "inspect", help="list the entries of a Hurray (or safetensors) file",
+        description="Print a table of a file's entries (name, dtype, shape, layout, bytes, "
+                    "quantization) and its metadata. Reads the header and table only.")
+    i.add_argument("file", help="a .hurray or .safetensors file")
+    i.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    i.set_defaults(func=_cmd_inspect)
+
+    c = sub.add_parser(
+        "convert", help="convert safetensors <-> hurray, and .npy/.npz -> hurray",
+        description="Convert a file bit-exactly: safetensors -> hurray, hurray -> safetensors, "
+                    ".npy/.npz -> hurray (and hurray -> hurray to re-lay out a file). The "
+                    "output is written atomically. Formats come from the input's magic bytes "
+                    "and the output's suffix unless given.")
+    c.add_argument("input", help="the file to convert")
+    c.add_argument("output", help="the file to write (.hurray or .safetensors)")
+    c.add_argument("--from", dest="from_format", choices=_FORMATS,
+                   help="input format (default: detected)")
+    c.add_argument("--to", dest="to_format", choices=("hurray", "safetensors"),
+                   help="output format (default: from the output's suffix)")
+    c.add_argument("--name", help="entry name for a .npy input (default: the file's stem)")
+    c.add_argument("--alignment", type=int, default=64,
+                   help="buffer alignment in bytes for a Hurray output (power of two >= 64)")
+    c.add_argument("--no-checksums", action="store_true",
+                   help="do not store CRC-32 checksums of the data in a Hurray output")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
+    c.set_defaults(func=_cmd_convert)
+
+    v = sub.add_parser(
+        "verify", help="check every byte of Hurray files (exit status 2 on the first defect)",
+        description="Validate each file completely: header, entry table, descriptors, buffer "
+                    "placement, metadata, data checksums and padding. Prints OK per file; "
+                    "a defect is reported on stderr with the entry and field it concerns, and "
+                    "the exit status is 2. safetensors files get their header checked.")
+    v.add_argument("files", nargs="+", metavar="FILE", help="files to verify")
+    v.set_defaults(func=_cmd_verify)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .dtypes import dtype_from_name
+    from .testing import CHECKS, check_producer, load_factory
+
+    try:
+        factory = load_factory(args.factory)
+        dtype = dtype_from_name(args.dtype).name
+        unknown = [c for c in args.only or () if c not in CHECKS]
+        if unknown:
+            raise ValueError(f"unknown check(s) {', '.join(unknown)}; the checks are "
+                             f"{', '.join(CHECKS)}")
+    except (ValueError, HurrayError) as exc:
+        print(f"hurray: error: {exc}", file=sys.stderr)
+        return 2
+    report = check_producer(factory, dtype=dtype, checks=args.only, label=args.factory)
+    print(report)
+    return 1 if report.failed else 0
+
+
+def _add_check_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    k = sub.add_parser(
+        "check", help="run the DLPack producer checks on a factory (exit status 1 on a failure)",
+        description="Import FACTORY from MODULE and run hurray_bridge.testing.check_producer on "
+                    "it: versioned and legacy capsules, names, deleter, empty/rank-0/rank-64 "
+                    "tensors, strides, read-only flag, copy, dl_device, stream. Prints one "
+                    "line per check; exit status 1 if a check fails, 2 for bad input.")
+    k.add_argument("factory", metavar="MODULE:FACTORY",
+                   help="FACTORY(shape, dtype_name) -> DLPack producer, or FACTORY() -> one "
+                        "fixed producer (the current directory is importable)")
+    k.add_argument("--dtype", default="float32", help="element type passed to the factory")
+    k.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks")
+    k.set_defaults(func=_cmd_check)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hurray", description="Hurray tensor interchange tools.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -45,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--repeat", type=int, default=15, help="timed repetitions per cell")
     m.add_argument("--json", metavar="FILE", help="also write the cells as JSON")
     m.set_defaults(func=_cmd_matrix)
+    _add_file_commands(sub)
+    _add_check_command(sub)
     return p
 
 

@@ -80,6 +80,46 @@ def _adapter_name_for_type(tp: type) -> str | None:
     return name
 
 
+# Sparse and quantized natives: routed to hurray_bridge.sparse / hurray_bridge.quant.
+# Recognised by type name and module only, so nothing is imported to recognise them.
+_SPARSE_MODULES = ("scipy.sparse", "cupyx.scipy.sparse", "jax.experimental.sparse")
+_ARROW_SPARSE = frozenset({"SparseCOOTensor", "SparseCSRMatrix", "SparseCSCMatrix",
+                           "SparseCSFTensor"})
+
+
+@lru_cache(maxsize=256)
+def _route_for_type(tp: type) -> tuple[bool, str] | None:
+    """``(True, module)`` for a sparse/quantized type, ``(False, adapter)`` for a dense one."""
+    for base in tp.__mro__:
+        mod = base.__module__
+        if mod.startswith(_SPARSE_MODULES) or (mod == "pyarrow.lib"
+                                               and base.__name__ in _ARROW_SPARSE):
+            return True, "hurray_bridge.sparse"
+        if mod == "hurray_bridge.quant" and base.__name__ == "QuantizedArray":
+            return True, "hurray_bridge.quant"
+    name = _adapter_name_for_type(tp)
+    return None if name is None else (False, name)
+
+
+def _special_torch(obj: Any) -> ModuleType | None:
+    """The module for a sparse or quantized torch tensor (which the torch adapter refuses)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor):
+        return None
+    if obj.layout is not torch.strided:
+        return importlib.import_module("hurray_bridge.sparse")
+    if obj.is_quantized:
+        return importlib.import_module("hurray_bridge.quant")
+    return None
+
+
+def _special_for_tensor(t: Tensor) -> ModuleType:
+    """The module that converts a non-dense hb.Tensor (sparse or quantized)."""
+    if t.descriptor.layout.is_sparse:
+        return importlib.import_module("hurray_bridge.sparse")
+    return importlib.import_module("hurray_bridge.quant")
+
+
 def adapter_for(obj: Any) -> ModuleType | None:
     """The adapter for a native object, or ``None`` if no adapter claims it."""
     name = _adapter_name_for_type(type(obj))
@@ -97,9 +137,22 @@ def asarray(obj: Any, copy: bool | None = None) -> Tensor:
     """
     if isinstance(obj, Tensor):
         return obj.copy() if copy else obj
-    adapter = adapter_for(obj)
-    if adapter is not None:
-        t: Tensor = adapter.to_hurray(obj, copy=copy)
+    route = _route_for_type(type(obj))
+    if route is not None:
+        special, name = route
+        if special:
+            t: Tensor = importlib.import_module(name).to_hurray(obj, copy=copy)
+            return t
+        adapter = get_adapter(name)
+        try:
+            t = adapter.to_hurray(obj, copy=copy)
+        except UnsupportedError:
+            # Sparse and quantized torch tensors are told apart only here, after the
+            # adapter refused them, so dense tensors pay nothing for the check.
+            mod = _special_torch(obj) if name == "torch" else None
+            if mod is None:
+                raise
+            t = mod.to_hurray(obj, copy=copy)
         return t
     if hasattr(obj, "__dlpack__"):
         return from_dlpack(obj, copy=copy)
@@ -109,13 +162,24 @@ def asarray(obj: Any, copy: bool | None = None) -> Tensor:
     )
 
 
-def convert(obj: Any, to: str, device: Any = None, copy: bool | None = None) -> Any:
+def convert(obj: Any, to: str, device: Any = None, copy: bool | None = None, *,
+            densify: bool = False) -> Any:
     """Hand ``obj`` (native or hb.Tensor) to framework ``to``, zero-copy when possible.
 
     ``to`` is one of ``"numpy"``, ``"torch"``, ``"jax"``, ``"cupy"``, ``"arrow"``.
+
+    Sparse tensors become the target's sparse object (for ``"numpy"``: a
+    ``scipy.sparse`` array); quantized ones a torch quantized tensor where torch
+    has the scheme, else an ``hb.quant.QuantizedArray`` of the target's arrays
+    (storage, scales, zero points). ``densify=True`` asks for a dense array
+    instead (a sparse tensor densified, a quantized one dequantized to float32):
+    never done without it. It has no effect on a dense tensor.
     """
     target = get_adapter(to)
     t = asarray(obj, copy=False if copy is False else None)
+    if not t.is_dense:
+        return _special_for_tensor(t).from_hurray(t, to, device=device, copy=copy,
+                                                  densify=densify)
     return target.from_hurray(t, device=device, copy=copy)
 
 
