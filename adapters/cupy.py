@@ -161,9 +161,9 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     if not isinstance(obj, cupy.ndarray):
         if _is_sparse(obj):
             raise UnsupportedError(
-                f"{type(obj).__module__}.{type(obj).__qualname__} is a sparse matrix; the bridge "
-                "has no sparse adapters yet (they arrive with issue 5): convert its data, indices "
-                "and indptr arrays one by one"
+                f"{type(obj).__module__}.{type(obj).__qualname__} is a sparse matrix; the dense "
+                "CuPy adapter does not take it: use hb.asarray / hb.convert, which route it to "
+                "hurray_bridge.sparse"
             )
         raise UnsupportedError(
             f"the CuPy adapter converts cupy.ndarray, got {type(obj).__module__}."
@@ -232,8 +232,8 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
         d = t.descriptor
         what = "quantized" if d.quantization is not None else d.layout.name
         raise UnsupportedError(
-            f"CuPy arrays are dense; a {what} tensor needs the sparse/quantized adapters "
-            "(issue 5) or explicit densifying first"
+            f"CuPy arrays are dense; a {what} tensor goes through hb.convert(t, 'cupy') "
+            "(cupyx.scipy.sparse for sparse layouts) or hb.convert(..., densify=True)"
         )
     native_dtype(t.dtype)  # UnsupportedError naming the type before any exchange
     target = device_id_of(device)

@@ -33,7 +33,8 @@ __all__ = ["dtype_of", "from_hurray", "native_dtype", "to_hurray"]
 
 NAME = "torch"
 
-_LATER = "sparse and quantized tensors arrive with the sparse/quantization work"
+_LATER = ("the dense torch adapter takes strided tensors only; sparse and quantized tensors "
+          "go through hb.asarray / hb.convert (hurray_bridge.sparse, hurray_bridge.quant)")
 _READONLY_MESSAGE = "torch tensor shares read-only memory; writing to it is undefined"
 _readonly_warned = False  # torch.from_numpy warns once per process too (TORCH_WARN_ONCE)
 
@@ -112,13 +113,12 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
         )
     x = obj
     if x.layout is not torch.strided:
-        raise UnsupportedError(f"torch layout {x.layout} is not supported yet: {_LATER}")
+        raise UnsupportedError(f"torch layout {x.layout}: {_LATER}")
     dtype = _FROM_TORCH.get(x.dtype)
     if dtype is None:
         if x.is_quantized:
             raise UnsupportedError(
-                f"quantized torch tensor ({x.dtype}, qscheme {x.qscheme()}) is not supported "
-                f"yet: {_LATER}"
+                f"quantized torch tensor ({x.dtype}, qscheme {x.qscheme()}): {_LATER}"
             )
         raise _unsupported_dtype(x.dtype)
     if x.is_nested:

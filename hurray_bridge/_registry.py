@@ -137,7 +137,7 @@ def asarray(obj: Any, copy: bool | None = None) -> Tensor:
     """
     if isinstance(obj, Tensor):
         return obj.copy() if copy else obj
-    route = _route_for_type(type(obj))
+    route = _route_for_type(type(obj))  # type: ignore[arg-type]
     if route is not None:
         special, name = route
         if special:

@@ -50,7 +50,8 @@ __all__ = [
     "unpack_subbyte",
 ]
 
-_PER_TENSOR, _PER_AXIS, _PER_BLOCK = QuantScheme.PER_TENSOR, QuantScheme.PER_AXIS, QuantScheme.PER_BLOCK
+_PER_TENSOR, _PER_AXIS = QuantScheme.PER_TENSOR, QuantScheme.PER_AXIS
+_PER_BLOCK = QuantScheme.PER_BLOCK
 
 
 class QuantizedArray(NamedTuple):
@@ -294,6 +295,7 @@ def from_hurray(t: Tensor, to: str, *, device: Any = None, copy: bool | None = N
 def _torch_has_scheme(t: Tensor) -> bool:
     d = t.descriptor
     q = d.quantization
+    assert q is not None
     return (d.dtype.name in ("int8", "uint8", "int32") and t.device.is_host_accessible
             and q.scheme in (_PER_TENSOR, _PER_AXIS)
             and (q.zero_point_dtype is None or q.zero_point_dtype.kind in (Kind.INT, Kind.UINT)))
@@ -310,6 +312,7 @@ def _to_torch(t: Tensor, device: Any, copy: bool | None) -> Any:
     ad = get_adapter("torch")
     c = components(t)
     q = c.quantization
+    axis = -1 if q.axis is None else q.axis
     ir = ad.from_hurray(c.data, copy=False)  # the storage, zero-copy (strides kept)
     scales = ad.from_hurray(c.scales).to(torch.float64).reshape(-1)
     zps = (torch.zeros(scales.shape, dtype=torch.int64) if c.zero_points is None
@@ -325,7 +328,7 @@ def _to_torch(t: Tensor, device: Any, copy: bool | None) -> Any:
                                                 zero_point=int(zps[0]), dtype=qdtype)
         else:
             out = torch._empty_per_channel_affine_quantized(
-                [0], scales=scales, zero_points=zps, axis=q.axis, dtype=qdtype)
+                [0], scales=scales, zero_points=zps, axis=axis, dtype=qdtype)
         # Point the quantized tensor at the storage itself: no copy (int_repr's inverse).
         out.set_(ir.untyped_storage(), ir.storage_offset(), ir.shape, ir.stride())
         shared = ir.numel() == 0 or out.data_ptr() == ir.data_ptr()
@@ -340,7 +343,7 @@ def _to_torch(t: Tensor, device: Any, copy: bool | None) -> Any:
         if q.scheme == _PER_TENSOR:
             out = torch._make_per_tensor_quantized_tensor(ir, float(scales[0]), int(zps[0]))
         else:
-            out = torch._make_per_channel_quantized_tensor(ir, scales, zps, q.axis)
+            out = torch._make_per_channel_quantized_tensor(ir, scales, zps, axis)
         return out
     return out.clone() if copy else out
 
@@ -678,7 +681,8 @@ def unpack_subbyte(t: Any) -> Tensor:
 
 def _require_dense_host(t: Tensor, who: str) -> None:
     if not t.is_dense:
-        raise UnsupportedError(f"{who}() takes a dense tensor, not a {t.descriptor.layout.name} one")
+        raise UnsupportedError(
+            f"{who}() takes a dense tensor, not a {t.descriptor.layout.name} one")
     if not t.device.is_host_accessible:
         raise UnsupportedError(f"{who}() works on host memory; this tensor is on {t.device}")
 

@@ -477,8 +477,9 @@ def _from_scipy(m: Any, copy: bool | None) -> Tensor:
             idx_t = asarray(np.stack(np.broadcast_arrays(*coords)).astype(
                 np.result_type(*coords), copy=False))
         idx = get_adapter("numpy").from_hurray(idx_t, copy=False)
-        # scipy's flag is a plain attribute set by sum_duplicates() (row-major since 1.13).
-        canonical = _check(_COO, shape, nnz, idx, None, bool(m.has_canonical_format))
+        # scipy's COO flag is a plain attribute that sum_duplicates() sets, and older scipy
+        # sorted column-major there (scipy/scipy#10050): the order is checked here instead.
+        canonical = _check(_COO, shape, nnz, idx, None)
         return _assemble(_COO, shape, asarray(m.data, copy=copy),
                          idx_t.copy() if copy else idx_t, None, canonical, copy=copy,
                          copied=copied)
@@ -609,14 +610,17 @@ def _from_jax(x: Any, copy: bool | None) -> Tensor:
     trust = bool(x.indices_sorted and x.unique_indices)
     data_t, idx_t = asarray(x.data, copy=copy), asarray(x.indices, copy=copy)
     host = data_t.device.is_host_accessible
+    xp: Any
     if host:
-        import numpy as xp
+        import numpy
 
+        xp = numpy
         np_ad = get_adapter("numpy")
         data, indices = np_ad.from_hurray(data_t, copy=False), np_ad.from_hurray(idx_t, copy=False)
     else:
-        import jax.numpy as xp
+        import jax.numpy
 
+        xp = jax.numpy
         data, indices = x.data, x.indices
     # JAX pads with out-of-range entries (index == shape: BCOO.fromdense(nse=...),
     # sum_duplicates, BCSR padding past indptr[-1]); its todense() drops every
@@ -774,8 +778,10 @@ def from_hurray(t: Tensor, to: str, *, device: Any = None, copy: bool | None = N
     if densify:
         return _densify_to(t, name, device, copy)
     if copy and t.device.is_host_accessible:
+        checked_before = t in _VALIDATED
         t = t.copy()
-        _VALIDATED.discard(t)
+        if checked_before:  # the same bytes: no need to check them again
+            _VALIDATED.add(t)
         copy = None  # that was the copy
     p = parts(t)
     checked = t in _VALIDATED
@@ -815,7 +821,8 @@ def _report_if_copied(name: str, who: str, kept: Sequence[Any], given: Sequence[
             return int(a.__array_interface__["data"][0])
         return int(a.data.ptr)  # cupy
 
-    moved = sum(1 for k, g in zip(kept, given) if g is not None and g.size and addr(k) != addr(g))
+    moved = sum(1 for k, g in zip(kept, given, strict=True)
+                if g is not None and g.size and addr(k) != addr(g))
     if moved and not copy:
         _report(name, copy, f"{who} copied {moved} component(s) on construction")
 
@@ -1048,11 +1055,23 @@ def _to_cupyx(p: SparseParts, device: Any, copy: bool | None, checked: bool) -> 
     ptr = None if p.indptr is None else _comp("cupy", p.indptr, device, copy)
     if not checked:
         _verify(p, idx, ptr)
-    if idx.dtype not in (cupy.int32, cupy.int64):
-        wide = cupy.int32 if idx.dtype.itemsize <= 2 else cupy.int64
-        idx = _cast("cupy", idx, wide, copy,
-                    f"cupyx.scipy.sparse indices are int32 or int64, not {p.index_dtype.name}")
-        ptr = None if ptr is None else ptr.astype(wide)
+    if idx.dtype != cupy.int32:
+        # cupyx matrices hold int32 indices whenever the values fit: CuPy 13 narrows any
+        # index array to int32 unchecked, newer CuPy picks int32 from the contents
+        # (cupyx/scipy/sparse/_compressed.py). Narrow here, after the range check, and say so.
+        if max((*p.shape, p.nnz), default=0) <= 2**31 - 1:
+            wide = cupy.int32
+        elif int(cupy.__version__.split(".")[0]) < 14:
+            raise UnsupportedError(
+                f"CuPy {cupy.__version__} holds int32 sparse indices only and this tensor "
+                f"(shape {list(p.shape)}, nnz {p.nnz}) needs int64")
+        else:
+            wide = cupy.int64
+        if idx.dtype != wide:
+            idx = _cast("cupy", idx, wide, copy,
+                        f"cupyx.scipy.sparse indices are {cupy.dtype(wide).name} here, not "
+                        f"{p.index_dtype.name}")
+            ptr = None if ptr is None else ptr.astype(wide)
     with data.device:
         if p.layout == _COO:
             m = csp.coo_matrix((data, (idx[0], idx[1])), shape=p.shape)

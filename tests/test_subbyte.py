@@ -1,0 +1,254 @@
+"""Sub-byte types: packed (LSB first, row-major) and padded forms, and the conversions.
+
+hb.pack_subbyte / hb.unpack_subbyte against a bit-by-bit reference for int4,
+uint4, int2, uint2, float4_e2m1fn and 1-bit bool over empty, scalar, odd and
+multi-dimensional shapes; round trips with ml_dtypes arrays, torch's
+float4_e2m1fn_x2, JAX int4 (through hb.convert) and Arrow booleans; empty
+sub-byte tensors occupy 0 bytes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import hurray_bridge as hb
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+SUBBYTE = [hb.int4, hb.uint4, hb.int2, hb.uint2, hb.float4_e2m1fn, hb.bool]
+SHAPES = [(0,), (3, 0, 5), (), (1,), (7,), (3, 5), (2, 3, 4), (17,), (4, 9)]
+
+
+def np_dtype(d: hb.DType) -> Any:
+    return np.bool_ if d is hb.bool else getattr(ml_dtypes, d.name)
+
+
+def random_codes(d: hb.DType, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 1 << d.bits, size=shape).astype(np.uint8)
+
+
+def reference_pack(codes: np.ndarray, bits: int) -> bytes:
+    """LSB-first packing, one bit at a time (ADR-011): the slow, obvious reference."""
+    flat = codes.reshape(-1)
+    out = bytearray(-(-flat.size * bits // 8))
+    for i, c in enumerate(flat.tolist()):
+        for b in range(bits):
+            if (c >> b) & 1:
+                pos = i * bits + b
+                out[pos // 8] |= 1 << (pos % 8)
+    return bytes(out)
+
+
+def padded_tensor(d: hb.DType, codes: np.ndarray) -> hb.Tensor:
+    """A padded hb.Tensor over ``codes`` (one element per byte)."""
+    if d is hb.bool:
+        return hb.asarray(codes.astype(np.bool_))  # bool8: the padded form of 1-bit bool
+    return hb.asarray(codes.view(np_dtype(d)))
+
+
+def raw(t: hb.Tensor) -> bytes:
+    return bytes(t.memoryview())
+
+
+# ==================================================================== pack / unpack
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("d", SUBBYTE, ids=str)
+def test_pack_matches_the_reference(d: hb.DType, shape: tuple[int, ...]) -> None:
+    codes = random_codes(d, shape)
+    src = padded_tensor(d, codes)
+    assert src.descriptor.padded or d is hb.bool
+    p = hb.pack_subbyte(src)
+    assert p.dtype is d and not p.descriptor.padded and p.shape == shape and p.copied
+    n = int(np.prod(shape, dtype=np.int64))
+    assert p.nbytes == -(-n * d.bits // 8) == p.descriptor.nbytes
+    assert raw(p) == reference_pack(codes, d.bits)  # trailing bits are zero
+    if n == 0:
+        assert p.buffers[0] == hb.Buffer(hb.BufferRole.DATA, 0, 0)  # 0 bytes, NULL
+    else:
+        assert p.buffers[0].ptr % 64 == 0
+    u = hb.unpack_subbyte(p)
+    assert u.shape == shape and u.copied
+    if d is hb.bool:
+        assert u.dtype is hb.bool8 and not u.descriptor.padded
+        assert np.asarray(u).view(np.uint8).tobytes() == codes.tobytes()
+    else:
+        assert u.dtype is d and u.descriptor.padded
+        assert raw(u) == codes.tobytes()
+        assert np.array_equal(np.asarray(hb.convert(u, "numpy")).view(np.uint8), codes)
+    assert u.nbytes == n
+
+
+@pytest.mark.parametrize("d", SUBBYTE, ids=str)
+def test_large_tensors_are_vectorised(d: hb.DType) -> None:
+    codes = random_codes(d, (1 << 20) + 3, seed=1)
+    p = hb.pack_subbyte(padded_tensor(d, codes))
+    head = codes[: 64 * 8 // d.bits]
+    assert raw(p)[:64] == reference_pack(head, d.bits)
+    back = hb.unpack_subbyte(p)
+    assert np.asarray(hb.convert(back, "numpy")).view(np.uint8).tobytes() == codes.tobytes()
+
+
+def test_high_bits_of_padded_elements_are_ignored() -> None:
+    # ADR-011: in the padded form only the low bits count.
+    junk = np.array([0xF3, 0x1C, 0xA5], np.uint8)
+    t = hb.asarray(junk.view(ml_dtypes.uint4))
+    assert raw(hb.pack_subbyte(t)) == bytes([0x3 | (0xC << 4), 0x5])
+    t2 = hb.asarray(junk.view(ml_dtypes.int2))
+    assert raw(hb.pack_subbyte(t2)) == bytes([0x3 | (0x0 << 2) | (0x1 << 4)])
+
+
+def test_strided_padded_input() -> None:
+    a = np.arange(-8, 8, dtype=np.int8).reshape(4, 4).astype(ml_dtypes.int4)
+    v = a[:, ::-2]
+    t = hb.asarray(v)
+    assert t.strides is not None
+    p = hb.pack_subbyte(t)
+    assert raw(p) == reference_pack(np.ascontiguousarray(v).view(np.uint8) & 0xF, 4)
+
+
+def test_already_in_the_asked_form_is_returned_as_is() -> None:
+    a = np.zeros(5, ml_dtypes.int4)
+    t = hb.asarray(a)
+    assert hb.unpack_subbyte(t) is t
+    p = hb.pack_subbyte(t)
+    assert hb.pack_subbyte(p) is p
+    b8 = hb.asarray(np.zeros(3, np.bool_))
+    assert hb.unpack_subbyte(b8) is b8
+
+
+def test_pack_refuses_other_types() -> None:
+    with pytest.raises(hb.UnsupportedError, match="float32"):
+        hb.pack_subbyte(np.zeros(3, np.float32))
+    with pytest.raises(hb.UnsupportedError, match="int8"):
+        hb.unpack_subbyte(np.zeros(3, np.int8))
+
+
+def test_bool8_with_other_true_bytes_packs_as_true() -> None:
+    b = hb.asarray(np.array([0, 2, 255, 1], np.uint8).view(np.bool_))
+    assert raw(hb.pack_subbyte(b)) == bytes([0b1110])
+
+
+# ===================================================================== ml_dtypes
+@pytest.mark.parametrize("d", [hb.int4, hb.uint4, hb.int2, hb.uint2, hb.float4_e2m1fn], ids=str)
+def test_ml_dtypes_round_trip(d: hb.DType) -> None:
+    rng = np.random.default_rng(3)
+    info = ml_dtypes.finfo if d.kind == hb.dtypes.Kind.FLOAT else ml_dtypes.iinfo
+    lo, hi = float(info(np_dtype(d)).min), float(info(np_dtype(d)).max)
+    a = rng.uniform(lo, hi, size=(5, 7)).astype(np_dtype(d))
+    t = hb.asarray(a)
+    assert t.descriptor.padded and t.data_ptr == a.ctypes.data  # zero-copy
+    p = hb.pack_subbyte(t)
+    with pytest.warns(hb.CopyWarning, match="unpacked"):
+        b = hb.convert(p, "numpy")  # the NumPy adapter unpacks packed data itself
+    assert b.dtype == a.dtype and b.tobytes() == a.tobytes()
+    c = hb.convert(hb.unpack_subbyte(p), "numpy", copy=False)
+    assert c.tobytes() == a.tobytes()
+    assert np.array_equal(a.astype(np.float32), c.astype(np.float32))  # the values too
+
+
+def test_empty_subbyte_tensors_occupy_zero_bytes() -> None:
+    for d in SUBBYTE:
+        t = padded_tensor(d, np.zeros((3, 0, 5), np.uint8))
+        for form in (hb.pack_subbyte(t), hb.unpack_subbyte(hb.pack_subbyte(t))):
+            assert form.nbytes == 0 and form.buffers[0].ptr == 0
+            assert form.shape == (3, 0, 5)
+        assert hb.Descriptor((0,), d).nbytes == 0
+
+
+# ========================================================================= torch
+def test_torch_float4_x2_round_trip() -> None:
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip("this torch has no float4_e2m1fn_x2")
+    raw_bytes = torch.tensor([[0x21, 0xF7], [0x0A, 0x90]], dtype=torch.uint8)
+    x = raw_bytes.view(torch.float4_e2m1fn_x2)
+    t = hb.asarray(x)
+    assert t.dtype is hb.float4_e2m1fn and t.shape == (2, 4) and not t.descriptor.padded
+    assert t.data_ptr == x.data_ptr()
+    u = hb.unpack_subbyte(t)
+    vals = np.asarray(hb.convert(u, "numpy"))
+    # Low nibble first: byte 0x21 holds element 0 = 0x1 (0.5) and element 1 = 0x2 (1.0).
+    expected = np.array([[0x1, 0x2, 0x7, 0xF], [0xA, 0x0, 0x0, 0x9]], np.uint8)
+    assert vals.view(np.uint8).tolist() == expected.tolist()
+    assert vals.astype(np.float32).tolist() == [[0.5, 1.0, 6.0, -6.0], [-1.0, 0.0, 0.0, -0.5]]
+    # ... and back: ml_dtypes float4 (padded) -> pack -> torch x2, byte for byte.
+    back = hb.convert(hb.pack_subbyte(hb.asarray(vals)), "torch")
+    assert back.dtype == torch.float4_e2m1fn_x2
+    assert back.view(torch.uint8).tolist() == raw_bytes.tolist()
+
+
+def test_torch_refuses_padded_float4_and_int4() -> None:
+    pytest.importorskip("torch")
+    with pytest.raises(hb.UnsupportedError, match="padded"):
+        hb.convert(np.zeros(4, ml_dtypes.float4_e2m1fn), "torch")
+    with pytest.raises(hb.UnsupportedError, match="int4"):
+        hb.convert(hb.pack_subbyte(np.zeros(4, ml_dtypes.int4)), "torch")
+
+
+# =========================================================================== JAX
+@pytest.mark.parametrize("d", [hb.int4, hb.uint4, hb.int2, hb.uint2, hb.float4_e2m1fn], ids=str)
+def test_jax_subbyte_round_trip(d: hb.DType) -> None:
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    if getattr(jnp, d.name, None) is None:
+        pytest.skip(f"this JAX has no {d.name}")
+    codes = random_codes(d, (6, 5), seed=4)
+    a = codes.view(np_dtype(d))
+    x = jax.device_put(a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hb.CopyWarning)  # the reported copies are JAX's own
+        t = hb.asarray(x)
+        from_jax = hb.convert(x, "numpy")
+        packed = hb.pack_subbyte(t) if t.descriptor.padded else t
+        to_jax = hb.convert(packed, "jax")
+        padded_to_jax = hb.convert(hb.unpack_subbyte(packed), "jax")
+    assert from_jax.tobytes() == a.tobytes()
+    assert raw(packed) == reference_pack(codes, d.bits)
+    assert str(to_jax.dtype) == d.name and np.asarray(to_jax).tobytes() == a.tobytes()
+    assert np.asarray(padded_to_jax).tobytes() == a.tobytes()
+
+
+# ========================================================================= Arrow
+@pytest.mark.parametrize("offset", [0, 3, 8])
+def test_arrow_booleans_round_trip(offset: int) -> None:
+    pa = pytest.importorskip("pyarrow")
+    rng = np.random.default_rng(offset)
+    values = rng.integers(0, 2, 29).astype(bool)
+    arr = pa.array(values)[offset:]
+    t = hb.asarray(arr)
+    assert t.dtype is hb.bool and t.shape == (29 - offset,)
+    u = hb.unpack_subbyte(t)
+    assert u.dtype is hb.bool8
+    assert np.asarray(u).tolist() == arr.to_pylist()
+    # NumPy bool -> 1-bit packed -> Arrow BooleanArray, zero-copy into Arrow.
+    p = hb.pack_subbyte(values[offset:])
+    back = hb.convert(p, "arrow", copy=False)
+    assert back.type == pa.bool_() and back.to_pylist() == arr.to_pylist()
+    assert back.buffers()[1].address == p.data_ptr
+
+
+def test_empty_arrow_boolean() -> None:
+    pa = pytest.importorskip("pyarrow")
+    t = hb.asarray(pa.array([], pa.bool_()))
+    u = hb.unpack_subbyte(t)
+    assert u.nbytes == 0 and u.buffers[0].ptr == 0 and u.dtype is hb.bool8
+    p = hb.pack_subbyte(np.zeros(0, np.bool_))
+    assert len(hb.convert(p, "arrow")) == 0
+
+
+# ====================================================================== refusals
+def test_device_and_sparse_inputs_are_refused() -> None:
+    from hurray_bridge import sparse as hs
+
+    s = hs.make_sparse("coo", (4,), np.zeros(1, ml_dtypes.int4), np.array([[1]]))
+    with pytest.raises(hb.UnsupportedError, match="dense"):
+        hb.pack_subbyte(s)
+    fake = hb.Tensor(hb.Descriptor((4,), hb.int4, padded=True),
+                     [hb.Buffer(hb.BufferRole.DATA, 0x1000, 4)], device=hb.Device(2, 0))
+    with pytest.raises(hb.UnsupportedError, match="host memory"):
+        hb.pack_subbyte(fake)
