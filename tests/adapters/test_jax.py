@@ -665,6 +665,15 @@ def test_several_cpu_devices_and_sharding_in_a_fresh_process() -> None:
     assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
 
 
+def test_memory_jax_has_no_backend_for() -> None:
+    if GPU:
+        pytest.skip("this machine has a JAX GPU backend")
+    t = Tensor._dense(0xDEAD0000, (4,), hb.float32, None, False, hb.Device(2, 0), object(),
+                      False, False)
+    with pytest.raises(hb.UnsupportedError, match="no cuda backend"):
+        hj.from_hurray(t)
+
+
 def test_refuses_sparse_tensors() -> None:
     d = hb.Descriptor([3, 4], hb.float32, layout=hb.Layout.CSR, sparse=hb.Sparse(0))
     mem = _aligned(256)
