@@ -68,7 +68,22 @@ def _tables() -> tuple[dict[int, pa.DataType], dict[pa.DataType, DType], dict[ty
     to_pa = native_types("arrow", _resolve)
     by_class = {type(pa.array([], type=t)): d for d, t in to_pa.items()}
     by_class.pop(pa.ExtensionArray, None)  # only if some pyarrow lacked a dedicated class
+    # The hot paths (see to_hurray and from_hurray): whole-byte, non-extension types.
+    for cls, d in by_class.items():
+        if d.bits >= 8 and not issubclass(cls, pa.ExtensionArray):
+            _PLAIN_CLASSES[cls] = (d, d.itemsize)
+    for d, t in to_pa.items():
+        if d.bits >= 8 and not isinstance(t, pa.ExtensionType):
+            _PLAIN_TYPES[d.tag] = t
     return {d.tag: t for d, t in to_pa.items()}, {t: d for d, t in to_pa.items()}, by_class
+
+
+# Filled by _tables(): array class -> (DType, itemsize), tag -> Arrow type, for the
+# primitive types that need no bit or extension handling.
+_PLAIN_CLASSES: dict[type, tuple[DType, int]] = {}
+_PLAIN_TYPES: dict[int, pa.DataType] = {}
+_foreign_buffer = pa.foreign_buffer
+_from_buffers = pa.Array.from_buffers
 
 
 def native_type(dtype: DType) -> pa.DataType:
@@ -236,8 +251,21 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     ``t.copied``) for a boolean array that does not start on a byte and for a
     ChunkedArray of several chunks; ``copy=False`` raises CopyRequiredError there.
     """
+    plain = _PLAIN_CLASSES.get(type(obj))
+    if plain is not None and not copy:
+        # A primitive array of a whole-byte type: the common case, kept shortest.
+        if obj.null_count:
+            _refuse_nulls(obj, "this Arrow array")
+        n = len(obj)
+        if n:
+            data = obj.buffers()[1]
+            if not data.is_cpu:
+                _require_cpu(data)
+            pdtype, isz = plain
+            return Tensor._dense(data.address + obj.offset * isz, (n,), pdtype, None, False, CPU,
+                                 obj, True, False)
     dtype = _tables()[2].get(type(obj))
-    if dtype is not None:  # a primitive, bool or bool8 array: the common case, kept short
+    if dtype is not None:  # a primitive, bool or bool8 array
         _refuse_nulls(obj, "this Arrow array")
         return _flat(obj, copy, "this Arrow array", obj, dtype)
     if isinstance(obj, pa.ChunkedArray):
@@ -452,6 +480,17 @@ def from_hurray(
     with the leading dimension as the batch). By default rank 1 becomes an Array
     and every other rank a Tensor.
     """
+    if (device is None and kind is None and not copy and type(t) is Tensor
+            and t._strides is None and len(t._shape) == 1 and t._device.type == 1
+            and (t._desc is None or t.is_dense)):
+        typ = _PLAIN_TYPES.get(t._dtype.tag)
+        if typ is not None:
+            # Compact rank 1 of a primitive whole-byte type: an Array over the same memory.
+            # foreign_buffer(base=t) keeps the tensor, and so its producer's memory, alive.
+            # (Tensor's slots are read directly here: a property costs 2-3x a slot read.)
+            nbytes = t._nbytes
+            buf = _foreign_buffer(t._data, nbytes, base=t if nbytes else None)
+            return _from_buffers(typ, t._shape[0], [None, buf], null_count=0)
     if device not in (None, "cpu", CPU, (1, 0)):
         raise UnsupportedError(
             f"the Arrow adapter builds host (CPU) arrays; device={device!r} is not possible"

@@ -38,3 +38,65 @@ def measure(name: str, fn: Callable[[], object], *, repeat: int = 15, min_time: 
         samples.append((time.perf_counter() - t0) / loops * 1e6)
     q = statistics.quantiles(samples, n=4)
     return Timing(name, statistics.median(samples), q[2] - q[0], loops)
+
+
+def _batch(fn: Callable[[], object], loops: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(loops):
+        fn()
+    return (time.perf_counter() - t0) / loops * 1e6
+
+
+def _loops_for(fn: Callable[[], object], min_time: float) -> int:
+    loops = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        if time.perf_counter() - t0 >= min_time or loops >= 1 << 20:
+            return loops
+        loops *= 2
+
+
+def compare(
+    name_a: str, fn_a: Callable[[], object], name_b: str, fn_b: Callable[[], object], *,
+    rounds: int = 21, min_time: float = 0.004,
+) -> tuple[Timing, Timing, float]:
+    """Time ``fn_a`` against ``fn_b`` interleaved; the ratio a/b is the median per round.
+
+    The machines are shared and noisy: a batch of each function runs back to back in
+    every round (in alternating order), so a slow patch of the machine hits both sides
+    of a ratio alike. Returns both timings and ``median(a_round / b_round)``.
+    """
+    la, lb = _loops_for(fn_a, min_time), _loops_for(fn_b, min_time)
+    sa: list[float] = []
+    sb: list[float] = []
+    ratios: list[float] = []
+    for r in range(rounds):
+        if r % 2:
+            b = _batch(fn_b, lb)
+            a = _batch(fn_a, la)
+        else:
+            a = _batch(fn_a, la)
+            b = _batch(fn_b, lb)
+        sa.append(a)
+        sb.append(b)
+        ratios.append(a / b)
+    qa, qb = statistics.quantiles(sa, n=4), statistics.quantiles(sb, n=4)
+    return (Timing(name_a, statistics.median(sa), qa[2] - qa[0], la),
+            Timing(name_b, statistics.median(sb), qb[2] - qb[0], lb),
+            statistics.median(ratios))
+
+
+def ratio(value: float | None, goal: str, **extra: object) -> dict[str, object]:
+    """A ratio entry: ``value``, ``goal`` ("<= 1.3", "< 1.0"), ``met`` and any notes."""
+    met: bool | None = None
+    if value is not None:
+        op, _, bound = goal.partition(" ")
+        try:
+            b = float(bound)
+        except ValueError:
+            met = None
+        else:
+            met = value <= b if op == "<=" else value < b if op == "<" else None
+    return {"value": value, "goal": goal, "met": met, **extra}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
-__all__ = ["ALIGNMENT", "HostAllocation", "alloc_aligned", "buffer_address", "host_view"]
+__all__ = ["ALIGNMENT", "HostAllocation", "alloc_aligned", "buffer_address", "host_array",
+           "host_view"]
 
 ALIGNMENT = 64
 
@@ -30,12 +32,36 @@ def alloc_aligned(nbytes: int) -> HostAllocation | None:
     return HostAllocation(nbytes)
 
 
+# ctypes array type per length: ``c_ubyte * n`` goes through ctypes' own type cache,
+# which costs several times this dictionary lookup.
+_byte_arrays: dict[int, Any] = {}
+
+
+def _byte_array(nbytes: int) -> Any:
+    if len(_byte_arrays) >= 4096:
+        _byte_arrays.clear()
+    tp = _byte_arrays[nbytes] = ctypes.c_ubyte * nbytes
+    return tp
+
+
+def host_array(ptr: int, nbytes: int, owner: object) -> Any:
+    """A writable ``c_ubyte`` array over ``nbytes`` of host memory that keeps ``owner`` alive.
+
+    The cheapest buffer-protocol exporter the standard library offers (no copy): NumPy
+    and torch take it as a buffer directly. ``nbytes`` must be at least 1.
+    """
+    arr = (_byte_arrays.get(nbytes) or _byte_array(nbytes)).from_address(ptr)
+    arr._hb_owner = owner  # ctypes arrays take attributes
+    return arr
+
+
 def host_view(ptr: int, nbytes: int, owner: object, readonly: bool = False) -> memoryview:
     """A flat byte view of host memory that keeps ``owner`` alive as long as it lives."""
     if nbytes == 0:
         return memoryview(b"")
-    arr = (ctypes.c_ubyte * nbytes).from_address(ptr)
-    arr._hb_owner = owner  # type: ignore[attr-defined]  # ctypes arrays take attributes
+    arr = (_byte_arrays.get(nbytes) or _byte_array(nbytes)).from_address(ptr)
+    arr._hb_owner = owner  # ctypes arrays take attributes
+    # A c_ubyte array exports format "<B"; cast gives the plain "B" callers expect.
     view = memoryview(arr).cast("B")
     return view.toreadonly() if readonly else view
 

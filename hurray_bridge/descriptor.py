@@ -549,16 +549,12 @@ class Descriptor:
     # --------------------------------------------------------------- encoding
     def to_bytes(self) -> bytes:
         """The binary encoding of ``docs/spec/metadata.md``."""
-        from .wire import encode
-
-        return encode(self)
+        return (_codec.encode or _load_codec().encode)(self)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> Descriptor:
         """Decode untrusted bytes; any defect raises :class:`FormatError`."""
-        from .wire import decode
-
-        return decode(data)
+        return (_codec.decode or _load_codec().decode)(data)
 
     def __repr__(self) -> str:
         dims = ", ".join("?" if d == DYNAMIC else str(d) for d in self.shape)
@@ -579,3 +575,29 @@ class Descriptor:
         if self.shard is not None:
             parts.append(f"shard@{list(self.shard.offsets)}")
         return f"Descriptor({', '.join(parts)})"
+
+
+class _Codec:
+    """wire.encode/decode, bound on first use (wire imports this module: no import cycle)."""
+
+    encode: Any = None
+    decode: Any = None
+
+
+_codec = _Codec()
+
+
+def _load_codec() -> _Codec:
+    from . import wire
+
+    _codec.encode, _codec.decode = wire.encode, wire.decode
+    return _codec
+
+
+# The slots' own setters (the class's __setattr__ refuses, being frozen), in field order:
+# wire.py's fast decoder builds descriptors whose rules it has checked itself.
+_DESCRIPTOR_SETTERS = tuple(
+    Descriptor.__dict__[f].__set__
+    for f in ("shape", "dtype", "layout", "strides", "tile", "sparse", "quantization", "shard",
+              "padded")
+)

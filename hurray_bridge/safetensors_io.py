@@ -88,7 +88,10 @@ def _uint(v: Any) -> bool:
 
 def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex:
     """Parse a safetensors header; ``prefix`` holds at least the first ``8 + N`` bytes."""
-    view = memoryview(prefix)
+    try:
+        view = memoryview(prefix).cast("B")
+    except TypeError:
+        raise FormatError(f"expected bytes, got {type(prefix).__name__}", field="input") from None
     if file_size < _LEN.size or len(view) < _LEN.size:
         raise FormatError(f"truncated: {file_size} bytes, the header length alone needs 8",
                           field="header_length")

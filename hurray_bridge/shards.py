@@ -129,6 +129,34 @@ def _as_box(value: BoxLike, shape: tuple[int, ...], where: str) -> Box:
     return Box(offsets, sizes)
 
 
+def _ints(values: Any, name: str, low: int) -> tuple[int, ...]:
+    """``values`` as a tuple of integers >= ``low`` (NumPy integers welcome; no bools, floats)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise UnsupportedError(f"{name} must be a sequence of integers, got "
+                               f"{type(values).__name__} {values!r:.60}")
+    out = []
+    for k, v in enumerate(values):
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise UnsupportedError(f"{name}[{k}] must be an integer, got {type(v).__name__} {v!r}")
+        if v.__index__() < low:
+            raise FormatError(f"{name}[{k}] = {v} is below {low}; {name} must be >= {low}, got "
+                              f"{list(values)}", field=name)
+        out.append(v.__index__())
+    return tuple(out)
+
+
+def _device(value: Any, where: str) -> Device:
+    try:
+        dev = Device(*value)
+    except TypeError:
+        raise UnsupportedError(f"{where} must be a (device_type, device_id) pair of integers "
+                               f"(an hb.Device), got {value!r}") from None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in dev):
+        raise FormatError(f"{where} = {value!r}: device type and id must be non-negative "
+                          "integers", field=where)
+    return dev
+
+
 def grid_boxes(shape: Sequence[int], parts: Sequence[int]) -> list[Box]:
     """Boxes of a regular grid: ``parts[k]`` pieces along dimension ``k``, row-major order.
 
@@ -136,12 +164,10 @@ def grid_boxes(shape: Sequence[int], parts: Sequence[int]) -> list[Box]:
     the first pieces are one larger; asking for more pieces than there are
     indices gives empty trailing boxes. Both are valid shard layouts.
     """
-    shape = tuple(shape)
-    parts = tuple(parts)
+    shape = _ints(shape, "shape", 0)
+    parts = _ints(parts, "parts", 1)
     if len(parts) != len(shape):
         raise FormatError(f"{len(parts)} part counts for rank {len(shape)}", field="parts")
-    if any(p < 1 for p in parts):
-        raise FormatError(f"part counts must be >= 1, got {list(parts)}", field="parts")
     cuts: list[list[tuple[int, int]]] = []
     for g, p in zip(shape, parts):
         q, r = divmod(g, p)
@@ -182,7 +208,8 @@ class ShardedTensor:
 
     def __init__(self, descriptor: Descriptor, shards: Iterable[Tensor]) -> None:
         if not isinstance(descriptor, Descriptor):
-            raise TypeError(f"descriptor must be an hb.Descriptor, got {type(descriptor).__name__}")
+            raise UnsupportedError(  # a TypeError too
+                f"descriptor must be an hb.Descriptor, got {type(descriptor).__name__}")
         if descriptor.is_dynamic:
             dims = [i for i, d in enumerate(descriptor.shape) if d == DYNAMIC]
             raise FormatError(
@@ -277,7 +304,7 @@ def _validate(desc: Descriptor, shards: tuple[Tensor, ...]) -> tuple[Box, ...]:
     for i, t in enumerate(shards):
         where = f"shards[{i}]"
         if not isinstance(t, Tensor):
-            raise TypeError(f"{where} is a {type(t).__name__}, not an hb.Tensor")
+            raise UnsupportedError(f"{where} is a {type(t).__name__}, not an hb.Tensor")
         d = t.descriptor
         sh = d.shard
         if sh is None:
@@ -434,6 +461,9 @@ def split(
     t = _dense_source(tensor)
     shape = t.shape
     gdesc = Descriptor(shape, t.dtype, padded=t.descriptor.padded)
+    if isinstance(boxes, (str, bytes)) or not hasattr(boxes, "__iter__"):
+        raise UnsupportedError(f"boxes must be an iterable of boxes ((offsets, sizes), a Box or "
+                               f"a tuple of slices), got {type(boxes).__name__} {boxes!r:.60}")
     box_list = [_as_box(b, shape, f"boxes[{i}]") for i, b in enumerate(boxes)]
     if replica_ids is not None and len(replica_ids) != len(box_list):
         raise FormatError(f"{len(replica_ids)} replica ids for {len(box_list)} boxes",
@@ -448,7 +478,7 @@ def split(
         else:
             rid = counts.get(box, 0)
             counts[box] = rid + 1
-        dev = Device(*devices[i]) if devices is not None else t.device
+        dev = _device(devices[i], f"devices[{i}]") if devices is not None else t.device
         shard = Shard(shape, box.offsets, rid, dev.type, dev.id)
         shards.append(_cut(t, box, shard, copy, f"boxes[{i}]"))
     return ShardedTensor(gdesc, shards)
@@ -644,7 +674,8 @@ def assemble(sharded: ShardedTensor, to: str = "numpy") -> Any:
     memory without a second copy. Shards must be dense and host-accessible.
     """
     if not isinstance(sharded, ShardedTensor):
-        raise TypeError(f"assemble() takes an hb.ShardedTensor, got {type(sharded).__name__}")
+        raise UnsupportedError(
+            f"assemble() takes an hb.ShardedTensor, got {type(sharded).__name__}")
     full = Box(tuple(0 for _ in sharded.shape), sharded.shape)
     out = _extract_dense(_pieces(sharded), full, sharded.dtype, sharded.descriptor.padded)
     if to in ("hurray", "hb"):
@@ -742,7 +773,7 @@ def from_jax(x: Any) -> ShardedTensor:
     """
     jax = _jax()
     if not isinstance(x, jax.Array):
-        raise TypeError(f"from_jax() takes a jax.Array, got {type(x).__name__}")
+        raise UnsupportedError(f"from_jax() takes a jax.Array, got {type(x).__name__}")
     if not x.is_fully_addressable:
         raise UnsupportedError(
             "this jax.Array spans several processes; a ShardedTensor needs every shard in "
@@ -789,7 +820,8 @@ def to_jax(sharded: ShardedTensor, sharding: Any, *, copy: bool | None = None) -
     from ._registry import CopyWarning, get_adapter
 
     if not isinstance(sharded, ShardedTensor):
-        raise TypeError(f"to_jax() takes an hb.ShardedTensor, got {type(sharded).__name__}")
+        raise UnsupportedError(
+            f"to_jax() takes an hb.ShardedTensor, got {type(sharded).__name__}")
     shape = sharded.shape
     dtype = sharded.dtype
     np_adapter = get_adapter("numpy")

@@ -192,7 +192,8 @@ def attach(handle: SharedTensorHandle) -> Tensor:
     Works in any process of the machine, the owner's included.
     """
     if not isinstance(handle, SharedTensorHandle):
-        raise TypeError(f"attach() takes a SharedTensorHandle, got {type(handle).__name__}")
+        raise UnsupportedError(  # a TypeError too
+            f"attach() takes a SharedTensorHandle, got {type(handle).__name__} {handle!r:.60}")
     d, entries, size = decode_prefix(handle.descriptor)
     if size != len(handle.descriptor):
         raise FormatError(f"{len(handle.descriptor) - size} trailing bytes after the descriptor",

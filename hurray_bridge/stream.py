@@ -17,6 +17,8 @@ any binary file object: a file, a pipe, ``socket.makefile()`` or a socket.
 from __future__ import annotations
 
 import ctypes
+import io
+import mmap as _mmap
 import os
 import struct
 from collections.abc import Iterator
@@ -44,6 +46,8 @@ ALIGNMENT = 64
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 32
 """Largest message payload a reader accepts unless told otherwise (4 GiB)."""
 
+_LAZY_BYTES = 1 << 20  # messages this large are read into memory committed as it arrives
+
 MAX_SCHEMA_BYTES = 4096  # the largest possible descriptor (rank 64, every section) is 2,368 bytes
 
 KIND_TENSOR = 1
@@ -69,6 +73,19 @@ def _is_socket(obj: Any) -> bool:
     return hasattr(obj, "recv_into") and hasattr(obj, "makefile") and hasattr(obj, "family")
 
 
+def _binary_file(fileobj: Any, method: str, mode: str) -> None:
+    """Refuse what cannot carry a stream, before anything is read or written."""
+    if isinstance(fileobj, io.TextIOBase):
+        raise UnsupportedError(
+            f"fileobj {fileobj!r} is a text stream; a Hurray stream is binary: open it in "
+            f"binary mode ('{mode}') or pass its .buffer")
+    if not callable(getattr(fileobj, method, None)) and not _is_socket(fileobj):
+        raise UnsupportedError(
+            f"fileobj must be a binary file object with a {method}() method (a file opened "
+            f"'{mode}', a pipe, socket.makefile('{mode}')) or a socket, got "
+            f"{type(fileobj).__name__} {fileobj!r:.60}")
+
+
 # ------------------------------------------------------------------- writer
 class StreamWriter:
     """Write a schema, then one message per :meth:`write`; :meth:`close` ends the stream.
@@ -79,6 +96,9 @@ class StreamWriter:
     socket); the writer never closes it. With ``flush=True`` every message is
     flushed, so a reader on a pipe or socket sees it at once.
 
+    :meth:`write` after :meth:`close`, or after a write that failed part-way,
+    raises ``ValueError`` (as a closed file does).
+
     Used as a context manager the stream is closed (end-of-stream written) on
     normal exit only: after an exception the reader sees a truncated stream
     and raises, rather than taking a partial stream for a complete one.
@@ -86,7 +106,9 @@ class StreamWriter:
 
     def __init__(self, fileobj: Any, schema: Descriptor, *, flush: bool = True) -> None:
         if not isinstance(schema, Descriptor):
-            raise TypeError(f"schema must be an hb.Descriptor, got {type(schema).__name__}")
+            raise UnsupportedError(  # a TypeError too
+                f"schema must be an hb.Descriptor, got {type(schema).__name__} {schema!r:.60}")
+        _binary_file(fileobj, "write", "wb")
         self._socket_file = None
         if _is_socket(fileobj):
             fileobj = self._socket_file = fileobj.makefile("wb")
@@ -233,11 +255,20 @@ class StreamReader:
     """
 
     def __init__(self, fileobj: Any, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        m = max_message_bytes
+        if isinstance(m, bool) or not hasattr(m, "__index__"):
+            raise UnsupportedError(f"max_message_bytes must be an integer number of bytes, got "
+                                   f"{type(m).__name__} {m!r}")
+        if m.__index__() < 0:
+            raise FormatError(f"max_message_bytes must be >= 0, got {m!r}",
+                              field="max_message_bytes")
+        if not callable(getattr(fileobj, "readinto", None)):
+            _binary_file(fileobj, "read", "rb")
         self._socket_file = None
         if _is_socket(fileobj):
             fileobj = self._socket_file = fileobj.makefile("rb")
         self._f = fileobj
-        self._max = int(max_message_bytes)
+        self._max = m.__index__()
         self._pos = 0
         self._seq = 0
         self._done = False
@@ -409,10 +440,10 @@ class StreamReader:
         if left is not None and pos > left:
             self._fail(f"message needs {pos} bytes but only {left} remain in the file",
                        "payload_size")
-        alloc = alloc_aligned(pos)
+        owner, base = self._message_memory(pos, resolved)
         bufs = []
-        if alloc is not None:
-            region = (ctypes.c_ubyte * pos).from_address(alloc.ptr)
+        if owner is not None:
+            region = (ctypes.c_ubyte * pos).from_address(base)
             region_view = memoryview(region).cast("B")
             self._fill(region_view, f"buffers of message {self._seq}", eof_ok=False)
             for s, off in zip(specs, offsets):
@@ -421,9 +452,33 @@ class StreamReader:
                     self._fail(f"padding after the {s.role.name} buffer must be zero", "padding")
             region_view.release()
         for s, off in zip(specs, offsets):
-            bufs.append(Buffer(s.role, alloc.ptr + off if (alloc and s.nbytes) else 0, s.nbytes))
+            bufs.append(Buffer(s.role, base + off if (owner is not None and s.nbytes) else 0,
+                               s.nbytes))
         self._seq += 1
-        return Tensor(resolved, bufs, device=CPU, owner=alloc)
+        return Tensor(resolved, bufs, device=CPU, owner=owner)
+
+    def _message_memory(self, n: int, resolved: Descriptor) -> tuple[object, int]:
+        """Fresh 64-byte aligned memory for ``n`` bytes of buffers: (owner, address)."""
+        if n == 0:
+            return None, 0
+        if n < _LAZY_BYTES:
+            alloc = alloc_aligned(n)
+            assert alloc is not None
+            return alloc, alloc.ptr
+        # A large message gets an anonymous map: the kernel commits its pages only as the
+        # bytes arrive. From a pipe or socket the reader cannot check the claimed size
+        # against anything but max_message_bytes, and a zero-filled allocation would make
+        # a 256-byte header claiming 4 GiB cost 4 GiB of RAM (and seconds of memset)
+        # before the stream turns out to be truncated; now it costs what was sent.
+        try:
+            mm = _mmap.mmap(-1, n)
+        except (OSError, OverflowError, MemoryError) as exc:
+            self._fail(f"message needs {n} bytes for {resolved!r}, which cannot be mapped "
+                       f"({exc}); lower max_message_bytes={self._max} to refuse such "
+                       "messages up front", "payload_size")
+            raise  # unreachable: _fail raises
+        region = (ctypes.c_ubyte * n).from_buffer(mm)  # holds the map open while it lives
+        return region, ctypes.addressof(region)
 
     def __iter__(self) -> Iterator[Tensor]:
         while True:

@@ -49,6 +49,7 @@ class Device(NamedTuple):
 
 CPU = Device(1, 0)
 _I64_MAX = 2**63 - 1
+_new = object.__new__
 
 
 class Buffer(NamedTuple):
@@ -57,6 +58,10 @@ class Buffer(NamedTuple):
     role: BufferRole
     ptr: int
     nbytes: int
+
+
+_tuple_new = tuple.__new__
+_DATA = BufferRole.DATA
 
 
 def _is_compact(shape: Sequence[int], strides: Sequence[int]) -> bool:
@@ -78,9 +83,11 @@ class Tensor:
     caller promises that ``owner`` keeps that memory alive.
     """
 
+    # _base0/_nbytes: buffer 0 (start, length); _data: element [0, ..., 0]. The buffer
+    # table itself (_buffers) is built on first use: most hand-offs never read it.
     __slots__ = (
-        "__weakref__", "_buffers", "_copied", "_desc", "_device", "_dtype", "_owner",
-        "_padded", "_readonly", "_shape", "_source", "_strides",
+        "__weakref__", "_base0", "_buffers", "_copied", "_data", "_desc", "_device", "_dtype",
+        "_nbytes", "_owner", "_padded", "_readonly", "_shape", "_source", "_strides",
     )
 
     def __init__(
@@ -113,11 +120,19 @@ class Tensor:
         # Zero-length buffers are NULL whatever pointer the caller had (ADR-007 §4).
         bufs = tuple(Buffer(BufferRole(b.role), b.ptr if b.nbytes else 0, b.nbytes) for b in bufs)
         self._desc: Descriptor | None = descriptor
+        self._buffers: tuple[Buffer, ...] | None = bufs
+        b0 = bufs[0]
+        self._base0 = b0.ptr
+        self._nbytes = b0.nbytes
+        data = b0.ptr
+        if b0.nbytes and descriptor.strides is not None:
+            data += sum((d - 1) * -s for d, s in zip(descriptor.shape, descriptor.strides)
+                        if s < 0) * descriptor.dtype.itemsize
+        self._data = data
         self._shape = descriptor.shape
         self._dtype = descriptor.dtype
         self._strides = descriptor.strides
         self._padded = descriptor.padded
-        self._buffers = bufs
         self._device = Device(*device)
         self._owner = owner
         self._readonly = bool(readonly)
@@ -134,8 +149,9 @@ class Tensor:
 
         The descriptor is built (and validated) only when someone asks for it.
         """
-        self = cls.__new__(cls)
+        self = _new(cls)
         self._desc = None
+        self._buffers = None
         self._shape = shape
         self._dtype = dtype
         self._strides = strides
@@ -149,18 +165,24 @@ class Tensor:
         for d in shape:
             n *= d
         if n == 0:
-            self._buffers = (Buffer(BufferRole.DATA, 0, 0),)
-        elif strides is None:
-            nbytes = -(-n * dtype.bits // 8) if dtype.bits < 8 and not padded else n * dtype.itemsize
-            self._buffers = (Buffer(BufferRole.DATA, ptr, nbytes),)
-        else:
-            span, back = 1, 0
-            for d, s in zip(shape, strides):
-                span += (d - 1) * abs(s)
-                if s < 0:
-                    back += (d - 1) * -s
-            isz = dtype.itemsize
-            self._buffers = (Buffer(BufferRole.DATA, ptr - back * isz, span * isz),)
+            self._base0 = self._data = self._nbytes = 0
+            return self
+        bits = dtype.bits
+        if strides is None:
+            self._base0 = self._data = ptr
+            self._nbytes = -(-n * bits // 8) if bits < 8 and not padded else n * (bits >> 3 or 1)
+            return self
+        span, back = 1, 0
+        for d, s in zip(shape, strides):
+            if s < 0:
+                back -= (d - 1) * s
+                span -= (d - 1) * s
+            else:
+                span += (d - 1) * s
+        isz = bits >> 3 or 1
+        self._data = ptr
+        self._base0 = ptr - back * isz
+        self._nbytes = span * isz
         return self
 
     # ------------------------------------------------------------ properties
@@ -201,7 +223,10 @@ class Tensor:
 
     @property
     def buffers(self) -> tuple[Buffer, ...]:
-        return self._buffers
+        bufs = self._buffers
+        if bufs is None:
+            bufs = self._buffers = (_tuple_new(Buffer, (_DATA, self._base0, self._nbytes)),)
+        return bufs
 
     @property
     def readonly(self) -> bool:
@@ -219,7 +244,7 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        return self._buffers[0].nbytes
+        return self._nbytes
 
     @property
     def is_dense(self) -> bool:
@@ -229,22 +254,20 @@ class Tensor:
     @property
     def data_ptr(self) -> int:
         """Address of element [0, ..., 0] of a dense tensor; 0 when it is empty."""
-        b = self._buffers[0]
-        if not b.nbytes or self._strides is None:
-            return b.ptr
-        back = sum((d - 1) * -s for d, s in zip(self._shape, self._strides) if s < 0)
-        return b.ptr + back * self._dtype.itemsize
+        return self._data
 
     def buffer(self, role: BufferRole) -> Buffer:
-        for b in self._buffers:
+        for b in self.buffers:
             if b.role == role:
                 return b
         raise KeyError(f"this tensor has no {BufferRole(role).name} buffer")
 
     def memoryview(self, role: BufferRole = BufferRole.DATA) -> memoryview:
         """Raw bytes of one buffer (host memory only); keeps the tensor alive."""
-        if not self._device.is_host_accessible:
+        if self._device.type not in _HOST_ACCESSIBLE:
             raise UnsupportedError(f"cannot view {self._device} memory from the host")
+        if role == _DATA and self._buffers is None:
+            return host_view(self._base0, self._nbytes, self, self._readonly)
         b = self.buffer(role)
         return host_view(b.ptr, b.nbytes, self, self._readonly)
 
@@ -280,7 +303,7 @@ class Tensor:
 
         from .wire import encode
 
-        views = [self.memoryview(b.role) for b in self._buffers]
+        views = [self.memoryview(b.role) for b in self.buffers]
         payload: list[Any] = (
             [PickleBuffer(v) for v in views] if protocol >= 5
             else [bytes(v) if self._readonly else bytearray(v) for v in views]
@@ -298,7 +321,7 @@ class Tensor:
         if not self.is_dense:
             bufs = []
             owners = []
-            for b in self._buffers:
+            for b in self.buffers:
                 alloc = alloc_aligned(b.nbytes)
                 if alloc is not None:
                     ctypes.memmove(alloc.ptr, b.ptr, b.nbytes)
@@ -310,7 +333,7 @@ class Tensor:
         alloc = alloc_aligned(n_bytes)
         if alloc is not None:
             if self._strides is None:
-                ctypes.memmove(alloc.ptr, self._buffers[0].ptr, n_bytes)
+                ctypes.memmove(alloc.ptr, self._base0, n_bytes)
             else:
                 _gather(alloc.ptr, self.data_ptr, self._shape, self._strides, self._dtype.itemsize)
         return Tensor._dense(alloc.ptr if alloc else 0, self._shape, self._dtype, None,
@@ -339,17 +362,20 @@ class Tensor:
         that producer synchronises with the consumer's ``stream``.
         """
         versioned = max_version is not None and max_version[0] >= 1
-        if not self.is_dense:
-            d = self.descriptor
+        d = self._desc
+        if d is not None and (d.layout not in _DENSE_LAYOUTS or d.quantization is not None):
             what = "quantized" if d.quantization is not None else d.layout.name
             raise UnsupportedError(
                 f"a {what} tensor has no DLPack form (DLPack carries dense tensors only); "
                 "convert it with hb.convert() to a framework that supports it"
             )
-        target = Device(*dl_device) if dl_device is not None else self._device
-        if self._source is not None and not self._device.is_host_accessible:
+        device = self._device
+        target = Device(*dl_device) if dl_device is not None else device
+        if self._source is not None and device.type not in _HOST_ACCESSIBLE:
             return _forward(self._source, stream, max_version, dl_device, copy)
-        if target != self._device and not (target == CPU and self._device.is_host_accessible):
+        if dl_device is not None and target != device and not (
+            target == CPU and device.type in _HOST_ACCESSIBLE
+        ):
             if copy is False:
                 raise CopyRequiredError(
                     f"export to {target} needs a copy from {self._device} but copy=False"
@@ -358,9 +384,10 @@ class Tensor:
                 f"cannot export a {self._device} tensor to {target}: the bridge does not move "
                 "data between devices itself; convert with the framework's adapter"
             )
-        if self._device.type not in _STREAMED and stream not in (None, -1):
+        if stream is not None and stream != -1 and device.type not in _STREAMED:
             raise UnsupportedError(f"stream must be None on {self._device}, got {stream!r}")
-        if self._dtype.dlpack is None:
+        dl = self._dtype.dlpack
+        if dl is None:
             raise UnsupportedError(
                 f"{self._dtype.name} has no DLPack type code; convert it with hb.convert() "
                 "(for 1-bit bool: to arrow, or unpack to bool8)"
@@ -379,18 +406,33 @@ class Tensor:
                     "padded; the consumer asked for a legacy one"
                 )
             flags |= FLAG_IS_SUBBYTE_TYPE_PADDED
-        code, bits = self._dtype.dlpack
-        if self._shape and max(self._shape) > _I64_MAX:
+        code, bits = dl
+        shape = src._shape
+        if shape and max(shape) > _I64_MAX:
             raise UnsupportedError(
                 f"shape {list(self._shape)} has a dimension above 2**63 - 1, which DLPack's "
                 "int64 shape cannot hold"
             )
-        strides = src._strides if src._strides is not None else compact_strides(src._shape)
+        strides = src._strides
+        if strides is None:
+            strides = _COMPACT.get(shape) or _compact(shape)
         return _capsule.make_capsule(
-            data=src.data_ptr, shape=src._shape, strides=strides, code=code, bits=bits, lanes=1,
+            data=src._data, shape=shape, strides=strides, code=code, bits=bits, lanes=1,
             device_type=target.type, device_id=target.id, flags=flags, owner=src,
             versioned=versioned,
         )
+
+
+_DENSE_LAYOUTS = frozenset({Layout.ROW_MAJOR, Layout.STRIDED})
+# Compact strides by shape: exports of the same shapes recur (a model's layers).
+_COMPACT: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+
+def _compact(shape: tuple[int, ...]) -> tuple[int, ...]:
+    if len(_COMPACT) >= 1024:
+        _COMPACT.clear()
+    strides = _COMPACT[shape] = compact_strides(shape)
+    return strides
 
 
 def _rebuild(desc: bytes, payload: list[Any], readonly: bool) -> Tensor:

@@ -1131,10 +1131,14 @@ def check_producer(
     need other shapes are skipped. ``readonly`` says whether the producer's
     memory is read-only when the object itself cannot tell (no
     ``flags.writeable``, ``readonly`` or ``is_mutable``). ``checks`` runs a
-    subset, by name (see :data:`CHECKS`). Never raises for a failing check:
-    the :class:`Report` holds every result (``report.raise_if_failed()``).
+    subset, by name (see :data:`CHECKS`; one name may be given as a string).
+    Never raises for a failing check: the :class:`Report` holds every result
+    (``report.raise_if_failed()``). An unknown check name raises ``ValueError``,
+    an unknown ``dtype`` :class:`hb.UnsupportedError`.
     """
     dtype = dtype_from_name(dtype).name
+    if isinstance(checks, str):
+        checks = (checks,)  # one name, not its letters
     asked = list(CHECKS) if checks is None else list(checks)
     unknown = [n for n in asked if n not in CHECKS]
     if unknown:
@@ -1152,6 +1156,9 @@ def load_factory(spec: str) -> Callable[..., Any]:
     The current directory is searched too when the module is not found
     elsewhere, as ``python -m`` would. Raises ``ValueError`` naming the problem.
     """
+    if not isinstance(spec, str):
+        raise ValueError(f"load_factory() takes a 'MODULE:FACTORY' string (for example "
+                         f"mylib.testing:make_tensor), got {type(spec).__name__} {spec!r:.60}")
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
         raise ValueError(f"{spec!r} is not MODULE:FACTORY (for example "
@@ -1237,6 +1244,19 @@ def _hop(obj: Any, target: str, copy: bool | None) -> Any:
     return convert(obj, target, copy=copy)
 
 
+def _check_targets(via: Any) -> None:
+    """A usage error (not a failed hop) for ``via`` that names no framework."""
+    from ._registry import _ALIASES, ADAPTERS
+
+    if not isinstance(via, (list, tuple)):
+        raise UnsupportedError(f"via must be a framework name or a sequence of them, got "
+                               f"{type(via).__name__} {via!r:.60}")
+    for i, name in enumerate(via):
+        if name != "hb" and (not isinstance(name, str) or _ALIASES.get(name, name) not in ADAPTERS):
+            raise UnsupportedError(f"via[{i}] = {name!r} is not a framework; choose from "
+                                   f"{', '.join(ADAPTERS)} or 'hb'")
+
+
 def assert_round_trip(
     x: Any, via: Sequence[str] | str | None = None, zero_copy: bool | None = None
 ) -> Any:
@@ -1261,6 +1281,7 @@ def assert_round_trip(
         via = [f for f in available_frameworks() if f != _framework(x)]
     elif isinstance(via, str):
         via = (via,)
+    _check_targets(via)
     origin = _framework(x)
     chain = [*via, origin]
     copy = True if zero_copy is False else None

