@@ -47,24 +47,40 @@ _MODULE_TO_ADAPTER = {
 _ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch"}
 
 
+# Target name (or alias) -> (module name, adapter) once imported; hb.convert looks its
+# target up on every call. Trusted only while sys.modules still holds that module.
+_LOADED: dict[str, tuple[str, ModuleType]] = {}
+
+
 def get_adapter(name: str) -> ModuleType:
     """The adapter module for a target name; imports the framework if needed."""
+    try:
+        modname, mod = _LOADED[name]
+    except (KeyError, TypeError):  # not loaded yet, or not a name at all
+        pass
+    else:
+        if sys.modules.get(modname) is mod:
+            return mod
     key = _ALIASES.get(name, name) if isinstance(name, str) else name
     spec = ADAPTERS.get(key)  # type: ignore[arg-type]
     if spec is None:
         raise UnsupportedError(
             f"unknown target {name!r}; choose one of {', '.join(ADAPTERS)}"
         )
-    mod = sys.modules.get(f"hurray_bridge.adapters.{spec.name}")
+    modname = f"hurray_bridge.adapters.{spec.name}"
+    mod = sys.modules.get(modname)
     if mod is not None:
+        _LOADED[name] = (modname, mod)
         return mod
     try:
-        return importlib.import_module(f"hurray_bridge.adapters.{spec.name}")
+        mod = importlib.import_module(modname)
     except ImportError as exc:
         if isinstance(exc, BackendNotAvailableError):
             raise
         missing = getattr(exc, "name", None) or spec.framework
         raise BackendNotAvailableError(spec.framework, spec.extra, f"{missing} could not be imported") from exc
+    _LOADED[name] = (modname, mod)
+    return mod
 
 
 @lru_cache(maxsize=256)
