@@ -251,7 +251,6 @@ _device_platform: dict[Any, str] = {}  # device of a single-device sharding -> p
 
 def _platform_of(x: jax.Array) -> str:
     sharding = x.sharding
-    device = None
     if type(sharding) is _SingleDeviceSharding:
         # Keyed by the device (hashed in C): every array JAX imports over DLPack has its
         # own sharding object, equal to the others, and their Python-level __eq__ made a
@@ -275,8 +274,7 @@ def _platform_of(x: jax.Array) -> str:
                 "this jax.Array is not fully addressable from this process (multi-process "
                 "sharding); export the local shards (x.addressable_shards) one by one"
             )
-        device: Any = next(iter(devices))
-        platform = device.platform
+        platform = next(iter(devices)).platform  # type: ignore[attr-defined]
         if len(_sharding_platform) > 256:
             _sharding_platform.clear()
         _sharding_platform[sharding] = platform

@@ -199,7 +199,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> n
         if copy is False:
             raise CopyRequiredError(f"a {t.device} tensor needs a copy to reach NumPy; copy=False")
         # The producer copies to host on the consumer's behalf (dl_device=CPU).
-        return np.from_dlpack(t, device="cpu", copy=True)
+        return np.from_dlpack(t, device="cpu", copy=True)  # type: ignore[arg-type]
     if t.dtype.is_subbyte and not t.descriptor.padded:
         if copy is False:
             raise CopyRequiredError(

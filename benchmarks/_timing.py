@@ -20,7 +20,9 @@ class Timing:
                 "loops": self.loops}
 
 
-def measure(name: str, fn: Callable[[], object], *, repeat: int = 15, min_time: float = 0.02) -> Timing:
+def measure(
+    name: str, fn: Callable[[], object], *, repeat: int = 15, min_time: float = 0.02
+) -> Timing:
     """Median per-call time of ``fn`` over ``repeat`` batches of calls."""
     loops = 1
     while True:  # size the batch so one batch takes at least min_time

@@ -13,6 +13,7 @@ import pytest
 
 import hurray_bridge as hb
 
+
 def _csr(cupy: Any, nnz_rows: bool = True) -> Any:
     sparse = pytest.importorskip("cupyx.scipy.sparse")
     dense = np.zeros((4, 6), np.float32)

@@ -6,8 +6,17 @@ imported by their adapters, and only when a conversion needs them.
 
 from __future__ import annotations
 
-from . import _source_tree  # noqa: F401  (first: lets a source checkout find adapters/)
-from . import dtypes
+from . import (
+    _source_tree,  # noqa: F401  (first: lets a source checkout find adapters/)
+    dtypes,
+    quant,
+    shards,
+    shm,
+    sparse,
+    stream,
+)
+from ._registry import CopyWarning, asarray, convert, get_adapter
+from .container import dumps, load, loads, save
 from .descriptor import DYNAMIC, MAX_RANK, BufferSpec, Descriptor, Quantization, Shard, Sparse
 from .dtypes import (
     DType,
@@ -37,7 +46,7 @@ from .dtypes import (
     uint32,
     uint64,
 )
-from .dtypes import bool_ as bool  # noqa: A004  (hb.bool is the 1-bit packed type)
+from .dtypes import bool_ as bool
 from .errors import (
     BackendNotAvailableError,
     CopyRequiredError,
@@ -47,15 +56,11 @@ from .errors import (
     UnsupportedError,
 )
 from .layout import BufferRole, Flags, Layout, QuantScheme
-from .tensor import CPU, Buffer, Device, Tensor, from_dlpack
-from ._registry import CopyWarning, asarray, convert, get_adapter
-from . import shards, shm, stream
-from .shards import Box, ShardedTensor, assemble, grid_boxes, split
-from .stream import StreamReader, StreamWriter
-from .container import dumps, load, loads, save
-from . import quant, sparse
 from .quant import dequantize, pack_subbyte, quantize, unpack_subbyte
+from .shards import Box, ShardedTensor, assemble, grid_boxes, split
 from .sparse import densify
+from .stream import StreamReader, StreamWriter
+from .tensor import CPU, Buffer, Device, Tensor, from_dlpack
 
 __version__ = "0.1.0"
 

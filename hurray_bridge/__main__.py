@@ -344,7 +344,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
-def _add_check_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_check_command(sub: argparse._SubParsersAction) -> None:
     k = sub.add_parser(
         "check", help="run the DLPack producer checks on a factory (exit status 1 on a failure)",
         description="Import FACTORY from MODULE and run hurray_bridge.testing.check_producer on "

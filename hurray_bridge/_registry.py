@@ -41,8 +41,13 @@ ADAPTERS: dict[str, AdapterSpec] = {
 }
 # Top-level module of an object's type -> adapter name.
 _MODULE_TO_ADAPTER = {
-    "numpy": "numpy", "torch": "torch", "jax": "jax", "jaxlib": "jax",
-    "pyarrow": "arrow", "cupy": "cupy", "cupyx": "cupy",
+    "numpy": "numpy",
+    "torch": "torch",
+    "jax": "jax",
+    "jaxlib": "jax",
+    "pyarrow": "arrow",
+    "cupy": "cupy",
+    "cupyx": "cupy",
 }
 _ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch"}
 
@@ -62,23 +67,23 @@ def get_adapter(name: str) -> ModuleType:
         if sys.modules.get(modname) is mod:
             return mod
     key = _ALIASES.get(name, name) if isinstance(name, str) else name
-    spec = ADAPTERS.get(key)  # type: ignore[arg-type]
+    spec = ADAPTERS.get(key)
     if spec is None:
-        raise UnsupportedError(
-            f"unknown target {name!r}; choose one of {', '.join(ADAPTERS)}"
-        )
+        raise UnsupportedError(f"unknown target {name!r}; choose one of {', '.join(ADAPTERS)}")
     modname = f"hurray_bridge.adapters.{spec.name}"
-    mod = sys.modules.get(modname)
-    if mod is not None:
-        _LOADED[name] = (modname, mod)
-        return mod
+    loaded = sys.modules.get(modname)
+    if loaded is not None:
+        _LOADED[name] = (modname, loaded)
+        return loaded
     try:
         mod = importlib.import_module(modname)
     except ImportError as exc:
         if isinstance(exc, BackendNotAvailableError):
             raise
         missing = getattr(exc, "name", None) or spec.framework
-        raise BackendNotAvailableError(spec.framework, spec.extra, f"{missing} could not be imported") from exc
+        raise BackendNotAvailableError(
+            spec.framework, spec.extra, f"{missing} could not be imported"
+        ) from exc
     _LOADED[name] = (modname, mod)
     return mod
 
@@ -99,8 +104,9 @@ def _adapter_name_for_type(tp: type) -> str | None:
 # Sparse and quantized natives: routed to hurray_bridge.sparse / hurray_bridge.quant.
 # Recognised by type name and module only, so nothing is imported to recognise them.
 _SPARSE_MODULES = ("scipy.sparse", "cupyx.scipy.sparse", "jax.experimental.sparse")
-_ARROW_SPARSE = frozenset({"SparseCOOTensor", "SparseCSRMatrix", "SparseCSCMatrix",
-                           "SparseCSFTensor"})
+_ARROW_SPARSE = frozenset(
+    {"SparseCOOTensor", "SparseCSRMatrix", "SparseCSCMatrix", "SparseCSFTensor"}
+)
 
 
 @lru_cache(maxsize=256)
@@ -108,8 +114,9 @@ def _route_for_type(tp: type) -> tuple[bool, str] | None:
     """``(True, module)`` for a sparse/quantized type, ``(False, adapter)`` for a dense one."""
     for base in tp.__mro__:
         mod = base.__module__
-        if mod.startswith(_SPARSE_MODULES) or (mod == "pyarrow.lib"
-                                               and base.__name__ in _ARROW_SPARSE):
+        if mod.startswith(_SPARSE_MODULES) or (
+            mod == "pyarrow.lib" and base.__name__ in _ARROW_SPARSE
+        ):
             return True, "hurray_bridge.sparse"
         if mod == "hurray_bridge.quant" and base.__name__ == "QuantizedArray":
             return True, "hurray_bridge.quant"
@@ -138,7 +145,7 @@ def _special_for_tensor(t: Tensor) -> ModuleType:
 
 def adapter_for(obj: Any) -> ModuleType | None:
     """The adapter for a native object, or ``None`` if no adapter claims it."""
-    name = _adapter_name_for_type(type(obj))
+    name = _adapter_name_for_type(type(obj))  # type: ignore[arg-type]  # types are hashable
     # An object of a framework's type means the framework is loaded already:
     # getting its adapter imports nothing new.
     return None if name is None else get_adapter(name)
@@ -178,8 +185,9 @@ def asarray(obj: Any, copy: bool | None = None) -> Tensor:
     )
 
 
-def convert(obj: Any, to: str, device: Any = None, copy: bool | None = None, *,
-            densify: bool = False) -> Any:
+def convert(
+    obj: Any, to: str, device: Any = None, copy: bool | None = None, *, densify: bool = False
+) -> Any:
     """Hand ``obj`` (native or hb.Tensor) to framework ``to``, zero-copy when possible.
 
     ``to`` is one of ``"numpy"``, ``"torch"``, ``"jax"``, ``"cupy"``, ``"arrow"``.
@@ -194,8 +202,7 @@ def convert(obj: Any, to: str, device: Any = None, copy: bool | None = None, *,
     target = get_adapter(to)
     t = asarray(obj, copy=False if copy is False else None)
     if not t.is_dense:
-        return _special_for_tensor(t).from_hurray(t, to, device=device, copy=copy,
-                                                  densify=densify)
+        return _special_for_tensor(t).from_hurray(t, to, device=device, copy=copy, densify=densify)
     return target.from_hurray(t, device=device, copy=copy)
 
 

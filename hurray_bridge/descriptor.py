@@ -129,7 +129,9 @@ class Quantization:
         try:
             scheme = QuantScheme(self.scheme)
         except ValueError:
-            raise FormatError(f"unknown quantization scheme {self.scheme!r}", field="quantization.scheme") from None
+            raise FormatError(
+                f"unknown quantization scheme {self.scheme!r}", field="quantization.scheme"
+            ) from None
         object.__setattr__(self, "scheme", scheme)
         object.__setattr__(self, "scale_dtype", _as_dtype(self.scale_dtype))
         if self.zero_point_dtype is not None:
@@ -148,11 +150,15 @@ class Quantization:
         if scheme == QuantScheme.PER_TENSOR:
             if self.axis is not None or self.block_size is not None:
                 raise FormatError(
-                    "a per-tensor scheme takes neither axis nor block_size", field="quantization.axis"
+                    "a per-tensor scheme takes neither axis nor block_size",
+                    field="quantization.axis",
                 )
         else:
             if self.axis is None or isinstance(self.axis, bool) or not isinstance(self.axis, int):
-                raise FormatError(f"{scheme.name} needs an integer axis, got {self.axis!r}", field="quantization.axis")
+                raise FormatError(
+                    f"{scheme.name} needs an integer axis, got {self.axis!r}",
+                    field="quantization.axis",
+                )
             if scheme == QuantScheme.PER_BLOCK:
                 bs = self.block_size
                 if isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= _U64_MAX - 1:
@@ -161,7 +167,10 @@ class Quantization:
                         field="quantization.block_size",
                     )
             elif self.block_size is not None:
-                raise FormatError("only per-block quantization takes a block_size", field="quantization.block_size")
+                raise FormatError(
+                    "only per-block quantization takes a block_size",
+                    field="quantization.block_size",
+                )
 
     def scales_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """Shape of the scale (and zero-point) array for a tensor of ``shape``."""
@@ -221,14 +230,18 @@ class Shard:
         object.__setattr__(self, "global_shape", gs)
         object.__setattr__(self, "offsets", off)
         if DYNAMIC in gs or DYNAMIC in off:
-            raise FormatError("shard descriptors must not use dynamic dimensions", field="shard.global_shape")
+            raise FormatError(
+                "shard descriptors must not use dynamic dimensions", field="shard.global_shape"
+            )
         for name, v, lo, hi in (
             ("replica_id", self.replica_id, 0, _U32_MAX),
             ("device_type", self.device_type, 0, 0x7FFFFFFF),
             ("device_id", self.device_id, 0, 0x7FFFFFFF),
         ):
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise FormatError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}", field=f"shard.{name}")
+                raise FormatError(
+                    f"{name} must be an integer in [{lo}, {hi}], got {v!r}", field=f"shard.{name}"
+                )
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -280,7 +293,9 @@ class Descriptor:
         rank = len(shape)
 
         if padded and not dtype.is_subbyte:
-            raise FormatError(f"the padded form applies to sub-byte types only, not {dtype}", field="flags")
+            raise FormatError(
+                f"the padded form applies to sub-byte types only, not {dtype}", field="flags"
+            )
         if rank == 0 and layout != Layout.ROW_MAJOR:
             raise FormatError(
                 f"a scalar (rank 0) must be row-major, not {layout.name}", field="layout"
@@ -298,7 +313,9 @@ class Descriptor:
                 raise FormatError("the strided layout needs a static shape", field="strides")
             for i, s in enumerate(strides):
                 if isinstance(s, bool) or not hasattr(s, "__index__"):
-                    raise FormatError(f"strides[{i}] must be an integer, got {s!r}", field="strides")
+                    raise FormatError(
+                        f"strides[{i}] must be an integer, got {s!r}", field="strides"
+                    )
                 if not -_I64_MAX <= s.__index__() <= _I64_MAX:
                     raise FormatError(
                         f"strides[{i}] = {s} is outside [-(2**63 - 1), 2**63 - 1]", field="strides"
@@ -326,7 +343,9 @@ class Descriptor:
 
         if layout.is_sparse:
             if not isinstance(self.sparse, Sparse):
-                raise FormatError(f"the {layout.name} layout needs a Sparse section", field="sparse")
+                raise FormatError(
+                    f"the {layout.name} layout needs a Sparse section", field="sparse"
+                )
             if layout in (Layout.CSR, Layout.CSC) and rank != 2:
                 raise FormatError(f"{layout.name} needs rank 2, got rank {rank}", field="layout")
             if self.sparse.canonical and DYNAMIC not in shape:
@@ -338,7 +357,9 @@ class Descriptor:
                         field="sparse.nnz",
                     )
         elif self.sparse is not None:
-            raise FormatError(f"a Sparse section given for the {layout.name} layout", field="sparse")
+            raise FormatError(
+                f"a Sparse section given for the {layout.name} layout", field="sparse"
+            )
 
         q = self.quantization
         if q is not None:
@@ -370,10 +391,13 @@ class Descriptor:
             if not isinstance(sh, Shard):
                 raise FormatError(f"expected a Shard, got {sh!r}", field="shard")
             if DYNAMIC in shape:
-                raise FormatError("a shard descriptor must not have dynamic dimensions", field="shape")
+                raise FormatError(
+                    "a shard descriptor must not have dynamic dimensions", field="shape"
+                )
             if len(sh.global_shape) != rank or len(sh.offsets) != rank:
                 raise FormatError(
-                    f"shard box has rank {len(sh.offsets)}/{len(sh.global_shape)}, tensor rank {rank}",
+                    f"shard box has rank {len(sh.offsets)}/{len(sh.global_shape)}, "
+                    f"tensor rank {rank}",
                     field="shard",
                 )
             for i, (o, n, g) in enumerate(zip(sh.offsets, shape, sh.global_shape)):
@@ -486,7 +510,9 @@ class Descriptor:
             count = _checked_product(q.scales_shape(self.shape), "scale count")
             specs.append(BufferSpec(BufferRole.SCALES, count * q.scale_dtype.itemsize))
             if q.zero_point_dtype is not None:
-                specs.append(BufferSpec(BufferRole.ZERO_POINTS, count * q.zero_point_dtype.itemsize))
+                specs.append(
+                    BufferSpec(BufferRole.ZERO_POINTS, count * q.zero_point_dtype.itemsize)
+                )
         return tuple(specs)
 
     def _check_sizes(self) -> None:
@@ -531,7 +557,8 @@ class Descriptor:
             axis %= self.rank
             if shape[axis] != DYNAMIC:
                 raise DynamicShapeError(
-                    f"axis {axis} is static (size {shape[axis]}); only dynamic dimensions can be resolved"
+                    f"axis {axis} is static (size {shape[axis]}); "
+                    "only dynamic dimensions can be resolved"
                 )
             if isinstance(size, bool) or not hasattr(size, "__index__"):
                 raise DynamicShapeError(f"size for axis {axis} must be an integer, got {size!r}")
@@ -542,8 +569,15 @@ class Descriptor:
                 )
             shape[axis] = size
         return Descriptor(
-            tuple(shape), self.dtype, self.layout, self.strides, self.tile, self.sparse,
-            self.quantization, self.shard, self.padded,
+            tuple(shape),
+            self.dtype,
+            self.layout,
+            self.strides,
+            self.tile,
+            self.sparse,
+            self.quantization,
+            self.shard,
+            self.padded,
         )
 
     # --------------------------------------------------------------- encoding
@@ -566,8 +600,10 @@ class Descriptor:
         if self.tile is not None:
             parts.append(f"tile={list(self.tile)}")
         if self.sparse is not None:
-            parts.append(f"nnz={self.sparse.nnz}, index={self.sparse.index_dtype.name}"
-                         + (", canonical" if self.sparse.canonical else ""))
+            parts.append(
+                f"nnz={self.sparse.nnz}, index={self.sparse.index_dtype.name}"
+                + (", canonical" if self.sparse.canonical else "")
+            )
         if self.padded:
             parts.append("padded")
         if self.quantization is not None:
@@ -598,6 +634,15 @@ def _load_codec() -> _Codec:
 # wire.py's fast decoder builds descriptors whose rules it has checked itself.
 _DESCRIPTOR_SETTERS = tuple(
     Descriptor.__dict__[f].__set__
-    for f in ("shape", "dtype", "layout", "strides", "tile", "sparse", "quantization", "shard",
-              "padded")
+    for f in (
+        "shape",
+        "dtype",
+        "layout",
+        "strides",
+        "tile",
+        "sparse",
+        "quantization",
+        "shard",
+        "padded",
+    )
 )

@@ -68,7 +68,7 @@ class Tier(IntEnum):
     TWO = 2
 
 
-class DLPACK_CODE(IntEnum):  # noqa: N801  (mirrors the C enum spelling of dlpack.h v1.3)
+class DLPACK_CODE(IntEnum):
     kDLInt = 0
     kDLUInt = 1
     kDLFloat = 2

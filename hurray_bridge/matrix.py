@@ -134,8 +134,12 @@ def _cell(src: str, dst: str, dtype: DType, n: int, repeat: int) -> Cell:
     return Cell(src, dst, dtype.name, "copy", reason, us)
 
 
-def run_matrix(frameworks: Sequence[str] | None = None, dtypes: Sequence[DType] | None = None,
-               n: int = 1024, repeat: int = 15) -> list[Cell]:
+def run_matrix(
+    frameworks: Sequence[str] | None = None,
+    dtypes: Sequence[DType] | None = None,
+    n: int = 1024,
+    repeat: int = 15,
+) -> list[Cell]:
     """Hand one tensor per dtype across every ordered pair of ``frameworks``."""
     names = list(frameworks) if frameworks is not None else available_frameworks()
     if "numpy" not in names and importlib.util.find_spec("numpy") is None:
@@ -158,7 +162,10 @@ def format_report(cells: Sequence[Cell]) -> str:
     by = {(c.source, c.target, c.dtype): c for c in cells}
     heads = [f"{s[:5]}>{t[:5]}" for s, t in pairs]
     width = max(len(h) for h in heads) if heads else 8
-    lines = ["Hand-off matrix (Z zero-copy, C copy, - refused, . source cannot hold it, ! WRONG)", ""]
+    lines = [
+        "Hand-off matrix (Z zero-copy, C copy, - refused, . source cannot hold it, ! WRONG)",
+        "",
+    ]
     lines.append(f"{'dtype':<16}" + " ".join(h.rjust(width) for h in heads))
     for d in dtypes:
         row = [_MARK[by[(s, t, d)].outcome] for s, t in pairs]

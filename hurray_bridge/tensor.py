@@ -86,8 +86,21 @@ class Tensor:
     # _base0/_nbytes: buffer 0 (start, length); _data: element [0, ..., 0]. The buffer
     # table itself (_buffers) is built on first use: most hand-offs never read it.
     __slots__ = (
-        "__weakref__", "_base0", "_buffers", "_copied", "_data", "_desc", "_device", "_dtype",
-        "_nbytes", "_owner", "_padded", "_readonly", "_shape", "_source", "_strides",
+        "__weakref__",
+        "_base0",
+        "_buffers",
+        "_copied",
+        "_data",
+        "_desc",
+        "_device",
+        "_dtype",
+        "_nbytes",
+        "_owner",
+        "_padded",
+        "_readonly",
+        "_shape",
+        "_source",
+        "_strides",
     )
 
     def __init__(
@@ -105,8 +118,9 @@ class Tensor:
         specs = descriptor.buffer_layout()
         bufs = tuple(Buffer(*b) for b in buffers)
         if len(bufs) != len(specs):
-            raise FormatError(f"{len(bufs)} buffers given, the descriptor calls for {len(specs)}",
-                              field="buffers")
+            raise FormatError(
+                f"{len(bufs)} buffers given, the descriptor calls for {len(specs)}", field="buffers"
+            )
         for i, (b, s) in enumerate(zip(bufs, specs)):
             if b.role != s.role or b.nbytes != s.nbytes:
                 raise FormatError(
@@ -115,8 +129,9 @@ class Tensor:
                     field=f"buffers[{i}]",
                 )
             if b.nbytes and not b.ptr:
-                raise FormatError(f"buffer {i} has {b.nbytes} bytes at a NULL pointer",
-                                  field=f"buffers[{i}]")
+                raise FormatError(
+                    f"buffer {i} has {b.nbytes} bytes at a NULL pointer", field=f"buffers[{i}]"
+                )
         # Zero-length buffers are NULL whatever pointer the caller had (ADR-007 §4).
         bufs = tuple(Buffer(BufferRole(b.role), b.ptr if b.nbytes else 0, b.nbytes) for b in bufs)
         self._desc: Descriptor | None = descriptor
@@ -126,8 +141,10 @@ class Tensor:
         self._nbytes = b0.nbytes
         data = b0.ptr
         if b0.nbytes and descriptor.strides is not None:
-            data += sum((d - 1) * -s for d, s in zip(descriptor.shape, descriptor.strides)
-                        if s < 0) * descriptor.dtype.itemsize
+            data += (
+                sum((d - 1) * -s for d, s in zip(descriptor.shape, descriptor.strides) if s < 0)
+                * descriptor.dtype.itemsize
+            )
         self._data = data
         self._shape = descriptor.shape
         self._dtype = descriptor.dtype
@@ -141,8 +158,16 @@ class Tensor:
 
     @classmethod
     def _dense(
-        cls, ptr: int, shape: tuple[int, ...], dtype: DType, strides: tuple[int, ...] | None,
-        padded: bool, device: Device, owner: object, readonly: bool, copied: bool,
+        cls,
+        ptr: int,
+        shape: tuple[int, ...],
+        dtype: DType,
+        strides: tuple[int, ...] | None,
+        padded: bool,
+        device: Device,
+        owner: object,
+        readonly: bool,
+        copied: bool,
         source: Any = None,
     ) -> Tensor:
         """Fast constructor for a dense tensor whose element [0..0] is at ``ptr``.
@@ -190,8 +215,9 @@ class Tensor:
     def descriptor(self) -> Descriptor:
         if self._desc is None:
             layout = Layout.ROW_MAJOR if self._strides is None else Layout.STRIDED
-            self._desc = Descriptor(self._shape, self._dtype, layout, self._strides,
-                                    padded=self._padded)
+            self._desc = Descriptor(
+                self._shape, self._dtype, layout, self._strides, padded=self._padded
+            )
         return self._desc
 
     @property
@@ -249,7 +275,9 @@ class Tensor:
     @property
     def is_dense(self) -> bool:
         d = self._desc
-        return d is None or (d.layout in (Layout.ROW_MAJOR, Layout.STRIDED) and d.quantization is None)
+        return d is None or (
+            d.layout in (Layout.ROW_MAJOR, Layout.STRIDED) and d.quantization is None
+        )
 
     @property
     def data_ptr(self) -> int:
@@ -274,9 +302,13 @@ class Tensor:
     def __repr__(self) -> str:
         dims = ", ".join(map(str, self._shape))
         extra = "" if self._strides is None else f", strides={list(self._strides)}"
-        flags = "".join((", readonly" if self._readonly else "", ", copied" if self._copied else ""))
-        return (f"hb.Tensor(shape=[{dims}], dtype={self._dtype.name}, device={self._device}"
-                f"{extra}{flags})")
+        flags = "".join(
+            (", readonly" if self._readonly else "", ", copied" if self._copied else "")
+        )
+        return (
+            f"hb.Tensor(shape=[{dims}], dtype={self._dtype.name}, device={self._device}"
+            f"{extra}{flags})"
+        )
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
         # NumPy calls this, so NumPy is loaded: the adapter imports nothing new.
@@ -305,7 +337,8 @@ class Tensor:
 
         views = [self.memoryview(b.role) for b in self.buffers]
         payload: list[Any] = (
-            [PickleBuffer(v) for v in views] if protocol >= 5
+            [PickleBuffer(v) for v in views]
+            if protocol >= 5
             else [bytes(v) if self._readonly else bytearray(v) for v in views]
         )
         return _rebuild, (encode(self.descriptor), payload, self._readonly)
@@ -328,16 +361,28 @@ class Tensor:
                 owners.append(alloc)
                 bufs.append(Buffer(b.role, alloc.ptr if alloc else 0, b.nbytes))
             return Tensor(self.descriptor, bufs, device=CPU, owner=tuple(owners), copied=True)
-        n_bytes = (Descriptor(self._shape, self._dtype, padded=self._padded).nbytes
-                   if self._strides is not None else self.nbytes)
+        n_bytes = (
+            Descriptor(self._shape, self._dtype, padded=self._padded).nbytes
+            if self._strides is not None
+            else self.nbytes
+        )
         alloc = alloc_aligned(n_bytes)
         if alloc is not None:
             if self._strides is None:
                 ctypes.memmove(alloc.ptr, self._base0, n_bytes)
             else:
                 _gather(alloc.ptr, self.data_ptr, self._shape, self._strides, self._dtype.itemsize)
-        return Tensor._dense(alloc.ptr if alloc else 0, self._shape, self._dtype, None,
-                             self._padded, CPU, alloc, False, True)
+        return Tensor._dense(
+            alloc.ptr if alloc else 0,
+            self._shape,
+            self._dtype,
+            None,
+            self._padded,
+            CPU,
+            alloc,
+            False,
+            True,
+        )
 
     # --------------------------------------------------------------- DLPack
     def __dlpack_device__(self) -> tuple[DLDeviceType, int]:
@@ -373,8 +418,10 @@ class Tensor:
         target = Device(*dl_device) if dl_device is not None else device
         if self._source is not None and device.type not in _HOST_ACCESSIBLE:
             return _forward(self._source, stream, max_version, dl_device, copy)
-        if dl_device is not None and target != device and not (
-            target == CPU and device.type in _HOST_ACCESSIBLE
+        if (
+            dl_device is not None
+            and target != device
+            and not (target == CPU and device.type in _HOST_ACCESSIBLE)
         ):
             if copy is False:
                 raise CopyRequiredError(
@@ -417,8 +464,16 @@ class Tensor:
         if strides is None:
             strides = _COMPACT.get(shape) or _compact(shape)
         return _capsule.make_capsule(
-            data=src._data, shape=shape, strides=strides, code=code, bits=bits, lanes=1,
-            device_type=target.type, device_id=target.id, flags=flags, owner=src,
+            data=src._data,
+            shape=shape,
+            strides=strides,
+            code=code,
+            bits=bits,
+            lanes=1,
+            device_type=target.type,
+            device_id=target.id,
+            flags=flags,
+            owner=src,
             versioned=versioned,
         )
 
@@ -446,8 +501,11 @@ def _rebuild(desc: bytes, payload: list[Any], readonly: bool) -> Tensor:
     for spec, obj in zip(d.buffer_layout(), payload):
         ptr, n, obj_ro, view = buffer_address(obj)
         if n != spec.nbytes:
-            raise FormatError(f"pickled {spec.role.name} buffer has {n} bytes, "
-                              f"the descriptor calls for {spec.nbytes}", field="buffers")
+            raise FormatError(
+                f"pickled {spec.role.name} buffer has {n} bytes, "
+                f"the descriptor calls for {spec.nbytes}",
+                field="buffers",
+            )
         bufs.append(Buffer(spec.role, ptr, n))
         keep.append(view)
         ro = ro or (obj_ro and n > 0)  # b"" is read-only but holds nothing to protect
@@ -455,8 +513,16 @@ def _rebuild(desc: bytes, payload: list[Any], readonly: bool) -> Tensor:
 
 
 def _forward(source: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any) -> object:
-    kwargs = {k: v for k, v in (("stream", stream), ("max_version", max_version),
-                                ("dl_device", dl_device), ("copy", copy)) if v is not None}
+    kwargs = {
+        k: v
+        for k, v in (
+            ("stream", stream),
+            ("max_version", max_version),
+            ("dl_device", dl_device),
+            ("copy", copy),
+        )
+        if v is not None
+    }
     try:
         return source.__dlpack__(**kwargs)
     except TypeError:
@@ -477,7 +543,10 @@ def _gather(dst: int, src: int, shape: tuple[int, ...], strides: tuple[int, ...]
         byte_strides = tuple(s * isz for s in strides)
         src_arr = np.lib.stride_tricks.as_strided(
             np.frombuffer((ctypes.c_ubyte * 1).from_address(src), np.uint8, 1),
-            shape=(*shape, isz), strides=(*byte_strides, 1), writeable=False)
+            shape=(*shape, isz),
+            strides=(*byte_strides, 1),
+            writeable=False,
+        )
         dst_arr = np.frombuffer((ctypes.c_ubyte * (total * isz)).from_address(dst), np.uint8)
         dst_arr.reshape(*shape, isz)[...] = src_arr
         return
@@ -513,9 +582,16 @@ def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
             field="strides",
         )
     return Tensor._dense(
-        view.data if n else 0, shape, dtype, strides, padded,
-        Device(view.device_type, view.device_id), view.owner,
-        bool(view.flags & FLAG_READ_ONLY), bool(view.flags & FLAG_IS_COPIED), source,
+        view.data if n else 0,
+        shape,
+        dtype,
+        strides,
+        padded,
+        Device(view.device_type, view.device_id),
+        view.owner,
+        bool(view.flags & FLAG_READ_ONLY),
+        bool(view.flags & FLAG_IS_COPIED),
+        source,
     )
 
 
@@ -557,13 +633,20 @@ def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM)
         # legacy default stream instead, which every producer must accept.
         capsule = _capsule.request_capsule(obj, stream=None)
     view = _capsule.consume_capsule(capsule)
-    if (view.device_type, view.device_id) != dev and dev.type not in (3, 11) and not (
-        dev.type == view.device_type == 1  # jax labels cpu:k arrays (1, 0) outside, (1, k) inside
+    if (
+        (view.device_type, view.device_id) != dev
+        and dev.type not in (3, 11)
+        and not (
+            dev.type
+            == view.device_type
+            == 1  # jax labels cpu:k arrays (1, 0) outside, (1, k) inside
+        )
     ):
         # Pinned-host producers (torch) report kDLCUDAHost but put kDLCPU in the capsule.
         raise FormatError(
             f"__dlpack_device__ says {dev} but the capsule says "
-            f"{Device(view.device_type, view.device_id)}", field="device",
+            f"{Device(view.device_type, view.device_id)}",
+            field="device",
         )
     source = obj if not dev.is_host_accessible else None
     t = from_dlview(view, source)

@@ -8,6 +8,7 @@ reserved byte is zero, and raises nothing but :class:`FormatError`.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Sequence
 from math import prod as _prod
@@ -115,7 +116,9 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
     """
     if d.rank > MAX_RANK:
         # Descriptor() already refuses this; the check guards objects built around it.
-        raise FormatError(f"rank {d.rank} exceeds the maximum rank {MAX_RANK} (ADR-008)", field="rank")
+        raise FormatError(
+            f"rank {d.rank} exceeds the maximum rank {MAX_RANK} (ADR-008)", field="rank"
+        )
     specs = () if d.is_dynamic else d.buffer_layout()
     if offsets is None:
         offsets = canonical_offsets([s.nbytes for s in specs])
@@ -124,8 +127,16 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
     total = _body_size(d, len(specs))
     parts = [
         _HEADER.pack(
-            MAGIC, VERSION[0], VERSION[1], int(d.flags), d.rank, d.dtype.tag, int(d.layout),
-            len(specs), total, 0,
+            MAGIC,
+            VERSION[0],
+            VERSION[1],
+            int(d.flags),
+            d.rank,
+            d.dtype.tag,
+            int(d.layout),
+            len(specs),
+            total,
+            0,
         ),
         _U64[d.rank].pack(*d.shape),
     ]
@@ -139,15 +150,23 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
     elif d.layout.is_sparse:
         sp = d.sparse
         assert sp is not None
-        parts.append(_SPARSE.pack(sp.nnz, sp.index_dtype.tag,
-                                  _SPARSE_CANONICAL if sp.canonical else 0, _ZERO6))
+        parts.append(
+            _SPARSE.pack(
+                sp.nnz, sp.index_dtype.tag, _SPARSE_CANONICAL if sp.canonical else 0, _ZERO6
+            )
+        )
     q = d.quantization
     if q is not None:
-        parts.append(_QUANT.pack(
-            int(q.scheme), q.scale_dtype.tag,
-            q.zero_point_dtype.tag if q.zero_point_dtype is not None else 0, 0,
-            -1 if q.axis is None else q.axis, q.block_size or 0,
-        ))
+        parts.append(
+            _QUANT.pack(
+                int(q.scheme),
+                q.scale_dtype.tag,
+                q.zero_point_dtype.tag if q.zero_point_dtype is not None else 0,
+                0,
+                -1 if q.axis is None else q.axis,
+                q.block_size or 0,
+            )
+        )
     sh = d.shard
     if sh is not None:
         parts.append(_SHARD.pack(sh.replica_id, 0, sh.device_type, sh.device_id))
@@ -155,8 +174,10 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
         parts.append(_U64[d.rank].pack(*sh.global_shape))
     for spec, off in zip(specs, offsets):
         if off < 0 or off > DYNAMIC or (spec.nbytes and off % ALIGNMENT):
-            raise FormatError(f"offset {off} of the {spec.role.name} buffer is not 64-byte aligned",
-                              field="buffers.offset")
+            raise FormatError(
+                f"offset {off} of the {spec.role.name} buffer is not 64-byte aligned",
+                field="buffers.offset",
+            )
         parts.append(_ENTRY.pack(int(spec.role), _ZERO7, off if spec.nbytes else 0, spec.nbytes))
     out = b"".join(parts)
     assert len(out) == total
@@ -173,7 +194,8 @@ class _Reader:
         if self.pos + st.size > self.end:
             raise FormatError(
                 f"truncated: needs {st.size} bytes at offset {self.pos}, "
-                f"{self.end - self.pos} remain", field=field,
+                f"{self.end - self.pos} remain",
+                field=field,
             )
         out = st.unpack_from(self.buf, self.pos)
         self.pos += st.size
@@ -204,11 +226,26 @@ _ROW_MAJOR, _STRIDED = Layout.ROW_MAJOR, Layout.STRIDED
 _DATA_ROLE = BufferRole.DATA
 _tuple_new = tuple.__new__
 _new_descriptor = object.__new__
-(_set_shape, _set_dtype, _set_layout, _set_strides, _set_tile, _set_sparse, _set_quantization,
- _set_shard, _set_padded) = _DESCRIPTOR_SETTERS
+(
+    _set_shape,
+    _set_dtype,
+    _set_layout,
+    _set_strides,
+    _set_tile,
+    _set_sparse,
+    _set_quantization,
+    _set_shard,
+    _set_padded,
+) = _DESCRIPTOR_SETTERS
 # The fast path spells these as literals (a constant load, not a global lookup).
 assert (MAGIC, VERSION[0], HEADER_SIZE, ALIGNMENT, MAX_RANK, _PADDED_FLAG) == (
-    b"HRYD", 1, 32, 64, 64, 4)
+    b"HRYD",
+    1,
+    32,
+    64,
+    64,
+    4,
+)
 # 2 * rank + strided -> (the struct of everything after the header: shape, strides and
 # one entry; the total size that makes).
 _DENSE_BODY: list[tuple[struct.Struct, int] | None] = [None] * (2 * MAX_RANK + 2)
@@ -220,17 +257,29 @@ def _dense_body(rank: int, strided: bool) -> tuple[struct.Struct, int]:
     return entry
 
 
-def _decode_dense(data: bytes | bytearray | memoryview, n: int,
-                  _unpack_header: Any = _HEADER.unpack_from, _bodies: Any = _DENSE_BODY,
-                  _dtypes: Any = _DTYPE_BY_TAG) -> tuple[Descriptor, int, int, int] | None:
+def _decode_dense(
+    data: bytes | bytearray | memoryview,
+    n: int,
+    _unpack_header: Any = _HEADER.unpack_from,
+    _bodies: Any = _DENSE_BODY,
+    _dtypes: Any = _DTYPE_BY_TAG,
+) -> tuple[Descriptor, int, int, int] | None:
     """``(descriptor, data offset, data length, total size)``, or None (see above)."""
     if n < 32:  # HEADER_SIZE
         return None
-    magic, major, _minor, flags, rank, tag, layout_tag, n_buf, total, reserved = (
-        _unpack_header(data, 0))
+    magic, major, _minor, flags, rank, tag, layout_tag, n_buf, total, reserved = _unpack_header(
+        data, 0
+    )
     # Only SUBBYTE_PADDED (0x4) among the flags: no quantization or shard section.
-    if (magic != b"HRYD" or major != 1 or n_buf != 1 or reserved or flags & 0xFFFB
-            or rank > 64 or total > n):
+    if (
+        magic != b"HRYD"
+        or major != 1
+        or n_buf != 1
+        or reserved
+        or flags & 0xFFFB
+        or rank > 64
+        or total > n
+    ):
         return None
     if layout_tag == 1:
         strided = False
@@ -276,8 +325,11 @@ def _decode_dense(data: bytes | bytearray | memoryview, n: int,
         layout = _ROW_MAJOR
     nbytes = -(-count * bits // 8) if packed else count * (bits >> 3 or 1)
     off = vals[-2]
-    if vals[-1] != nbytes or nbytes > 0xFFFFFFFFFFFFFFFF or (
-            nbytes and (off % 64 or off + nbytes > 0xFFFFFFFFFFFFFFFF)):
+    if (
+        vals[-1] != nbytes
+        or nbytes > 0xFFFFFFFFFFFFFFFF
+        or (nbytes and (off % 64 or off + nbytes > 0xFFFFFFFFFFFFFFFF))
+    ):
         return None
     # Descriptor(...) without __post_init__: every rule it applies was applied above.
     d = _new_descriptor(Descriptor)
@@ -305,7 +357,9 @@ def _byte_length(data: object) -> int:
     return -1
 
 
-def decode_prefix(data: bytes | bytearray | memoryview) -> tuple[Descriptor, tuple[BufferEntry, ...], int]:
+def decode_prefix(
+    data: bytes | bytearray | memoryview,
+) -> tuple[Descriptor, tuple[BufferEntry, ...], int]:
     """Decode one descriptor at the start of ``data``.
 
     Returns the descriptor, its buffer table and the number of bytes it took.
@@ -321,9 +375,12 @@ def decode_prefix(data: bytes | bytearray | memoryview) -> tuple[Descriptor, tup
     except TypeError:
         raise FormatError(f"expected bytes, got {type(data).__name__}", field="input") from None
     if len(buf) < HEADER_SIZE:
-        raise FormatError(f"truncated: {len(buf)} bytes, the header alone needs {HEADER_SIZE}",
-                          field="header")
-    magic, major, minor, flags, rank, tag, layout_tag, n_buf, total, reserved = _HEADER.unpack_from(buf, 0)
+        raise FormatError(
+            f"truncated: {len(buf)} bytes, the header alone needs {HEADER_SIZE}", field="header"
+        )
+    magic, major, minor, flags, rank, tag, layout_tag, n_buf, total, reserved = _HEADER.unpack_from(
+        buf, 0
+    )
     if magic != MAGIC:
         raise FormatError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}", field="magic")
     if major != VERSION[0]:
@@ -336,11 +393,17 @@ def decode_prefix(data: bytes | bytearray | memoryview) -> tuple[Descriptor, tup
     if flags & ~_KNOWN_FLAGS:
         raise FormatError(f"unknown flag bits 0x{flags & ~_KNOWN_FLAGS:04x}", field="flags")
     if rank > MAX_RANK:
-        raise FormatError(f"rank {rank} exceeds the maximum rank {MAX_RANK} (ADR-008)", field="rank")
+        raise FormatError(
+            f"rank {rank} exceeds the maximum rank {MAX_RANK} (ADR-008)", field="rank"
+        )
     if n_buf > MAX_BUFFERS:
-        raise FormatError(f"{n_buf} buffers; a descriptor has at most {MAX_BUFFERS}", field="n_buffers")
+        raise FormatError(
+            f"{n_buf} buffers; a descriptor has at most {MAX_BUFFERS}", field="n_buffers"
+        )
     if total > len(buf):
-        raise FormatError(f"truncated: declares {total} bytes, {len(buf)} available", field="total_size")
+        raise FormatError(
+            f"truncated: declares {total} bytes, {len(buf)} available", field="total_size"
+        )
     if total < HEADER_SIZE:
         raise FormatError(f"declared size {total} is smaller than the header", field="total_size")
     dtype = _dtype(tag, "type_tag")
@@ -370,11 +433,15 @@ def decode_prefix(data: bytes | bytearray | memoryview) -> tuple[Descriptor, tup
     if flags & Flags.HAS_QUANTIZATION:
         scheme, stag, ztag, qres, axis, block = r.take(_QUANT, "quantization")
         if qres:
-            raise FormatError("reserved quantization byte must be zero", field="quantization.reserved")
+            raise FormatError(
+                "reserved quantization byte must be zero", field="quantization.reserved"
+            )
         try:
             qscheme = QuantScheme(scheme)
         except ValueError:
-            raise FormatError(f"unknown quantization scheme {scheme}", field="quantization.scheme") from None
+            raise FormatError(
+                f"unknown quantization scheme {scheme}", field="quantization.scheme"
+            ) from None
         quant = Quantization(
             qscheme,
             _dtype(stag, "quantization.scale_type"),
@@ -393,18 +460,32 @@ def decode_prefix(data: bytes | bytearray | memoryview) -> tuple[Descriptor, tup
     for i in range(n_buf):
         role_tag, eres, off, length = r.take(_ENTRY, f"buffers[{i}]")
         if eres != _ZERO7:
-            raise FormatError("reserved buffer-entry bytes must be zero", field=f"buffers[{i}].reserved")
+            raise FormatError(
+                "reserved buffer-entry bytes must be zero", field=f"buffers[{i}].reserved"
+            )
         try:
             role = BufferRole(role_tag)
         except ValueError:
-            raise FormatError(f"unknown buffer role {role_tag}", field=f"buffers[{i}].role") from None
+            raise FormatError(
+                f"unknown buffer role {role_tag}", field=f"buffers[{i}].role"
+            ) from None
         entries.append(BufferEntry(role, off, length))
     if r.pos != total:
-        raise FormatError(f"declared size {total} but the sections take {r.pos} bytes",
-                          field="total_size")
+        raise FormatError(
+            f"declared size {total} but the sections take {r.pos} bytes", field="total_size"
+        )
 
-    d = Descriptor(shape, dtype, layout, strides, tile, sparse, quant, shard,
-                   bool(flags & Flags.SUBBYTE_PADDED))
+    d = Descriptor(
+        shape,
+        dtype,
+        layout,
+        strides,
+        tile,
+        sparse,
+        quant,
+        shard,
+        bool(flags & Flags.SUBBYTE_PADDED),
+    )
     _check_buffer_table(d, entries)
     return d, tuple(entries), total
 
@@ -412,33 +493,39 @@ def decode_prefix(data: bytes | bytearray | memoryview) -> tuple[Descriptor, tup
 def _check_buffer_table(d: Descriptor, entries: list[BufferEntry]) -> None:
     if d.is_dynamic:
         if entries:
-            raise FormatError("a descriptor with dynamic dimensions has no buffer table",
-                              field="n_buffers")
+            raise FormatError(
+                "a descriptor with dynamic dimensions has no buffer table", field="n_buffers"
+            )
         return
     specs = d.buffer_layout()
     if len(entries) != len(specs):
-        raise FormatError(f"{len(entries)} buffers, the descriptor calls for {len(specs)}",
-                          field="n_buffers")
+        raise FormatError(
+            f"{len(entries)} buffers, the descriptor calls for {len(specs)}", field="n_buffers"
+        )
     spans = []
     for i, (entry, spec) in enumerate(zip(entries, specs)):
         name = f"buffers[{i}]"
         if entry.role != spec.role:
-            raise FormatError(f"role {entry.role.name}, expected {spec.role.name}", field=f"{name}.role")
+            raise FormatError(
+                f"role {entry.role.name}, expected {spec.role.name}", field=f"{name}.role"
+            )
         if entry.length != spec.nbytes:
             raise FormatError(
                 f"{spec.role.name} length {entry.length} disagrees with the {spec.nbytes} "
-                "bytes the descriptor implies", field=f"{name}.length",
+                "bytes the descriptor implies",
+                field=f"{name}.length",
             )
         if entry.length == 0:
             continue  # a zero-length buffer is never dereferenced; its offset means nothing
         if entry.offset % ALIGNMENT:
-            raise FormatError(f"offset {entry.offset} is not a multiple of {ALIGNMENT}",
-                              field=f"{name}.offset")
+            raise FormatError(
+                f"offset {entry.offset} is not a multiple of {ALIGNMENT}", field=f"{name}.offset"
+            )
         if entry.offset + entry.length > DYNAMIC:
             raise FormatError("offset + length overflows 64 bits", field=f"{name}.offset")
         spans.append((entry.offset, entry.offset + entry.length, name))
     spans.sort()
-    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+    for (_, end, a), (start, _, b) in itertools.pairwise(spans):
         if start < end:
             raise FormatError(f"{b} overlaps {a}", field=f"{b}.offset")
 

@@ -37,22 +37,27 @@ def descriptors(draw: st.DrawFn) -> hb.Descriptor:
             cells *= d
         # a canonical (duplicate-free) tensor cannot store more entries than it has cells
         canonical = draw(st.booleans()) and (hb.DYNAMIC in shape or nnz <= cells)
-        kw["sparse"] = hb.Sparse(nnz, draw(st.sampled_from([hb.int32, hb.int64, hb.uint16])),
-                                 canonical)
+        kw["sparse"] = hb.Sparse(
+            nnz, draw(st.sampled_from([hb.int32, hb.int64, hb.uint16])), canonical
+        )
     quantizable = dtype.kind in (hb.dtypes.Kind.INT, hb.dtypes.Kind.UINT) or (
-        dtype.kind == hb.dtypes.Kind.FLOAT and dtype.bits <= 8 and dtype is not hb.float8_e8m0fnu)
+        dtype.kind == hb.dtypes.Kind.FLOAT and dtype.bits <= 8 and dtype is not hb.float8_e8m0fnu
+    )
     if quantizable and draw(st.booleans()):
         scheme = draw(st.sampled_from(list(hb.QuantScheme)))
         static_axes = [i for i, d in enumerate(shape) if d != hb.DYNAMIC]
         if scheme != hb.QuantScheme.PER_TENSOR and static_axes:
             kw["quantization"] = hb.Quantization(
-                scheme, draw(st.sampled_from([hb.float32, hb.float16, hb.float8_e8m0fnu])),
+                scheme,
+                draw(st.sampled_from([hb.float32, hb.float16, hb.float8_e8m0fnu])),
                 draw(st.sampled_from([None, hb.int8, hb.uint8, hb.int32])),
                 draw(st.sampled_from(static_axes)),
                 draw(st.integers(1, 64)) if scheme == hb.QuantScheme.PER_BLOCK else None,
             )
         elif scheme == hb.QuantScheme.PER_TENSOR:
-            kw["quantization"] = hb.Quantization(scheme, hb.float32, draw(st.sampled_from([None, hb.int32])))
+            kw["quantization"] = hb.Quantization(
+                scheme, hb.float32, draw(st.sampled_from([None, hb.int32]))
+            )
     if hb.DYNAMIC not in shape and draw(st.booleans()):
         offsets = draw(st.lists(st.integers(0, 3), min_size=rank, max_size=rank))
         extra = draw(st.lists(st.integers(0, 3), min_size=rank, max_size=rank))

@@ -178,7 +178,7 @@ def test_readonly_numpy_source_is_readonly_everywhere_that_honours_it() -> None:
     t = hb.from_dlpack(a)
     assert t.readonly
     assert not np.from_dlpack(t).flags.writeable  # versioned capsule carries READ_ONLY
-    assert not hb.from_dlpack(t).readonly is False
+    assert hb.from_dlpack(t).readonly is not False
 
 
 def test_copy_true_always_copies_and_says_so() -> None:

@@ -286,6 +286,7 @@ TORCH_TYPES = ["bool8", "int8", "uint8", "int16", "uint16", "int32", "int64", "f
 def test_torch_fast_path_matches_general(dtype: str, shape: tuple[int, ...],
                                          readonly: bool) -> None:
     import torch
+
     from hurray_bridge.adapters import torch as ht
 
     src = torch.ones(shape, dtype=ht.native_dtype(hb.dtypes.dtype_from_name(dtype)))
@@ -308,9 +309,9 @@ def test_torch_fast_path_matches_general(dtype: str, shape: tuple[int, ...],
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
 def test_torch_fast_path_lifetime_and_no_capsule() -> None:
     import torch
-    from hurray_bridge.adapters import torch as ht
 
     from hurray_bridge import _capsule
+    from hurray_bridge.adapters import torch as ht
 
     class Owner:
         pass
@@ -359,6 +360,7 @@ def test_torch_readonly_warning_is_ours() -> None:
                                    "float64"])
 def test_arrow_fast_paths_match_general(dtype: str) -> None:
     import pyarrow as pa
+
     from hurray_bridge.adapters import arrow as ha
 
     arr = pa.array(np.arange(10).astype(np.dtype(dtype))).slice(2, 6)
@@ -389,6 +391,7 @@ def test_arrow_fast_path_still_refuses_nulls() -> None:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "bool8", "float16"])
 def test_jax_raw_import_matches_public_api(dtype: str) -> None:
     import jax.numpy as jnp
+
     from hurray_bridge.adapters import jax as hj
 
     a = _np_array(dtype, (4, 8))

@@ -80,8 +80,11 @@ def make_torch(dtype: hb.DType, shape_name: str) -> Any:
     base = shape[::-1] if shape_name.startswith("transposed") else shape
     ref = reference(dtype, base)
     tdt = getattr(torch, dtype.torch)
-    if ref.dtype.kind == "V" or ref.dtype.name in ml_dtypes.__dict__ or dtype.kind.name == "FLOAT" \
-            and ref.dtype.itemsize == 1:
+    if (
+        ref.dtype.kind == "V"
+        or ref.dtype.name in ml_dtypes.__dict__
+        or (dtype.kind.name == "FLOAT" and ref.dtype.itemsize == 1)
+    ):
         raw = torch.from_numpy(_c(ref).view(f"u{ref.dtype.itemsize}")).clone()
         x = raw.view(tdt)
     else:
@@ -92,7 +95,7 @@ def make_torch(dtype: hb.DType, shape_name: str) -> Any:
 def make_jax(dtype: hb.DType, shape_name: str) -> Any:
     if shape_name.startswith("transposed") or dtype.jax is None or dtype.bits == 1:
         return None  # JAX arrays are always compact; no 1-bit bool
-    if dtype.bits == 64 and not X64 or dtype is hb.complex128 and not X64:
+    if (dtype.bits == 64 and not X64) or (dtype is hb.complex128 and not X64):
         return None
     return jnp.asarray(reference(dtype, SHAPES[shape_name]))
 
@@ -116,7 +119,10 @@ def make_arrow(dtype: hb.DType, shape_name: str) -> Any:
 
 
 MAKERS: dict[str, Callable[[hb.DType, str], Any]] = {
-    "numpy": make_numpy, "torch": make_torch, "jax": make_jax, "arrow": make_arrow,
+    "numpy": make_numpy,
+    "torch": make_torch,
+    "jax": make_jax,
+    "arrow": make_arrow,
 }
 
 
@@ -136,8 +142,11 @@ def logical(x: Any) -> np.ndarray:
         x = x.contiguous()
         if x.dtype == torch.bool or x.element_size() == 0:
             return x.numpy().astype(np.uint8)
-        return x.view(getattr(torch, f"uint{8 * x.element_size()}")).numpy() \
-            if x.element_size() in (1, 2, 4, 8) else x.numpy()
+        return (
+            x.view(getattr(torch, f"uint{8 * x.element_size()}")).numpy()
+            if x.element_size() in (1, 2, 4, 8)
+            else x.numpy()
+        )
     if isinstance(x, jax.Array):
         x = np.asarray(x)
     if isinstance(x, pa.Tensor):
@@ -149,8 +158,13 @@ def logical(x: Any) -> np.ndarray:
     a = _c(x)
     if a.dtype == np.bool_:
         return a.astype(np.uint8)
-    if a.dtype.itemsize == 1 and a.dtype.name in ("int4", "uint4", "int2", "uint2",
-                                                   "float4_e2m1fn"):
+    if a.dtype.itemsize == 1 and a.dtype.name in (
+        "int4",
+        "uint4",
+        "int2",
+        "uint2",
+        "float4_e2m1fn",
+    ):
         bits = 2 if "2" in a.dtype.name[-1] and "float" not in a.dtype.name else 4
         return a.view(np.uint8) & np.uint8((1 << bits) - 1)
     return a.view(f"u{a.dtype.itemsize}") if a.dtype.itemsize in (1, 2, 4, 8) else a
@@ -211,8 +225,11 @@ def _cases() -> list[Any]:
         for dst in FRAMEWORKS:
             for dtype in DTYPES:
                 for shape in SHAPES:
-                    out.append(pytest.param(src, dst, dtype, shape,
-                                            id=f"{src}->{dst}-{dtype.name}-{shape}"))
+                    out.append(
+                        pytest.param(
+                            src, dst, dtype, shape, id=f"{src}->{dst}-{dtype.name}-{shape}"
+                        )
+                    )
     return out
 
 
@@ -231,13 +248,18 @@ def test_handoff(src: str, dst: str, dtype: hb.DType, shape_name: str) -> None:
             return
     copied = [w for w in caught if issubclass(w.category, hb.CopyWarning)]
     assert want != "refused", f"expected a refusal ({why}), got {type(y).__name__}"
-    ref = _c(reference(dtype, SHAPES[shape_name][::-1]).T
-                               if shape_name.startswith("transposed")
-                               else reference(dtype, SHAPES[shape_name]))
+    ref = _c(
+        reference(dtype, SHAPES[shape_name][::-1]).T
+        if shape_name.startswith("transposed")
+        else reference(dtype, SHAPES[shape_name])
+    )
     got = logical(y)
     exp = logical(ref)
-    assert got.shape == exp.shape or got.size == exp.size == 0 or (
-        dtype.bits == 1 or dtype is hb.bool8), (got.shape, exp.shape)
+    assert (
+        got.shape == exp.shape
+        or got.size == exp.size == 0
+        or (dtype.bits == 1 or dtype is hb.bool8)
+    ), (got.shape, exp.shape)
     assert got.reshape(-1).tobytes() == exp.reshape(-1).tobytes(), "values differ"
     if 0 in SHAPES[shape_name]:
         assert pointer(y) == 0, "an empty tensor must come out without an allocation"
@@ -247,8 +269,9 @@ def test_handoff(src: str, dst: str, dtype: hb.DType, shape_name: str) -> None:
         assert pointer(y) == pointer(x), "zero-copy promised but the data pointer changed"
     else:
         assert pointer(y) != pointer(x)
-        assert copied or not hb.asarray(x).device.is_host_accessible, \
+        assert copied or not hb.asarray(x).device.is_host_accessible, (
             f"a copy ({why}) must be reported with a CopyWarning"
+        )
 
 
 def test_large_tensor_converts_without_copy() -> None:

@@ -15,13 +15,18 @@ import hurray_bridge as hb
 from hurray_bridge.wire import HEADER_SIZE, MAGIC, encode
 
 
-def _header(rank: int, *, tag: int = 13, layout: int = 1, n_buf: int = 0, total: int | None = None) -> bytes:
+def _header(
+    rank: int, *, tag: int = 13, layout: int = 1, n_buf: int = 0, total: int | None = None
+) -> bytes:
     body = 8 * min(rank, 100)
     total = HEADER_SIZE + body if total is None else total
-    return struct.pack("<4sBBHIBBHQQ", MAGIC, 1, 0, 0, rank, tag, layout, n_buf, total, 0) + bytes(body)
+    return struct.pack("<4sBBHIBBHQQ", MAGIC, 1, 0, 0, rank, tag, layout, n_buf, total, 0) + bytes(
+        body
+    )
 
 
 # --- Rank -------------------------------------------------------------------
+
 
 def test_rank_is_encoded_as_uint32() -> None:
     """Rank is a uint32 in the descriptor."""
@@ -56,6 +61,7 @@ def test_implementation_supports_rank_0_through_64(rank: int) -> None:
 
 # --- Shape ------------------------------------------------------------------
 
+
 def test_dimension_size_must_be_non_negative() -> None:
     with pytest.raises(hb.FormatError, match=r"shape\[1\] = -1 is out of range"):
         hb.Descriptor([3, -1], hb.float32)
@@ -88,6 +94,7 @@ def test_scalar_has_no_shape_bytes() -> None:
 
 # --- Element count ----------------------------------------------------------
 
+
 def test_element_count_is_product_of_shape() -> None:
     assert hb.Descriptor([2, 3, 4], hb.float32).element_count == 24
 
@@ -103,10 +110,15 @@ def test_reader_must_not_compute_element_count_with_dynamic_dimension() -> None:
 
 # --- Dynamic dimensions -----------------------------------------------------
 
+
 def test_dynamic_rule_1_no_buffer_sizes_strides_or_counts_before_resolution() -> None:
     d = hb.Descriptor([4, hb.DYNAMIC], hb.float32)
-    for compute in (lambda: d.nbytes, lambda: d.strides_or_compact, lambda: d.buffer_layout(),
-                    lambda: d.element_count):
+    for compute in (
+        lambda: d.nbytes,
+        lambda: d.strides_or_compact,
+        lambda: d.buffer_layout(),
+        lambda: d.element_count,
+    ):
         with pytest.raises(hb.DynamicShapeError, match="dynamic"):
             compute()
     r = d.resolve([5])
@@ -141,6 +153,7 @@ def test_dynamic_rule_4_shard_descriptors_must_not_use_dynamic_dimensions() -> N
 
 # --- Element type -----------------------------------------------------------
 
+
 def test_element_type_is_a_uint8_tag() -> None:
     data = hb.Descriptor([1], hb.bfloat16).to_bytes()
     assert data[12] == hb.bfloat16.tag
@@ -164,11 +177,15 @@ def test_quantized_storage_must_be_integer_or_low_precision_float() -> None:
 
 # --- Scalars ----------------------------------------------------------------
 
-@pytest.mark.parametrize("layout,kw", [
-    (hb.Layout.STRIDED, {"strides": ()}),
-    (hb.Layout.TILED, {"tile": (1,)}),
-    (hb.Layout.COO, {"sparse": hb.Sparse(1)}),
-])
+
+@pytest.mark.parametrize(
+    "layout,kw",
+    [
+        (hb.Layout.STRIDED, {"strides": ()}),
+        (hb.Layout.TILED, {"tile": (1,)}),
+        (hb.Layout.COO, {"sparse": hb.Sparse(1)}),
+    ],
+)
 def test_scalar_must_not_carry_strided_tiled_or_sparse_layout(layout: hb.Layout, kw: dict) -> None:
     with pytest.raises(hb.FormatError, match="scalar"):
         hb.Descriptor([], hb.float32, layout, **kw)
@@ -180,6 +197,7 @@ def test_scalar_data_buffer_is_one_element() -> None:
 
 
 # --- Empty tensors (data-model.md and ADR-007) ------------------------------
+
 
 @pytest.mark.parametrize("shape", [[0], [3, 0, 5], [0, 0], [1] * 63 + [0]])
 def test_adr007_1_any_dimension_may_be_zero(shape: list[int]) -> None:
@@ -198,7 +216,10 @@ def test_adr007_3_empty_tensor_carries_complete_descriptor() -> None:
     back = hb.Descriptor.from_bytes(d.to_bytes())
     assert back.quantization == q and back.layout == hb.Layout.ROW_MAJOR and back.dtype is hb.int8
     assert [s.role for s in back.buffer_layout()] == [
-        hb.BufferRole.DATA, hb.BufferRole.SCALES, hb.BufferRole.ZERO_POINTS]
+        hb.BufferRole.DATA,
+        hb.BufferRole.SCALES,
+        hb.BufferRole.ZERO_POINTS,
+    ]
 
 
 def test_adr007_4_empty_data_buffer_has_zero_bytes() -> None:
@@ -228,11 +249,19 @@ def test_adr007_5_resolve_never_substitutes_zero_for_dynamic() -> None:
         d.resolve({0: hb.DYNAMIC})
 
 
-@pytest.mark.parametrize("layout,shape", [
-    (hb.Layout.COO, [5, 7]), (hb.Layout.CSR, [5, 7]), (hb.Layout.CSC, [5, 7]),
-    (hb.Layout.CSR, [0, 7]), (hb.Layout.COO, [0]),
-])
-def test_adr007_6_sparse_nnz_zero_is_valid_independent_of_shape(layout: hb.Layout, shape: list[int]) -> None:
+@pytest.mark.parametrize(
+    "layout,shape",
+    [
+        (hb.Layout.COO, [5, 7]),
+        (hb.Layout.CSR, [5, 7]),
+        (hb.Layout.CSC, [5, 7]),
+        (hb.Layout.CSR, [0, 7]),
+        (hb.Layout.COO, [0]),
+    ],
+)
+def test_adr007_6_sparse_nnz_zero_is_valid_independent_of_shape(
+    layout: hb.Layout, shape: list[int]
+) -> None:
     d = hb.Descriptor(shape, hb.float32, layout, sparse=hb.Sparse(0, hb.int32))
     back = hb.Descriptor.from_bytes(d.to_bytes())
     assert back == d and back.sparse is not None and back.sparse.nnz == 0
@@ -246,10 +275,16 @@ def test_adr007_7_empty_subbyte_tensor_occupies_zero_bytes(dtype: hb.DType) -> N
     assert hb.Descriptor([3], dtype).nbytes == -(-3 * dtype.bits // 8)  # a partial byte rounds up
 
 
-@pytest.mark.parametrize("scheme,kw", [
-    (hb.QuantScheme.PER_AXIS, {}), (hb.QuantScheme.PER_BLOCK, {"block_size": 32}),
-])
-def test_adr007_8_quantization_axis_of_size_zero_has_empty_scales(scheme: hb.QuantScheme, kw: dict) -> None:
+@pytest.mark.parametrize(
+    "scheme,kw",
+    [
+        (hb.QuantScheme.PER_AXIS, {}),
+        (hb.QuantScheme.PER_BLOCK, {"block_size": 32}),
+    ],
+)
+def test_adr007_8_quantization_axis_of_size_zero_has_empty_scales(
+    scheme: hb.QuantScheme, kw: dict
+) -> None:
     q = hb.Quantization(scheme, hb.float16, hb.uint8, axis=1, **kw)
     d = hb.Descriptor([4, 0], hb.uint8, quantization=q)
     scales = [s for s in d.buffer_layout() if s.role != hb.BufferRole.DATA]
@@ -258,6 +293,7 @@ def test_adr007_8_quantization_axis_of_size_zero_has_empty_scales(scheme: hb.Qua
 
 
 # --- Consequences the implementation adds (found in review) ---------------------
+
 
 def test_empty_shape_never_overflows_whatever_its_other_sizes() -> None:
     for shape in ([2**40, 2**40, 0], [0, 2**40, 2**40]):

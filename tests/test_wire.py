@@ -62,8 +62,19 @@ def test_random_bytes_raise_only_format_error(raw: bytes) -> None:
 @FUZZ
 @given(st.binary(min_size=0, max_size=600))
 def test_random_bytes_after_a_valid_header_raise_only_format_error(tail: bytes) -> None:
-    head = struct.pack("<4sBBHIBBHQQ", b"HRYD", 1, 0, 0, len(tail) // 8 % 70, 13, 1 + len(tail) % 6,
-                       len(tail) % 9, 32 + len(tail), 0)
+    head = struct.pack(
+        "<4sBBHIBBHQQ",
+        b"HRYD",
+        1,
+        0,
+        0,
+        len(tail) // 8 % 70,
+        13,
+        1 + len(tail) % 6,
+        len(tail) % 9,
+        32 + len(tail),
+        0,
+    )
     try:
         hb.Descriptor.from_bytes(head + tail)
     except hb.FormatError:
@@ -74,30 +85,46 @@ def test_header_layout_is_as_documented() -> None:
     d = hb.Descriptor([2, 3], hb.float32)
     raw = d.to_bytes()
     magic, major, minor, flags, rank, tag, layout, n_buf, total, res = struct.unpack_from(
-        "<4sBBHIBBHQQ", raw)
+        "<4sBBHIBBHQQ", raw
+    )
     assert (magic, major, minor, flags, rank, tag, layout, n_buf, total, res) == (
-        b"HRYD", 1, 0, 0, 2, hb.float32.tag, 1, 1, len(raw), 0)
+        b"HRYD",
+        1,
+        0,
+        0,
+        2,
+        hb.float32.tag,
+        1,
+        1,
+        len(raw),
+        0,
+    )
     assert struct.unpack_from("<2Q", raw, 32) == (2, 3)
     assert struct.unpack_from("<B7sQQ", raw, 48) == (1, bytes(7), 0, 24)
 
 
-@pytest.mark.parametrize("field,offset,value,match", [
-    ("magic", 0, b"XXXX", "bad magic"),
-    ("version", 4, b"\x02", "unsupported major version"),
-    ("flags", 6, b"\x00\x80", "unknown flag bits"),
-    ("layout", 13, b"\x09", "unknown layout tag"),
-    ("type_tag", 12, b"\xee", "unknown element type tag"),
-    ("reserved", 24, b"\x01", "reserved header bytes"),
-    ("n_buffers", 14, b"\x09\x00", "at most 8"),
-    ("total_size", 16, b"\xff\xff", "truncated"),
-    ("buffer role", 48, b"\x07", "unknown buffer role"),
-    ("buffer reserved", 49, b"\x01", "reserved buffer-entry"),
-    ("buffer length", 64, b"\x19", "disagrees"),
-    ("buffer offset", 56, b"\x08", "not a multiple of 64"),
-])
-def test_each_header_defect_names_its_field(field: str, offset: int, value: bytes, match: str) -> None:
+@pytest.mark.parametrize(
+    "field,offset,value,match",
+    [
+        ("magic", 0, b"XXXX", "bad magic"),
+        ("version", 4, b"\x02", "unsupported major version"),
+        ("flags", 6, b"\x00\x80", "unknown flag bits"),
+        ("layout", 13, b"\x09", "unknown layout tag"),
+        ("type_tag", 12, b"\xee", "unknown element type tag"),
+        ("reserved", 24, b"\x01", "reserved header bytes"),
+        ("n_buffers", 14, b"\x09\x00", "at most 8"),
+        ("total_size", 16, b"\xff\xff", "truncated"),
+        ("buffer role", 48, b"\x07", "unknown buffer role"),
+        ("buffer reserved", 49, b"\x01", "reserved buffer-entry"),
+        ("buffer length", 64, b"\x19", "disagrees"),
+        ("buffer offset", 56, b"\x08", "not a multiple of 64"),
+    ],
+)
+def test_each_header_defect_names_its_field(
+    field: str, offset: int, value: bytes, match: str
+) -> None:
     raw = bytearray(hb.Descriptor([2, 3], hb.float32).to_bytes())
-    raw[offset:offset + len(value)] = value
+    raw[offset : offset + len(value)] = value
     with pytest.raises(hb.FormatError, match=match):
         hb.Descriptor.from_bytes(bytes(raw))
 
@@ -106,7 +133,7 @@ def test_trailing_bytes_rejected_by_strict_decoder_but_not_by_prefix_decoder() -
     raw = hb.Descriptor([2], hb.int8).to_bytes()
     with pytest.raises(hb.FormatError, match="trailing"):
         hb.Descriptor.from_bytes(raw + b"\0" * 8)
-    d, table, size = decode_prefix(raw + b"\0" * 8)
+    d, _table, size = decode_prefix(raw + b"\0" * 8)
     assert size == len(raw) and d.shape == (2,)
 
 

@@ -18,12 +18,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-from hurray_bridge.adapters import arrow as A
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hurray_bridge as hb
 from hurray_bridge import _capsule
+from hurray_bridge.adapters import arrow as A
 from hurray_bridge.descriptor import compact_strides
 
 # Every primitive type Arrow and Hurray share, with its NumPy spelling.

@@ -25,12 +25,12 @@ np = pytest.importorskip("numpy")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import jax.numpy as jnp  # noqa: E402
-from hurray_bridge.adapters import jax as hj  # noqa: E402
-from hurray_bridge.adapters import numpy as hnp  # noqa: E402
 from jax.experimental.layout import Format, Layout  # noqa: E402
 
 import hurray_bridge as hb  # noqa: E402
 from hurray_bridge import _capsule  # noqa: E402
+from hurray_bridge.adapters import jax as hj  # noqa: E402
+from hurray_bridge.adapters import numpy as hnp  # noqa: E402
 
 try:  # the GPU machine may lack hypothesis: only the property tests need it
     from hypothesis import given, settings

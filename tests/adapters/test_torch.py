@@ -15,10 +15,9 @@ torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
+import hurray_bridge as hb  # noqa: E402
 from hurray_bridge.adapters import numpy as hnp  # noqa: E402
 from hurray_bridge.adapters import torch as ht  # noqa: E402
-
-import hurray_bridge as hb  # noqa: E402
 from hurray_bridge.tensor import CPU, Device, Tensor  # noqa: E402
 
 # Every table type torch holds in one element per byte or more (float4 x2 is separate).
