@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from hurray_bridge._memory import HostAllocation, alloc_aligned
-from hurray_bridge._registry import asarray, get_adapter, warn_copy
+from hurray_bridge._registry import asarray, check_copy, get_adapter, warn_copy
 from hurray_bridge.descriptor import compact_strides
 from hurray_bridge.dtypes import DType, Kind, bool_, native_types
 from hurray_bridge.errors import CopyRequiredError, UnsupportedError
@@ -491,6 +491,8 @@ def from_hurray(
             nbytes = t._nbytes
             buf = _foreign_buffer(t._data, nbytes, base=t if nbytes else None)
             return _from_buffers(typ, t._shape[0], [None, buf], null_count=0)
+    if copy is not None and copy is not True and copy is not False:
+        check_copy(copy)
     if device not in (None, "cpu", CPU, (1, 0)):
         raise UnsupportedError(
             f"the Arrow adapter builds host (CPU) arrays; device={device!r} is not possible"

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hurray_bridge import _capsule
-from hurray_bridge._registry import warn_copy
+from hurray_bridge._registry import check_copy, warn_copy
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
@@ -520,6 +520,11 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
     (``"cpu"``, ``"gpu:1"``) or a DLPack ``(type, id)`` pair places it there
     (a copy unless it is where the tensor already is).
     """
+    if type(t) is not Tensor and not isinstance(t, Tensor):
+        raise UnsupportedError(f"from_hurray() takes an hb.Tensor, got {type(t).__name__} "
+                               f"{t!r:.60}; hb.convert(x, {NAME!r}) takes native objects")
+    if copy is not None and copy is not True and copy is not False:
+        check_copy(copy)
     if not t.is_dense:
         raise UnsupportedError(
             f"JAX has no {t.descriptor.layout.name} arrays in its DLPack import; densify the "

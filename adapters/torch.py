@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from hurray_bridge._memory import host_array
-from hurray_bridge._registry import warn_copy
+from hurray_bridge._registry import check_copy, warn_copy
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types, uint8
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
@@ -300,8 +300,12 @@ def _torch_device_of(t: Tensor) -> torch.device | None:
 def _parse_device(device: Any) -> torch.device | None:
     if device is None or isinstance(device, torch.device):
         return device
-    if isinstance(device, (str, int)):
-        return torch.device(device)
+    if isinstance(device, (str, int)) and not isinstance(device, bool):
+        try:
+            return torch.device(device)
+        except RuntimeError as exc:  # torch's own error for a bad name or index
+            raise UnsupportedError(f"device={device!r} is not a torch device here ({exc}); "
+                                   "use 'cpu', 'cuda:N' or a torch.device") from None
     if isinstance(device, tuple) and len(device) == 2:
         d = Device(*device)
         if d.is_host_accessible:
@@ -347,6 +351,9 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
     ``device`` (``"cpu"``, ``"cuda:1"``, a ``torch.device``) moves the result
     when it differs from the tensor's own device; a move is a copy.
     """
+    if type(t) is not Tensor and not isinstance(t, Tensor):
+        raise UnsupportedError(f"from_hurray() takes an hb.Tensor, got {type(t).__name__} "
+                               f"{t!r:.60}; hb.convert(x, {NAME!r}) takes native objects")
     if (device is None and not copy and t._strides is None and t._device.type == 1
             and (t._desc is None or t.is_dense)):
         # The common hand-off, compact CPU memory of a whole-byte type: torch takes it
@@ -382,6 +389,8 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
             f"a {t.descriptor.layout.name} / quantized hb.Tensor cannot become a torch tensor "
             f"yet: {_LATER}"
         )
+    if copy is not None and copy is not True and copy is not False:
+        check_copy(copy)
     want = _parse_device(device)
     here = _torch_device_of(t)
     move = want is not None and not _same_device(want, here)

@@ -66,8 +66,7 @@ def get_adapter(name: str) -> ModuleType:
     else:
         if sys.modules.get(modname) is mod:
             return mod
-    key = _ALIASES.get(name, name) if isinstance(name, str) else name
-    spec = ADAPTERS.get(key)
+    spec = ADAPTERS.get(_ALIASES.get(name, name)) if isinstance(name, str) else None
     if spec is None:
         raise UnsupportedError(f"unknown target {name!r}; choose one of {', '.join(ADAPTERS)}")
     modname = f"hurray_bridge.adapters.{spec.name}"
@@ -158,6 +157,8 @@ def asarray(obj: Any, copy: bool | None = None) -> Tensor:
     when it cannot; ``copy=False`` raises :class:`CopyRequiredError` instead
     of copying; ``copy=True`` always copies.
     """
+    if copy is not None and copy is not True and copy is not False:
+        check_copy(copy)
     if isinstance(obj, Tensor):
         return obj.copy() if copy else obj
     route = _route_for_type(type(obj))  # type: ignore[arg-type]
@@ -199,11 +200,19 @@ def convert(
     instead (a sparse tensor densified, a quantized one dequantized to float32):
     never done without it. It has no effect on a dense tensor.
     """
+    if copy is not None and copy is not True and copy is not False:
+        check_copy(copy)
     target = get_adapter(to)
     t = asarray(obj, copy=False if copy is False else None)
     if not t.is_dense:
         return _special_for_tensor(t).from_hurray(t, to, device=device, copy=copy, densify=densify)
     return target.from_hurray(t, device=device, copy=copy)
+
+
+def check_copy(copy: Any) -> None:
+    """Refuse a ``copy`` that is not True, False or None (``copy="no"`` would mean True)."""
+    if copy is not None and copy is not True and copy is not False and copy not in (0, 1):
+        raise UnsupportedError(f"copy must be True, False or None, got {copy!r}")
 
 
 def warn_copy(target: str, reason: str) -> None:

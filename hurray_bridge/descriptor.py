@@ -62,7 +62,10 @@ def _as_uint_tuple(values: Iterable[Any], name: str, limit: int = _U64_MAX) -> t
     out = []
     for i, v in enumerate(items):
         if isinstance(v, bool) or not isinstance(v, int):
-            # operator.index accepts numpy integers and rejects floats, NaN and the like.
+            # operator.index accepts numpy integers and rejects floats, NaN and the like;
+            # bool has __index__ too, so it is refused first (True is not a size).
+            if isinstance(v, bool):
+                raise FormatError(f"{name}[{i}] must be an integer, got {v!r}", field=name)
             try:
                 v = v.__index__()
             except (AttributeError, TypeError):
@@ -288,6 +291,9 @@ class Descriptor:
         except ValueError:
             raise FormatError(f"unknown layout {self.layout!r}", field="layout") from None
         object.__setattr__(self, "layout", layout)
+        if self.padded not in (True, False):  # 0, 1 and NumPy bools compare equal
+            raise FormatError(f"padded must be True or False, got {self.padded!r}",
+                              field="flags")
         padded = bool(self.padded)
         object.__setattr__(self, "padded", padded)
         rank = len(shape)
@@ -305,6 +311,9 @@ class Descriptor:
         if layout == Layout.STRIDED:
             if self.strides is None:
                 raise FormatError("the strided layout needs strides", field="strides")
+            if isinstance(self.strides, (str, bytes)) or not hasattr(self.strides, "__iter__"):
+                raise FormatError(f"expected a sequence of integers, got {self.strides!r}",
+                                  field="strides")
             strides = tuple(self.strides)
             if len(strides) != rank:
                 raise FormatError(f"{len(strides)} strides for rank {rank}", field="strides")
@@ -544,7 +553,12 @@ class Descriptor:
         if isinstance(sizes, Mapping):
             items = dict(sizes)
         else:
-            seq = list(sizes)
+            try:
+                seq = list(sizes)
+            except TypeError:
+                raise DynamicShapeError(
+                    f"resolve() takes a mapping {{axis: size}} or a sequence of sizes, got "
+                    f"{sizes!r}") from None
             if len(seq) != len(dyn):
                 raise DynamicShapeError(
                     f"resolve() got {len(seq)} sizes for {len(dyn)} dynamic dimension(s) {dyn}"

@@ -505,8 +505,8 @@ def quantize(x: Any, dtype: DType | str, quantization: Quantization, scales: Any
 
     if storage.kind in (Kind.INT, Kind.UINT):
         if np.isnan(v).any():
-            raise ValueError("quantize(): NaN has no integer quantized value (quantization.md "
-                             "§4); replace NaNs first")
+            raise FormatError("quantize(): NaN has no integer quantized value (quantization.md "
+                              "§4); replace NaNs first", field="x")
         lo, hi = _int_range(storage)
         r = np.clip(np.rint(v) + z, lo, hi)  # rint: round half to even
         if storage.is_subbyte:

@@ -10,6 +10,7 @@ and ``jax.numpy.from_dlpack(t)`` accept it directly.
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -114,14 +115,26 @@ class Tensor:
         copied: bool = False,
     ) -> None:
         if not isinstance(descriptor, Descriptor):
-            raise TypeError(f"descriptor must be an hb.Descriptor, got {type(descriptor).__name__}")
+            raise UnsupportedError(  # a TypeError too
+                f"descriptor must be an hb.Descriptor, got {type(descriptor).__name__}")
         specs = descriptor.buffer_layout()
-        bufs = tuple(Buffer(*b) for b in buffers)
+        try:
+            bufs = tuple(Buffer(*b) for b in buffers)
+        except TypeError:
+            raise UnsupportedError(
+                f"buffers must be a sequence of hb.Buffer(role, ptr, nbytes), one per entry of "
+                f"descriptor.buffer_layout(), got {buffers!r:.80}") from None
         if len(bufs) != len(specs):
             raise FormatError(
                 f"{len(bufs)} buffers given, the descriptor calls for {len(specs)}", field="buffers"
             )
         for i, (b, s) in enumerate(zip(bufs, specs)):
+            try:
+                BufferRole(b.role)
+            except ValueError:
+                raise FormatError(f"buffer {i} has role {b.role!r}, which is not a buffer role; "
+                                  f"the descriptor calls for {s.role.name}",
+                                  field=f"buffers[{i}].role") from None
             if b.role != s.role or b.nbytes != s.nbytes:
                 raise FormatError(
                     f"buffer {i} is ({BufferRole(b.role).name}, {b.nbytes} bytes), "
@@ -150,7 +163,11 @@ class Tensor:
         self._dtype = descriptor.dtype
         self._strides = descriptor.strides
         self._padded = descriptor.padded
-        self._device = Device(*device)
+        try:
+            self._device = Device(*device)
+        except TypeError:
+            raise UnsupportedError(f"device must be a (device_type, device_id) pair (an "
+                                   f"hb.Device), got {device!r}") from None
         self._owner = owner
         self._readonly = bool(readonly)
         self._copied = bool(copied)
@@ -406,7 +423,13 @@ class Tensor:
         A device tensor forwards the request to the object it came from, so
         that producer synchronises with the consumer's ``stream``.
         """
-        versioned = max_version is not None and max_version[0] >= 1
+        try:
+            versioned = max_version is not None and max_version[0] >= 1
+        except (TypeError, IndexError, KeyError):
+            raise UnsupportedError(f"max_version must be a (major, minor) tuple of integers or "
+                                   f"None, got {max_version!r}") from None
+        if copy is not None and copy is not True and copy is not False and copy not in (0, 1):
+            raise UnsupportedError(f"copy must be True, False or None, got {copy!r}")
         d = self._desc
         if d is not None and (d.layout not in _DENSE_LAYOUTS or d.quantization is not None):
             what = "quantized" if d.quantization is not None else d.layout.name
@@ -415,7 +438,11 @@ class Tensor:
                 "convert it with hb.convert() to a framework that supports it"
             )
         device = self._device
-        target = Device(*dl_device) if dl_device is not None else device
+        try:
+            target = Device(*dl_device) if dl_device is not None else device
+        except TypeError:
+            raise UnsupportedError(f"dl_device must be a (device_type, device_id) pair or None, "
+                                   f"got {dl_device!r}") from None
         if self._source is not None and device.type not in _HOST_ACCESSIBLE:
             return _forward(self._source, stream, max_version, dl_device, copy)
         if (
@@ -598,6 +625,19 @@ def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
 _NO_STREAM: Any = object()
 
 
+def _reported_device(reported: Any) -> Device:
+    """What ``__dlpack_device__`` returned, checked: two non-negative integers."""
+    try:
+        dev_type, dev_id = reported
+        dev = Device(operator.index(dev_type), operator.index(dev_id))
+    except (TypeError, ValueError):
+        dev = None
+    if dev is None or dev.type < 0 or dev.id < 0:
+        raise FormatError(f"__dlpack_device__ returned {reported!r}; expected a (device_type, "
+                          "device_id) pair of non-negative integers", field="device")
+    return dev
+
+
 def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM) -> Tensor:
     """Import any DLPack producer as an :class:`hb.Tensor`.
 
@@ -606,6 +646,8 @@ def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM)
     the bridge itself never touches the memory. Asks for a versioned capsule and accepts
     a legacy one from producers that refuse or ignore ``max_version``.
     """
+    if copy is not None and copy is not True and copy is not False and copy not in (0, 1):
+        raise UnsupportedError(f"copy must be True, False or None, got {copy!r}")
     if isinstance(obj, Tensor):
         return obj.copy() if copy else obj
     if not hasattr(obj, "__dlpack__"):
@@ -614,11 +656,10 @@ def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM)
             "(it has no __dlpack__ method)"
         )
     try:
-        dev = Device(*obj.__dlpack_device__())
+        reported = obj.__dlpack_device__()
     except AttributeError:
-        dev = CPU
-    except (TypeError, ValueError) as exc:
-        raise FormatError(f"__dlpack_device__ returned garbage: {exc}", field="device") from exc
+        reported = (1, 0)
+    dev = _reported_device(reported)
     # The bridge never touches device memory on import, so it asks for no
     # synchronisation (-1); consumers get theirs when they import from us.
     if stream is _NO_STREAM:
