@@ -30,7 +30,7 @@ from .descriptor import DYNAMIC, Descriptor, Shard, compact_strides
 from .dtypes import DType
 from .errors import BackendNotAvailableError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
-from .tensor import Buffer, Device, Tensor
+from .tensor import Buffer, Device, Tensor, _is_compact
 
 __all__ = ["Box", "ShardedTensor", "assemble", "from_jax", "grid_boxes", "split", "to_jax"]
 
@@ -395,7 +395,7 @@ def _strided_tensor(
     copied: bool,
 ) -> Tensor:
     """A dense tensor whose element [0..0] is at ``ptr``, described with a shard section."""
-    if strides is not None and _compact(shape, strides):
+    if strides is not None and _is_compact(shape, strides):
         strides = None
     layout = Layout.ROW_MAJOR if strides is None else Layout.STRIDED
     d = Descriptor(shape, dtype, layout, strides, shard=shard, padded=padded)
@@ -409,15 +409,6 @@ def _strided_tensor(
         base = ptr - back * dtype.itemsize
     return Tensor(d, [Buffer(BufferRole.DATA, base, nbytes)], device=device, owner=owner,
                   readonly=readonly, copied=copied)
-
-
-def _compact(shape: Sequence[int], strides: Sequence[int]) -> bool:
-    expected = 1
-    for d, s in zip(reversed(shape), reversed(strides)):
-        if d != 1 and s != expected:
-            return False
-        expected *= d
-    return True
 
 
 def _dense_source(obj: Any) -> Tensor:
@@ -494,7 +485,7 @@ def _cut(t: Tensor, box: Box, shard: Shard, copy: bool | None, where: str) -> Te
     start = sum(o * s for o, s in zip(box.offsets, strides))
     if packed:
         # Packed tensors are always compact row-major, so a contiguous box is one run of bits.
-        run = _compact(box.sizes, strides)
+        run = _is_compact(box.sizes, strides)
         end = start + box.volume
         total = 1
         for g in t.shape:
