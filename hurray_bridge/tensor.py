@@ -319,6 +319,13 @@ class Tensor:
     def __repr__(self) -> str:
         dims = ", ".join(map(str, self._shape))
         extra = "" if self._strides is None else f", strides={list(self._strides)}"
+        d = self._desc
+        if d is not None and d.layout.is_sparse and d.sparse is not None:
+            extra += f", layout={d.layout.name}, nnz={d.sparse.nnz}"
+        if d is not None and d.quantization is not None:
+            extra += f", quantization={d.quantization.scheme.name}"
+        if self._padded:
+            extra += ", padded"
         flags = "".join(
             (", readonly" if self._readonly else "", ", copied" if self._copied else "")
         )
