@@ -616,6 +616,16 @@ def _map(f: Any, size: int) -> _mmap.mmap:
     return mm
 
 
+def _verify_mapped(f: Any, h: _Header, entries: Sequence[EntryInfo]) -> None:
+    """Check the data checksums and padding of an open file through a temporary map."""
+    mm = _map(f, h.file_size)
+    try:
+        with memoryview(mm) as view:
+            _verify_data(view, h, entries)
+    finally:
+        mm.close()
+
+
 def verify(path: str | os.PathLike[str]) -> FileIndex:
     """Check every byte of a file: the structure, the data checksums and all padding.
 
@@ -624,12 +634,7 @@ def verify(path: str | os.PathLike[str]) -> FileIndex:
     """
     with open(path, "rb") as f:
         h, entries, meta = _read_head(f)
-        mm = _map(f, h.file_size)
-        try:
-            with memoryview(mm) as view:
-                _verify_data(view, h, entries)
-        finally:
-            mm.close()
+        _verify_mapped(f, h, entries)
     return _index_from(h, entries, meta)
 
 
@@ -648,12 +653,7 @@ def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = Fals
         h, entries, meta = _read_head(f)
         if not mmap:
             if verify:
-                mm = _map(f, h.file_size)
-                try:
-                    with memoryview(mm) as view:
-                        _verify_data(view, h, entries)
-                finally:
-                    mm.close()
+                _verify_mapped(f, h, entries)
 
             def read(offset: int, dest: memoryview) -> None:
                 f.seek(h.data_offset + offset)
