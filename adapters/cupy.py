@@ -25,7 +25,7 @@ from typing import Any
 import cupy
 import numpy as np
 
-from hurray_bridge._registry import get_adapter, warn_copy
+from hurray_bridge._registry import get_adapter, not_a_tensor, warn_copy
 from hurray_bridge.dtypes import DLPACK_CODE, DType, all_dtypes
 from hurray_bridge.errors import BackendNotAvailableError, CopyRequiredError, UnsupportedError
 from hurray_bridge.tensor import Device, Tensor, from_dlpack
@@ -227,7 +227,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
     standard asks of such consumers; keeping it unmodified is then the caller's task.
     """
     if not isinstance(t, Tensor):
-        raise TypeError(f"from_hurray takes an hb.Tensor, got {type(t).__name__}")
+        raise not_a_tensor(t, NAME)
     if not t.is_dense:
         d = t.descriptor
         what = "quantized" if d.quantization is not None else d.layout.name

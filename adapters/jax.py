@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hurray_bridge import _capsule
-from hurray_bridge._registry import check_copy, warn_copy
+from hurray_bridge._registry import check_copy, not_a_tensor, warn_copy
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
@@ -521,8 +521,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
     (a copy unless it is where the tensor already is).
     """
     if type(t) is not Tensor and not isinstance(t, Tensor):
-        raise UnsupportedError(f"from_hurray() takes an hb.Tensor, got {type(t).__name__} "
-                               f"{t!r:.60}; hb.convert(x, {NAME!r}) takes native objects")
+        raise not_a_tensor(t, NAME)
     if copy is not None and copy is not True and copy is not False:
         check_copy(copy)
     if not t.is_dense:

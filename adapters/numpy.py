@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from hurray_bridge._memory import _byte_array, _byte_arrays
-from hurray_bridge._registry import check_copy, warn_copy
+from hurray_bridge._registry import check_copy, not_a_tensor, warn_copy
 from hurray_bridge.dtypes import DType, native_types
 from hurray_bridge.errors import BackendNotAvailableError, CopyRequiredError, UnsupportedError
 from hurray_bridge.tensor import CPU, Tensor
@@ -174,8 +174,7 @@ def _unpacked(t: Tensor) -> np.ndarray:
 def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> np.ndarray:
     """An hb.Tensor as a NumPy array: a view of its memory unless a copy is needed or asked."""
     if type(t) is not Tensor and not isinstance(t, Tensor):
-        raise UnsupportedError(f"from_hurray() takes an hb.Tensor, got {type(t).__name__} "
-                               f"{t!r:.60}; hb.convert(x, {NAME!r}) takes native objects")
+        raise not_a_tensor(t, NAME)
     if (device is None and not copy and t._strides is None and t._device.type == 1
             and (t._desc is None or t.is_dense)):
         # The common hand-off, compact CPU memory of a whole-byte type: an array over the

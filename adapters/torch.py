@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from hurray_bridge._memory import host_array
-from hurray_bridge._registry import check_copy, warn_copy
+from hurray_bridge._registry import check_copy, not_a_tensor, warn_copy
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types, uint8
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
@@ -352,8 +352,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
     when it differs from the tensor's own device; a move is a copy.
     """
     if type(t) is not Tensor and not isinstance(t, Tensor):
-        raise UnsupportedError(f"from_hurray() takes an hb.Tensor, got {type(t).__name__} "
-                               f"{t!r:.60}; hb.convert(x, {NAME!r}) takes native objects")
+        raise not_a_tensor(t, NAME)
     if (device is None and not copy and t._strides is None and t._device.type == 1
             and (t._desc is None or t.is_dense)):
         # The common hand-off, compact CPU memory of a whole-byte type: torch takes it

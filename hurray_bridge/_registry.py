@@ -215,5 +215,11 @@ def check_copy(copy: Any) -> None:
         raise UnsupportedError(f"copy must be True, False or None, got {copy!r}")
 
 
+def not_a_tensor(t: Any, target: str) -> UnsupportedError:
+    """The error every adapter's ``from_hurray`` raises for an argument that is no hb.Tensor."""
+    return UnsupportedError(f"from_hurray() takes an hb.Tensor, got {type(t).__name__} "
+                            f"{t!r:.60}; hb.convert(x, {target!r}) takes native objects")
+
+
 def warn_copy(target: str, reason: str) -> None:
     warnings.warn(f"copied for {target}: {reason}", CopyWarning, stacklevel=4)
