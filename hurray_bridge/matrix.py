@@ -19,6 +19,7 @@ from typing import Any
 from ._registry import ADAPTERS, CopyWarning, asarray, convert, get_adapter
 from .dtypes import DType, all_dtypes
 from .errors import HurrayError
+from .tensor import canonical_bytes
 
 __all__ = ["Cell", "available_frameworks", "format_report", "run_matrix"]
 
@@ -68,29 +69,9 @@ def _sample(dtype: DType, n: int) -> Any:
 
 
 def _logical_bytes(obj: Any) -> bytes:
-    """One byte string per logical content, whatever the representation.
-
-    Sub-byte elements become one code per byte (packed and padded forms, and
-    1-bit bool vs bool8, then compare equal when their values do).
-    """
+    """The values of ``obj``, comparable across packed/padded forms (b"" off the host)."""
     t = asarray(obj)
-    if not t.device.is_host_accessible:
-        return b""
-    if t.strides is not None:
-        t = t.copy()
-    raw = bytes(t.memoryview())
-    bits = t.dtype.bits
-    if bits >= 8:
-        return raw
-    import numpy as np
-
-    n = 1
-    for d in t.shape:
-        n *= d
-    codes = np.frombuffer(raw, np.uint8)
-    if t.descriptor.padded:
-        return (codes & np.uint8((1 << bits) - 1)).tobytes()
-    return get_adapter("numpy").unpack_subbyte(codes, n, bits).tobytes()
+    return canonical_bytes(t) if t.device.is_host_accessible else b""
 
 
 def _measure(fn: Any, repeat: int) -> float:

@@ -23,7 +23,7 @@ from .dtypes import DType, dtype_from_dlpack
 from .errors import CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
 
-__all__ = ["CPU", "Buffer", "Device", "Tensor", "from_dlpack"]
+__all__ = ["CPU", "Buffer", "Device", "Tensor", "canonical_bytes", "from_dlpack"]
 
 # Device types whose memory the host can read directly (pinned and managed memory).
 _HOST_ACCESSIBLE = frozenset({1, 3, 11, 13})
@@ -522,6 +522,25 @@ def _compact(shape: tuple[int, ...]) -> tuple[int, ...]:
         _COMPACT.clear()
     strides = _COMPACT[shape] = compact_strides(shape)
     return strides
+
+
+def canonical_bytes(t: Tensor) -> bytes:
+    """A host tensor's values as compact bytes, sub-byte elements one code per byte.
+
+    Packed and padded forms of the same values (and 1-bit ``bool`` against
+    ``bool8``) give the same bytes, so tests and reports compare them directly.
+    """
+    if not t.descriptor.element_count:
+        return b""
+    c = t if t.strides is None else t.copy()
+    raw = bytes(c.memoryview())
+    if not t.dtype.is_subbyte:
+        return raw
+    bits, n = t.dtype.bits, t.descriptor.element_count
+    mask = (1 << bits) - 1
+    if c.descriptor.padded:
+        return bytes(b & mask for b in raw[:n])
+    return bytes((raw[(i * bits) // 8] >> ((i * bits) % 8)) & mask for i in range(n))
 
 
 def _rebuild(desc: bytes, payload: list[Any], readonly: bool) -> Tensor:

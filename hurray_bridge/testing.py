@@ -48,7 +48,7 @@ from ._dlpack import (
 from ._registry import CopyWarning, adapter_for, asarray, convert
 from .dtypes import DType, dtype_from_dlpack, dtype_from_name
 from .errors import CopyRequiredError, FormatError, UnsupportedError
-from .tensor import Device, Tensor, from_dlpack, from_dlview
+from .tensor import Device, Tensor, canonical_bytes, from_dlpack, from_dlview
 
 __all__ = [
     "CHECKS",
@@ -542,22 +542,7 @@ def _host_bytes(view: DLView) -> bytes | None:
         t = from_dlview(view)
     except (UnsupportedError, FormatError):
         return None  # an element type Hurray cannot read: 'shape_and_dtype' says so
-    return _canonical(t)
-
-
-def _canonical(t: Tensor) -> bytes:
-    """Compact bytes, sub-byte elements one per byte (so packed and padded forms compare)."""
-    if not t.descriptor.element_count:
-        return b""
-    c = t if t.strides is None else t.copy()
-    raw = bytes(c.memoryview())
-    if not t.dtype.is_subbyte:
-        return raw
-    bits, n = t.dtype.bits, t.descriptor.element_count
-    mask = (1 << bits) - 1
-    if c.descriptor.padded:
-        return bytes(b & mask for b in raw[:n])
-    return bytes((raw[(i * bits) // 8] >> ((i * bits) % 8)) & mask for i in range(n))
+    return canonical_bytes(t)
 
 
 def _device_of(obj: Any) -> tuple[int, int] | None:
@@ -1226,7 +1211,7 @@ def _state(obj: Any) -> _State:
         ptr = None
     if not t.device.is_host_accessible:
         t = from_dlpack(_HostCopy(t))
-    return _State(t.dtype, t.shape, _canonical(t), ptr)
+    return _State(t.dtype, t.shape, canonical_bytes(t), ptr)
 
 
 def _first_difference(a: bytes, b: bytes, itemsize: int) -> str:
