@@ -320,8 +320,10 @@ def _from_chunked(obj: pa.ChunkedArray, copy: bool | None) -> Tensor:
     _refuse_nulls(obj, "this ChunkedArray")
     combined = obj.combine_chunks()  # fresh memory, offset 0: shared from here on
     t = to_hurray(combined, copy=None)
+    # Nothing else sees that memory (only this tensor holds ``combined``): it is a
+    # private copy, so writable like any other copy.
     return Tensor._dense(t.data_ptr, t.shape, t.dtype, t.strides, False, CPU, t.owner,
-                         t.readonly, True)
+                         False, True)
 
 
 # -------------------------------------------------------------------- from Hurray

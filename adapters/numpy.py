@@ -216,7 +216,8 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> n
     dt = native_dtype(t.dtype)
     shape = t.shape
     if t.nbytes == 0:
-        out = np.ndarray(shape, dt, buffer=b"")  # no allocation for an empty result
+        # No allocation for an empty result; writable exactly when the source is.
+        out = np.ndarray(shape, dt, buffer=b"" if t.readonly else bytearray())
         return out.copy() if copy else out
     buf = t.memoryview()  # keeps t (and so the producer's memory) alive
     isz = dt.itemsize
