@@ -381,7 +381,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
                 if len(shape) != 1:
                     out = out.view(shape)
             if t._readonly:
-                _warn_readonly()
+                warn_readonly()
             return out
     if not t.is_dense:
         raise UnsupportedError(
@@ -488,11 +488,15 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
     if copy and not copied:
         return out.clone()
     if t.readonly and not copied and out.numel():
-        _warn_readonly()
+        warn_readonly()
     return out
 
 
-def _warn_readonly() -> None:
+def warn_readonly() -> None:
+    """Say once per process that a torch tensor over read-only memory was handed out.
+
+    Shared with the Arrow -> torch shortcut (hurray_bridge._shortcuts).
+    """
     global _readonly_warned
     if not _readonly_warned:
         _readonly_warned = True

@@ -16,6 +16,7 @@ from functools import lru_cache
 from types import ModuleType
 from typing import Any, NamedTuple
 
+from . import _shortcuts
 from .errors import BackendNotAvailableError, UnsupportedError
 from .tensor import Tensor, from_dlpack
 
@@ -206,7 +207,18 @@ def convert(
     t = asarray(obj, copy=False if copy is False else None)
     if not t.is_dense:
         return _special_for_tensor(t).from_hurray(t, to, device=device, copy=copy, densify=densify)
-    return target.from_hurray(t, device=device, copy=copy)
+    out = target.from_hurray(t, device=device, copy=copy)
+    if device is None and copy is None:
+        tp = type(obj)
+        known = _shortcuts.TABLE.get(tp)
+        if known is None or to not in known:
+            _shortcuts.learn(tp, to, _adapter_name_for_type(tp),  # type: ignore[arg-type]
+                             _ALIASES.get(to, to))
+    return out
+
+
+# The plain two-argument call first tries a learned shortcut (see _shortcuts).
+convert = _shortcuts.front(convert)
 
 
 def check_copy(copy: Any) -> None:

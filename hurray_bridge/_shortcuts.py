@@ -1,0 +1,279 @@
+"""Shortcuts for hb.convert: one framework call where it answers exactly as the bridge would.
+
+``hb.convert(x, to)`` builds an hb.Tensor and hands it to the target adapter: about
+2-3 us of Python per call, which doubles a hand-off that the frameworks do in
+0.3-1.5 us. For a few pairs the target already has a direct import whose result is
+the bridge's result - same memory, dtype, shape, strides, writability and owner
+chain - for every input it accepts, and which refuses (raises) every input it would
+treat differently. Those pairs take the direct import.
+
+The rules:
+
+* A shortcut is learned only after the full path has converted an object of that
+  exact type to that target once (``learn``), keyed by ``(type(x), to)``:
+  subclasses (``np.ma.MaskedArray``, ``nn.Parameter``) never share their base's entry.
+* It serves only the plain two-argument call ``hb.convert(x, to)``.
+* An entry (made by ``entry()``) is ``(fn, attr, value, kwnames, kwvalues,
+  nonempty)``. With ``attr`` not None, ``getattr(x, attr)`` must equal ``value``
+  before ``fn`` runs; with ``nonempty``, ``len(x)`` must be above 0 (cheap guards
+  that need no Python frame). The call is ``fn(x, **dict(zip(kwnames, kwvalues)))``.
+* ``fn`` returning ``NotImplemented``, or raising an ``Exception``, sends the call to
+  the full path, which owns every copy, warning and error message. A shortcut can
+  never answer differently from the full path; ``tests/test_shortcuts.py`` checks
+  that input by input against the full path.
+
+The front that reads the table is compiled when ``hurray_bridge._speedups`` was
+built, and this module's Python function otherwise (same steps).
+
+Frameworks are imported here only when an object of theirs is being converted.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["TABLE", "Entry", "clear", "compiled", "entry", "front", "learn"]
+
+Entry = tuple[Any, ...]  # (fn, attr, value, kwnames, kwvalues, nonempty)
+# type(x) -> target name as passed (aliases included) -> entry, or None once a pair
+# is known to have no shortcut (so the full path asks only once).
+TABLE: dict[type, dict[str, Entry | None]] = {}
+
+
+def entry(fn: Callable[..., Any], *, guard: tuple[str, Any] | None = None,
+          kwargs: dict[str, Any] | None = None, nonempty: bool = False) -> Entry:
+    """A table entry: call ``fn(x, **kwargs)`` when ``getattr(x, guard[0]) == guard[1]``
+    and, with ``nonempty``, ``len(x) > 0``."""
+    attr, value = guard if guard is not None else (None, None)
+    kw = kwargs or {}
+    return (fn, attr, value, tuple(kw), tuple(kw.values()), nonempty)
+
+
+def _numpy_types() -> dict[str, Callable[[type], Entry | None]]:
+    import numpy as np
+
+    def torch(tp: type) -> Entry | None:
+        if tp is not np.ndarray:
+            return None
+        import torch
+
+        from_numpy = torch.from_numpy
+
+        def numpy_to_torch(x: Any) -> Any:
+            # torch.from_numpy refuses non-native byte order, negative strides and the
+            # types it lacks; read-only arrays it accepts but warns in its own words,
+            # where the full path warns in ours.
+            return from_numpy(x) if x.flags.writeable else NotImplemented
+
+        return entry(numpy_to_torch)
+
+    def arrow(tp: type) -> Entry | None:
+        if tp is not np.ndarray:
+            return None
+        import pyarrow as pa
+
+        # Rank 1 only (other ranks become Arrow tensors); Array.from_dlpack refuses
+        # strided memory, bool (bit-packed in Arrow) and complex.
+        return entry(pa.Array.from_dlpack, guard=("ndim", 1))
+
+    return {"torch": torch, "arrow": arrow}
+
+
+def _torch_types() -> dict[str, Callable[[type], Entry | None]]:
+    import torch
+
+    def numpy(tp: type) -> Entry | None:
+        if tp is not torch.Tensor:
+            return None
+
+        def torch_to_numpy(x: Any) -> Any:
+            # Tensor.numpy refuses requires_grad, conj/neg bits, non-CPU devices and
+            # the types NumPy lacks; the full path detaches or copies those. Empty
+            # tensors it gives zero strides, the full path NumPy's own.
+            return x.numpy() if x.numel() else NotImplemented
+
+        return entry(torch_to_numpy)
+
+    def arrow(tp: type) -> Entry | None:
+        if tp is not torch.Tensor:
+            return None
+        import pyarrow as pa
+
+        return entry(pa.Array.from_dlpack, guard=("ndim", 1))
+
+    return {"numpy": numpy, "arrow": arrow}
+
+
+def _jax_types() -> dict[str, Callable[[type], Entry | None]]:
+    import numpy as np
+
+    def numpy(tp: type) -> Entry | None:
+        # jax.Array's one concrete class (its module moved between jaxlib releases).
+        if tp.__name__ != "ArrayImpl" or not tp.__module__.startswith("jaxlib"):
+            return None
+        asarray = np.asarray
+
+        def jax_to_numpy(x: Any) -> Any:
+            # The full path's own pin: memoryview waits for the value and holds the
+            # buffer against delete/donation. It refuses non-CPU arrays, deleted
+            # ones and the types without a buffer format (bfloat16, float8, int4).
+            return asarray(memoryview(x))
+
+        return entry(jax_to_numpy)
+
+    def torch(tp: type) -> Entry | None:
+        if tp.__name__ != "ArrayImpl" or not tp.__module__.startswith("jaxlib"):
+            return None
+        import torch
+
+        from ._registry import get_adapter
+
+        from_dlpack = torch.from_dlpack
+        warn_readonly = get_adapter("torch").warn_readonly
+
+        def jax_to_torch(x: Any) -> Any:
+            # JAX's export holds the buffer against delete/donation as the full path's
+            # pin does, for every type (bfloat16 too, which has no buffer format); it
+            # refuses deleted, multi-device and int4/int2 arrays. Accelerator memory
+            # takes the full path, which negotiates a stream with the consumer.
+            out = from_dlpack(x.__dlpack__())
+            if not out.is_cpu:
+                return NotImplemented
+            if out.numel():
+                warn_readonly()  # JAX memory is immutable; said once per process
+            return out
+
+        return entry(jax_to_torch)
+
+    return {"numpy": numpy, "torch": torch}
+
+
+def _arrow_types() -> dict[str, Callable[[type], Entry | None]]:
+    import pyarrow as pa
+
+    # Exact classes of the numeric types DLPack carries: bool (bit-packed),
+    # timestamps, dictionaries and extension types have their own classes.
+    numeric = {pa.Int8Array, pa.Int16Array, pa.Int32Array, pa.Int64Array, pa.UInt8Array,
+               pa.UInt16Array, pa.UInt32Array, pa.UInt64Array, pa.HalfFloatArray,
+               pa.FloatArray, pa.DoubleArray}
+
+    def numpy(tp: type) -> Entry | None:
+        if tp not in numeric:
+            return None
+        import numpy as np
+
+        # Arrow exports a read-only capsule, and NumPy honours it - except for empty
+        # arrays, which it makes writable (hence nonempty). Arrow refuses arrays with
+        # nulls; copy=False (never a copy on CPU anyway) keeps NumPy from retrying the
+        # legacy protocol after that refusal, which would draw Arrow's deprecation
+        # warning before the full path's own error. (A null_count guard costs 20 %.)
+        return entry(np.from_dlpack, kwargs={"copy": False}, nonempty=True)
+
+    def torch(tp: type) -> Entry | None:
+        if tp not in numeric:
+            return None
+        import torch
+
+        from ._registry import get_adapter
+
+        warn_readonly = get_adapter("torch").warn_readonly
+        from_dlpack = torch.from_dlpack
+
+        def arrow_to_torch(x: Any) -> Any:
+            if x.null_count or not x.is_cpu:
+                return NotImplemented
+            # A capsule skips torch.from_dlpack's device negotiation (half its time).
+            out = from_dlpack(x.__dlpack__(max_version=(1, 0)))
+            if out.numel():
+                warn_readonly()  # Arrow memory is immutable; said once per process
+            return out
+
+        return entry(arrow_to_torch)
+
+    return {"numpy": numpy, "torch": torch}
+
+
+# Source adapter -> builder of {target: entry maker}.
+_SOURCES: dict[str, Callable[[], dict[str, Callable[[type], Entry | None]]]] = {
+    "numpy": _numpy_types,
+    "torch": _torch_types,
+    "jax": _jax_types,
+    "arrow": _arrow_types,
+}
+
+
+@functools.cache
+def _makers(source: str) -> dict[str, Callable[[type], Entry | None]]:
+    build = _SOURCES.get(source)
+    return {} if build is None else build()
+
+
+def learn(tp: type, to: str, source: str | None, target: str) -> None:
+    """Record the shortcut (or its absence) for ``(tp, to)`` after the full path succeeded.
+
+    ``source`` and ``target`` are adapter names (``to`` may be an alias of ``target``).
+    """
+    inner = TABLE.setdefault(tp, {})
+    if to in inner:
+        return
+    maker = _makers(source).get(target) if source is not None else None
+    inner[to] = None if maker is None else maker(tp)
+
+
+def _python_front(general: Callable[..., Any], table: dict[type, dict[str, Entry | None]],
+                  ) -> Callable[..., Any]:
+    """The same steps as ``_speedups.Dispatcher``, for when it was not compiled."""
+
+    def front(*args: Any, **kwargs: Any) -> Any:
+        if len(args) == 2 and not kwargs and type(args[1]) is str:
+            obj = args[0]
+            inner = table.get(type(obj))
+            found = None if inner is None else inner.get(args[1])
+            if found:
+                fn, attr, value, kwnames, kwvalues, nonempty = found + (None,) * (6 - len(found))
+                try:
+                    if ((attr is None or getattr(obj, attr) == value)
+                            and (not nonempty or len(obj) > 0)):
+                        out = fn(obj, **dict(zip(kwnames or (), kwvalues or ())))
+                        if out is not NotImplemented:
+                            return out
+                except Exception:
+                    pass  # the full path decides: it converts, or raises its own error
+        return general(*args, **kwargs)
+
+    front.general = general  # type: ignore[attr-defined]
+    front.table = table  # type: ignore[attr-defined]
+    front.forget = lambda: None  # type: ignore[attr-defined]  # no cache to drop here
+    return front
+
+
+_Dispatcher: Any
+try:
+    from ._speedups import Dispatcher as _Dispatcher
+except ImportError:  # not compiled (no C compiler at install time): same steps in Python
+    _Dispatcher = None
+
+compiled = _Dispatcher is not None
+
+
+_FRONTS: list[Any] = []
+
+
+def front(general: Callable[..., Any], *, use_compiled: bool = True) -> Callable[..., Any]:
+    """``general`` with the shortcut table in front of it, compiled when available."""
+    if use_compiled and _Dispatcher is not None:
+        out: Callable[..., Any] = _Dispatcher(general, TABLE)
+    else:
+        out = _python_front(general, TABLE)
+    functools.update_wrapper(out, general)  # name, docstring, signature (__wrapped__)
+    _FRONTS.append(out)
+    return out
+
+
+def clear() -> None:
+    """Forget every learned shortcut (the next calls take the full path and learn again)."""
+    TABLE.clear()
+    for f in _FRONTS:
+        f.forget()

@@ -1,0 +1,9 @@
+from collections.abc import Callable
+from typing import Any
+
+class Dispatcher:
+    general: Callable[..., Any]
+    table: dict[type, dict[str, tuple[Any, ...] | None]]
+    def __init__(self, general: Callable[..., Any],
+                 table: dict[type, dict[str, tuple[Any, ...] | None]]) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...

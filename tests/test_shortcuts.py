@@ -1,0 +1,397 @@
+"""hb.convert's shortcuts answer exactly what the full path answers, input by input.
+
+Each case converts the same source twice - through the full path
+(``hb.convert.general``) and through a shortcut front (compiled and Python) - and
+compares everything a user can observe: result type, dtype, shape, strides, data
+pointer, writability, bytes, warnings, and for refusals the error type and message.
+The "plain" cases must take the shortcut (the full path is not called); the edge
+cases must fall through to it.
+"""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import hurray_bridge as hb
+from hurray_bridge import _shortcuts
+
+np = pytest.importorskip("numpy")
+torch = pytest.importorskip("torch")
+jnp = pytest.importorskip("jax.numpy")
+pa = pytest.importorskip("pyarrow")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+import hurray_bridge.adapters.torch as hb_torch  # noqa: E402
+
+GENERAL = hb.convert.general  # type: ignore[attr-defined]
+
+IMPLS = ["python"] + (["compiled"] if _shortcuts.compiled else [])
+
+
+def _aligned(n: int, dtype: Any = "float32") -> Any:
+    dt = np.dtype(dtype)
+    raw = np.empty(n * dt.itemsize + 64, np.uint8)
+    off = -raw.ctypes.data % 64
+    return raw[off:off + n * dt.itemsize].view(dt)
+
+
+def _np(dtype: Any = "float32", shape: tuple[int, ...] = (6,)) -> Any:
+    a = _aligned(int(np.prod(shape)), dtype).reshape(shape)
+    a[...] = np.arange(a.size).reshape(shape).astype(dtype)
+    return a
+
+
+def _readonly(a: Any) -> Any:
+    a.flags.writeable = False
+    return a
+
+
+def _misaligned() -> Any:
+    raw = _aligned(33, np.uint8)
+    return raw[1:].view(np.float32)
+
+
+# (label, source factory, target, takes the shortcut)
+CASES: list[tuple[str, Callable[[], Any], str, bool]] = [
+    # NumPy -> torch: torch.from_numpy for writable arrays
+    ("np f32", lambda: _np(), "torch", True),
+    ("np 2-D", lambda: _np(shape=(2, 3)), "torch", True),
+    ("np fortran", lambda: np.asfortranarray(_np(shape=(2, 3))), "torch", True),
+    ("np strided", lambda: _np(shape=(8,))[::2], "torch", True),
+    ("np 0-d", lambda: _np(shape=()), "torch", True),
+    ("np empty", lambda: _np(shape=(0,)), "torch", True),
+    ("np bool", lambda: _np(bool), "torch", True),
+    ("np f16", lambda: _np(np.float16), "torch", True),
+    ("np u16", lambda: _np(np.uint16), "torch", True),
+    ("np u64", lambda: _np(np.uint64), "torch", True),
+    ("np c64", lambda: _np(np.complex64), "torch", True),
+    ("np misaligned", _misaligned, "torch", True),
+    ("np read-only", lambda: _readonly(_np()), "torch", False),
+    ("np reversed", lambda: _np()[::-1], "torch", False),
+    ("np big-endian", lambda: _np(">f4"), "torch", False),
+    ("np bfloat16", lambda: _np(ml_dtypes.bfloat16), "torch", False),
+    ("np datetime", lambda: np.zeros(3, "datetime64[s]"), "torch", False),
+    # NumPy -> Arrow: Array.from_dlpack for rank 1
+    ("np f32", lambda: _np(), "arrow", True),
+    ("np i64", lambda: _np(np.int64), "arrow", True),
+    ("np f16", lambda: _np(np.float16), "arrow", True),
+    ("np read-only", lambda: _readonly(_np()), "arrow", True),
+    ("np empty", lambda: _np(shape=(0,)), "arrow", True),
+    ("np 2-D", lambda: _np(shape=(2, 3)), "arrow", False),
+    ("np 0-d", lambda: _np(shape=()), "arrow", False),
+    ("np strided", lambda: _np(shape=(8,))[::2], "arrow", False),
+    ("np bool", lambda: _np(bool), "arrow", False),
+    ("np c64", lambda: _np(np.complex64), "arrow", False),
+    # torch -> NumPy: Tensor.numpy
+    ("torch f32", lambda: torch.arange(6, dtype=torch.float32), "numpy", True),
+    ("torch 2-D.T", lambda: torch.arange(6.0).reshape(2, 3).T, "numpy", True),
+    ("torch offset", lambda: torch.arange(8.0)[3:], "numpy", True),
+    ("torch expanded", lambda: torch.arange(3.0).expand(2, 3), "numpy", True),
+    ("torch 0-d", lambda: torch.tensor(2.5), "numpy", True),
+    ("torch empty", lambda: torch.empty(0), "numpy", False),
+    ("torch bool", lambda: torch.tensor([True, False]), "numpy", True),
+    ("torch u16", lambda: torch.arange(4).to(torch.uint16), "numpy", True),
+    ("torch c64", lambda: torch.arange(4).to(torch.complex64), "numpy", True),
+    ("torch requires_grad", lambda: torch.ones(3, requires_grad=True), "numpy", False),
+    ("torch conj", lambda: torch.tensor([1 + 2j, 3 - 1j]).conj(), "numpy", False),
+    ("torch neg", lambda: torch.tensor([1 + 2j, 3 - 1j]).conj().imag, "numpy", False),
+    ("torch bf16", lambda: torch.arange(4.0).to(torch.bfloat16), "numpy", False),
+    ("torch float8", lambda: torch.arange(4.0).to(torch.float8_e4m3fn), "numpy", False),
+    ("torch Parameter", lambda: torch.nn.Parameter(torch.ones(2)), "numpy", False),
+    # torch -> Arrow: Array.from_dlpack for rank 1
+    ("torch f32", lambda: torch.arange(6, dtype=torch.float32), "arrow", True),
+    ("torch offset", lambda: torch.arange(8.0)[3:], "arrow", True),
+    ("torch i8", lambda: torch.arange(6, dtype=torch.int8), "arrow", True),
+    ("torch 2-D", lambda: torch.ones(2, 3), "arrow", False),
+    ("torch strided", lambda: torch.arange(8.0)[::2], "arrow", False),
+    ("torch bool", lambda: torch.tensor([True, False]), "arrow", False),
+    ("torch requires_grad", lambda: torch.ones(3, requires_grad=True), "arrow", False),
+    # JAX -> NumPy: the full path's own memoryview pin
+    ("jax f32", lambda: jnp.arange(6, dtype=jnp.float32), "numpy", True),
+    ("jax 2-D", lambda: jnp.ones((2, 3), jnp.int32), "numpy", True),
+    ("jax 0-d", lambda: jnp.float32(3), "numpy", True),
+    ("jax empty", lambda: jnp.zeros((0, 2)), "numpy", True),
+    ("jax bool", lambda: jnp.array([True, False]), "numpy", True),
+    ("jax f16", lambda: jnp.arange(3, dtype=jnp.float16), "numpy", True),
+    ("jax c64", lambda: jnp.arange(3, dtype=jnp.complex64), "numpy", True),
+    ("jax bf16", lambda: jnp.arange(3, dtype=jnp.bfloat16), "numpy", False),
+    ("jax int4", lambda: jnp.arange(3, dtype=jnp.int4), "numpy", False),
+    ("jax deleted", lambda: _deleted_jax(), "numpy", False),
+    # JAX -> torch: JAX's own capsule into torch.from_dlpack, plus the read-only notice
+    ("jax f32", lambda: jnp.arange(6, dtype=jnp.float32), "torch", True),
+    ("jax 2-D", lambda: jnp.ones((2, 3), jnp.int32), "torch", True),
+    ("jax 0-d", lambda: jnp.float32(3), "torch", True),
+    ("jax empty", lambda: jnp.zeros((0, 2)), "torch", True),
+    ("jax bool", lambda: jnp.array([True, False]), "torch", True),
+    ("jax bf16", lambda: jnp.arange(3, dtype=jnp.bfloat16), "torch", True),
+    ("jax f16", lambda: jnp.arange(3, dtype=jnp.float16), "torch", True),
+    ("jax u32", lambda: jnp.arange(3, dtype=jnp.uint32), "torch", True),
+    ("jax c64", lambda: jnp.arange(3, dtype=jnp.complex64), "torch", True),
+    ("jax int4", lambda: jnp.arange(3, dtype=jnp.int4), "torch", False),
+    ("jax deleted", lambda: _deleted_jax(), "torch", False),
+    # Arrow -> NumPy: np.from_dlpack (copy=False: no legacy retry on refusal)
+    ("arrow f32", lambda: pa.array(np.arange(6, dtype=np.float32)), "numpy", True),
+    ("arrow i64 sliced", lambda: pa.array(np.arange(8))[3:], "numpy", True),
+    ("arrow f16", lambda: pa.array(np.arange(3, dtype=np.float16)), "numpy", True),
+    ("arrow u8", lambda: pa.array(np.arange(3, dtype=np.uint8)), "numpy", True),
+    ("arrow empty", lambda: pa.array([], pa.float64()), "numpy", False),
+    ("arrow nulls", lambda: pa.array([1.0, None], pa.float32()), "numpy", False),
+    ("arrow bool", lambda: pa.array([True, False]), "numpy", False),
+    ("arrow timestamp", lambda: pa.array([1], pa.timestamp("s")), "numpy", False),
+    # Arrow -> torch: a capsule into torch.from_dlpack, plus the read-only notice
+    ("arrow f32", lambda: pa.array(np.arange(6, dtype=np.float32)), "torch", True),
+    ("arrow i64 sliced", lambda: pa.array(np.arange(8))[3:], "torch", True),
+    ("arrow empty", lambda: pa.array([], pa.float64()), "torch", True),
+    ("arrow nulls", lambda: pa.array([1.0, None], pa.float32()), "torch", False),
+    ("arrow bool", lambda: pa.array([True, False]), "torch", False),
+]
+
+
+def _deleted_jax() -> Any:
+    x = jnp.arange(3.0)
+    x.delete()
+    return x
+
+
+def _pointer(out: Any) -> int:
+    if isinstance(out, np.ndarray):
+        return int(out.__array_interface__["data"][0])
+    if isinstance(out, torch.Tensor):
+        return int(out.data_ptr())
+    buf = out.buffers()[1]
+    return int(buf.address) + out.offset * out.type.bit_width // 8
+
+
+def _observe(out: Any) -> tuple[Any, ...]:
+    """Everything a caller can see of a result (pointer only where there is memory)."""
+    if isinstance(out, np.ndarray):
+        return ("numpy", out.dtype.str, out.shape, out.strides, out.flags.writeable,
+                out.tobytes(), _pointer(out) if out.size else None)
+    if isinstance(out, torch.Tensor):
+        flat = out.detach().flatten().contiguous()
+        data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+        return ("torch", out.dtype, tuple(out.shape), out.stride(), out.requires_grad, data,
+                _pointer(out) if out.numel() else None)
+    if isinstance(out, (pa.Array, pa.Tensor)):
+        return (type(out), str(out.type), out.to_pylist() if isinstance(out, pa.Array)
+                else out.to_numpy().tolist(), _pointer(out) if isinstance(out, pa.Array)
+                and len(out) else None)
+    return (type(out), repr(out))
+
+
+def _source_pointer(obj: Any) -> int | None:
+    try:
+        if isinstance(obj, (np.ndarray, torch.Tensor, pa.Array)):
+            return _pointer(obj)
+        return int(obj.unsafe_buffer_pointer())
+    except Exception:
+        return None
+
+
+def _run(fn: Callable[..., Any], obj: Any, to: str) -> tuple[Any, ...]:
+    hb_torch._readonly_warned = False  # the notice is once per process: reset for both runs
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = fn(obj, to)
+        except Exception as exc:
+            res: tuple[Any, ...] = ("error", type(exc), str(exc))
+        else:
+            # Copies land at different addresses: what must match is whether the
+            # result shares the source's memory.
+            *rest, ptr = _observe(out)
+            res = (*rest, None if ptr is None else ptr == _source_pointer(obj))
+    return (res, sorted((w.category.__name__, str(w.message)) for w in caught))
+
+
+@pytest.fixture(params=IMPLS)
+def front(request: pytest.FixtureRequest) -> Any:
+    calls: list[Any] = []
+
+    def general(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return GENERAL(*args, **kwargs)
+
+    f = _shortcuts.front(general, use_compiled=request.param == "compiled")
+    f.calls = calls
+    return f
+
+
+@pytest.mark.parametrize("label,make,to,shortcut", CASES,
+                         ids=[f"{c[0]}->{c[2]}" for c in CASES])
+def test_shortcut_answers_as_the_full_path(front: Any, label: str, make: Callable[[], Any],
+                                           to: str, shortcut: bool) -> None:
+    obj = make()
+    expected = _run(GENERAL, obj, to)
+    if expected[0][0] != "error":
+        # The full path has converted this type to this target once: the pair is learned.
+        assert to in _shortcuts.TABLE[type(obj)]
+    front.calls.clear()
+    got = _run(front, obj, to)
+    assert got == expected
+    taken = not front.calls
+    assert taken is shortcut, f"{label} -> {to}: shortcut taken={taken}, expected {shortcut}"
+
+
+PLAIN = [c for c in CASES if c[3] and "empty" not in c[0]]
+
+
+@pytest.mark.parametrize("label,make,to,shortcut", PLAIN, ids=[f"{c[0]}->{c[2]}" for c in PLAIN])
+def test_shortcut_result_keeps_its_source_alive(front: Any, label: str,
+                                                make: Callable[[], Any], to: str,
+                                                shortcut: bool) -> None:
+    obj = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        GENERAL(obj, to)  # learn
+        out = front(obj, to)
+    want = _observe(out)
+    assert not front.calls
+    del obj
+    for _ in range(3):
+        gc.collect()
+    junk = [np.full(64, 7.0) for _ in range(64)]  # reuse of freed memory would show
+    assert _observe(out) == want
+    del junk
+
+
+def test_hb_convert_learns_and_takes_the_shortcut() -> None:
+    _shortcuts.clear()
+    x = _np()
+    assert np.ndarray not in _shortcuts.TABLE
+    a = hb.convert(x, "torch")
+    entry = _shortcuts.TABLE[np.ndarray]["torch"]
+    assert entry is not None
+    b = hb.convert(x, "torch")
+    assert a.data_ptr() == b.data_ptr() == x.ctypes.data
+    # Keyword and three-argument calls take the full path, with the same answer.
+    assert hb.convert(x, "torch", copy=None).data_ptr() == x.ctypes.data
+    assert hb.convert(x, "torch", None).data_ptr() == x.ctypes.data
+
+
+def test_aliases_are_learned_separately() -> None:
+    _shortcuts.clear()
+    x = _np()
+    hb.convert(x, "pa")
+    assert "pa" in _shortcuts.TABLE[np.ndarray] and "arrow" not in _shortcuts.TABLE[np.ndarray]
+    assert hb.convert(x, "pa").type == pa.float32()
+
+
+def test_a_pair_without_a_shortcut_is_remembered_as_none() -> None:
+    _shortcuts.clear()
+    hb.convert(_np(), "jax")
+    assert _shortcuts.TABLE[np.ndarray]["jax"] is None
+
+
+def test_copy_and_device_calls_never_learn() -> None:
+    _shortcuts.clear()
+    hb.convert(_np(), "torch", copy=True)
+    hb.convert(_np(), "torch", device="cpu")
+    assert np.ndarray not in _shortcuts.TABLE
+
+
+def test_front_looks_like_convert() -> None:
+    import inspect
+
+    assert hb.convert.__name__ == "convert"
+    assert "zero-copy" in (hb.convert.__doc__ or "")
+    assert list(inspect.signature(hb.convert).parameters) == [
+        "obj", "to", "device", "copy", "densify"]
+
+
+# ------------------------------------------------------------- the front's contract
+class Thing:
+    flag = 1
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_front_contract(impl: str) -> None:
+    seen: list[Any] = []
+
+    def general(*args: Any, **kwargs: Any) -> Any:
+        seen.append((args, kwargs))
+        return "general"
+
+    table: dict[type, dict[str, Any]] = {}
+    f = (_shortcuts._Dispatcher(general, table) if impl == "compiled"
+         else _shortcuts._python_front(general, table))
+    t = Thing()
+    assert f(t, "x") == "general"  # miss
+    table[Thing] = {"x": (lambda o: "short",)}
+    assert f(t, "x") == "short"
+    assert f(t, "x", None) == "general" and f(t, "x", copy=None) == "general"
+    assert f(t, to="x") == "general"
+    # guard: attr must equal value
+    table[Thing]["g"] = (lambda o: "guarded", "flag", 1)
+    assert f(t, "g") == "guarded"
+    table[Thing]["h"] = (lambda o: "guarded", "flag", 2)
+    assert f(t, "h") == "general"
+    table[Thing]["m"] = (lambda o: "guarded", "missing", 2)
+    assert f(t, "m") == "general"
+    # keyword arguments for fn, and None for no guard
+    table[Thing]["k"] = (lambda o, *, a, b: (a, b), None, None, ("a", "b"), (1, 2))
+    assert f(t, "k") == (1, 2)
+    assert _shortcuts.entry(len, kwargs={"a": 1}) == (len, None, None, ("a",), (1,), False)
+    # nonempty: len(obj) > 0, and an object without a length falls through
+    table[list] = {"l": _shortcuts.entry(lambda o: "full", nonempty=True)}
+    assert f([1], "l") == "full" and f([], "l") == "general"
+    table[Thing]["l"] = table[list]["l"]
+    assert f(t, "l") == "general"
+    # NotImplemented and Exceptions fall through; other BaseExceptions do not
+    table[Thing]["n"] = (lambda o: NotImplemented,)
+    assert f(t, "n") == "general"
+
+    def boom(o: Any) -> Any:
+        raise ValueError("no")
+
+    table[Thing]["e"] = (boom,)
+    assert f(t, "e") == "general"
+
+    def stop(o: Any) -> Any:
+        raise KeyboardInterrupt
+
+    table[Thing]["s"] = (stop,)
+    with pytest.raises(KeyboardInterrupt):
+        f(t, "s")
+    table[Thing]["none"] = None
+    assert f(t, "none") == "general"
+    assert f(t, 3) == "general"  # not a target name
+    assert len(seen) == 12
+
+
+@pytest.mark.skipif(not _shortcuts.compiled, reason="hurray_bridge._speedups was not built")
+def test_compiled_cache_is_dropped_by_forget() -> None:
+    table: dict[type, dict[str, Any]] = {Thing: {"x": (lambda o: "short",)}}
+    f = _shortcuts._Dispatcher(lambda *a, **k: "general", table)
+    t = Thing()
+    assert f(t, "x") == "short"
+    table.clear()
+    assert f(t, "x") == "short"  # served from the last-entry cache
+    f.forget()
+    assert f(t, "x") == "general"
+    assert "compiled shortcut front" in repr(f)
+
+
+def test_without_the_compiled_module_convert_runs_the_same_steps_in_python() -> None:
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json; sys.modules['hurray_bridge._speedups'] = None\n"
+        "import numpy as np, hurray_bridge as hb\n"
+        "from hurray_bridge import _shortcuts\n"
+        "x = np.arange(6, dtype=np.float32)\n"
+        "a = hb.convert(x, 'torch'); b = hb.convert(x, 'torch')\n"
+        "print(json.dumps([_shortcuts.compiled, type(hb.convert).__name__,\n"
+        "  _shortcuts.TABLE[np.ndarray]['torch'] is not None,\n"
+        "  a.data_ptr() == b.data_ptr() == x.ctypes.data]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, "function", True, True]
