@@ -207,6 +207,14 @@ def convert(
     t = asarray(obj, copy=False if copy is False else None)
     if not t.is_dense:
         return _special_for_tensor(t).from_hurray(t, to, device=device, copy=copy, densify=densify)
+    if copy is None and t._copied and not isinstance(obj, Tensor):
+        # The source side copied (non-native byte order, strides that are not whole
+        # elements, a torch conj/neg view, Arrow chunks or bits to gather): a framework
+        # result has no ``copied`` flag to say so, so the warning does.
+        warn_copy(_ALIASES.get(to, to),
+                  f"the {type(obj).__module__.partition('.')[0]} source could not be read "
+                  f"in place (hb.asarray(x).copied is True; hb.asarray(x, copy=False) says why)",
+                  stacklevel=3)
     out = target.from_hurray(t, device=device, copy=copy)
     if device is None and copy is None:
         tp = type(obj)
@@ -233,5 +241,6 @@ def not_a_tensor(t: Any, target: str) -> UnsupportedError:
                             f"{t!r:.60}; hb.convert(x, {target!r}) takes native objects")
 
 
-def warn_copy(target: str, reason: str) -> None:
-    warnings.warn(f"copied for {target}: {reason}", CopyWarning, stacklevel=4)
+def warn_copy(target: str, reason: str, stacklevel: int = 4) -> None:
+    """Report a copy made under ``copy=None`` (``stacklevel`` 4: the adapter's caller's caller)."""
+    warnings.warn(f"copied for {target}: {reason}", CopyWarning, stacklevel=stacklevel)

@@ -377,6 +377,26 @@ def test_compiled_cache_is_dropped_by_forget() -> None:
     assert "compiled shortcut front" in repr(f)
 
 
+# ------------------------------------------------ copies made on the source side
+@pytest.mark.parametrize("label,make,to", [
+    ("numpy big-endian", lambda: np.arange(4, dtype=">f4"), "torch"),
+    ("numpy big-endian", lambda: np.arange(4, dtype=">f4"), "numpy"),
+    ("torch conj", lambda: torch.tensor([1 + 2j, 3 - 1j]).conj(), "numpy"),
+    ("torch neg", lambda: torch.tensor([1 + 2j, 3 - 1j]).conj().imag, "arrow"),
+    ("arrow chunks", lambda: pa.chunked_array([[1.0, 2.0], [3.0]], pa.float32()), "torch"),
+])
+def test_a_copy_on_the_source_side_is_reported(label: str, make: Callable[[], Any],
+                                               to: str) -> None:
+    # A framework result has no ``copied`` flag: the warning is the only report.
+    x = make()
+    assert hb.asarray(x).copied
+    with pytest.warns(hb.CopyWarning, match="could not be read in place") as rec:
+        hb.convert(x, to)
+    assert rec[0].filename == __file__  # points at the caller
+    with pytest.raises(hb.CopyRequiredError):
+        hb.convert(x, to, copy=False)
+
+
 def test_without_the_compiled_module_convert_runs_the_same_steps_in_python() -> None:
     import json
     import subprocess
