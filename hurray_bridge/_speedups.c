@@ -273,11 +273,97 @@ static PyTypeObject DispatcherType = {
     .tp_new = dispatcher_new,
 };
 
+/* ---------------------------------------------------------------------------
+ * The DLPack deleter and capsule destructor of hurray_bridge._capsule's exports.
+ *
+ * The ctypes versions cannot leave an exception that was in flight when a consumer
+ * released our memory (a TypeError raised while a NumPy temporary dies): ctypes
+ * reports it as SystemError. In C the exception is simply set aside and put back.
+ * Both only remove the export's entry from _capsule._EXPORTS (keyed by the managed
+ * struct's address), which frees the struct and releases the owner. */
+
+static PyObject *exports = NULL;   /* _capsule._EXPORTS */
+static PyObject *names = NULL;     /* the two fresh-name bytes objects, kept alive */
+static const char *name_v = NULL, *name_l = NULL;
+
+static void
+drop_export(void *managed)
+{
+    PyObject *key = PyLong_FromVoidPtr(managed);
+    if (key == NULL || PyDict_DelItem(exports, key) < 0) {
+        PyErr_Clear();  /* already gone (or out of memory): nothing else to do */
+    }
+    Py_XDECREF(key);
+}
+
+/* void (*deleter)(DLManagedTensor[Versioned] *self): any thread, GIL or not. */
+static void
+export_deleter(void *managed)
+{
+    if (managed == NULL || exports == NULL) {
+        return;
+    }
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    drop_export(managed);
+    PyErr_Restore(type, value, tb);
+    PyGILState_Release(gil);
+}
+
+/* A capsule still under our fresh name was never consumed: its deleter is ours to run. */
+static void
+capsule_destructor(PyObject *capsule)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    const char *name = PyCapsule_GetName(capsule);
+    if (name != NULL && (name == name_v || name == name_l)) {
+        void *managed = PyCapsule_GetPointer(capsule, name);
+        if (managed != NULL) {
+            drop_export(managed);
+        }
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
+static PyObject *
+capsule_hooks(PyObject *module, PyObject *args)
+{
+    PyObject *table, *v, *l;
+    if (!PyArg_ParseTuple(args, "O!SS:capsule_hooks", &PyDict_Type, &table, &v, &l)) {
+        return NULL;
+    }
+    if (exports != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "capsule_hooks: already installed");
+        return NULL;
+    }
+    names = PyTuple_Pack(2, v, l);
+    if (names == NULL) {
+        return NULL;
+    }
+    Py_INCREF(table);
+    exports = table;
+    name_v = PyBytes_AS_STRING(v);
+    name_l = PyBytes_AS_STRING(l);
+    /* Both live as long as the process: consumers may call them at any time. */
+    return Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)export_deleter),
+                         PyLong_FromVoidPtr((void *)capsule_destructor));
+}
+
+static PyMethodDef speedups_functions[] = {
+    {"capsule_hooks", capsule_hooks, METH_VARARGS,
+     "capsule_hooks(exports, name_v, name_l) -> (deleter address, destructor address)"},
+    {NULL}
+};
+
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "hurray_bridge._speedups",
     .m_doc = "Compiled hot paths of hurray_bridge (optional; Python fallbacks exist).",
     .m_size = -1,
+    .m_methods = speedups_functions,
 };
 
 PyMODINIT_FUNC
