@@ -101,7 +101,14 @@ def _torch_types() -> dict[str, Callable[[type], Entry | None]]:
             return None
         import pyarrow as pa
 
-        return entry(pa.Array.from_dlpack, guard=("ndim", 1))
+        from_dlpack = pa.Array.from_dlpack
+
+        def torch_to_arrow(x: Any) -> Any:
+            # Rank 1 only (other ranks become Arrow tensors); CPU only (the full path
+            # copies device memory to the host, and says so).
+            return from_dlpack(x) if x.ndim == 1 and x.is_cpu else NotImplemented
+
+        return entry(torch_to_arrow)
 
     return {"numpy": numpy, "arrow": arrow}
 
@@ -134,13 +141,14 @@ def _jax_types() -> dict[str, Callable[[type], Entry | None]]:
         warn_readonly = get_adapter("torch").warn_readonly
 
         def jax_to_torch(x: Any) -> Any:
-            # JAX's export holds the buffer against delete/donation as the full path's
-            # pin does, for every type (bfloat16 too, which has no buffer format); it
-            # refuses deleted, multi-device and int4/int2 arrays. Accelerator memory
-            # takes the full path, which negotiates a stream with the consumer.
-            out = from_dlpack(x.__dlpack__())
-            if not out.is_cpu:
+            # Accelerator memory takes the full path, which negotiates a stream with
+            # the consumer. JAX's export holds the buffer against delete/donation as
+            # the full path's pin does, for every type (bfloat16 too, which has no
+            # buffer format); it refuses deleted, multi-device and int4/int2 arrays.
+            # (is_deleted first: jaxlib 0.10.2 segfaults on platform() of a deleted array.)
+            if x.is_deleted() or x.platform() != "cpu":
                 return NotImplemented
+            out = from_dlpack(x.__dlpack__())
             if out.numel():
                 warn_readonly()  # JAX memory is immutable; said once per process
             return out

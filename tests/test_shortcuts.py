@@ -415,3 +415,42 @@ def test_without_the_compiled_module_convert_runs_the_same_steps_in_python() -> 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, "function", True, True]
+
+
+class _FakeCudaTensor(torch.Tensor):
+    pass
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_device_memory_never_takes_a_shortcut(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No GPU here: the shortcuts' device checks are read from the objects, so objects
+    # that say they live elsewhere must reach the full path untouched.
+    calls: list[Any] = []
+
+    def general(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return "full path"
+
+    f = _shortcuts.front(general, use_compiled=impl == "compiled")
+    j = jnp.arange(3.0)
+    hb.convert(j, "torch")  # learn jax -> torch
+    t = torch.arange(3.0)
+    hb.convert(t, "arrow")  # learn torch -> arrow
+
+    class NotCpu:
+        """Forwards everything to the real array but reports another platform."""
+
+        def __init__(self, x: Any) -> None:
+            self.x = x
+
+        def platform(self) -> str:
+            return "gpu"
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.x, name)
+
+    _shortcuts.TABLE[NotCpu] = {"torch": _shortcuts.TABLE[type(j)]["torch"]}
+    assert f(NotCpu(j), "torch") == "full path"
+    monkeypatch.setattr(torch.Tensor, "is_cpu", property(lambda self: False))
+    assert f(t, "arrow") == "full path"
+    assert len(calls) == 2
