@@ -4,11 +4,14 @@
 ``python -m benchmarks.profile torch->jax jax->numpy``; no pair means every CPU pair.
 
 For each pair (1000 float32, as in the handoff suite) it prints the median time of
-``hb.convert(x, target)``, of the source adapter's ``to_hurray(x)`` and of the
-target adapter's ``from_hurray(t)``, the remainder (dispatch in ``hb.convert`` and
-``hb.asarray``), the target's direct import, and the functions with the most own
-time under cProfile (which inflates small Python functions: read it for ranks,
-not for absolute numbers). Not a suite: it prints, it measures no goal.
+``hb.convert(x, target)`` and whether a learned shortcut served it
+(``hurray_bridge._shortcuts``); of the full path (``hb.convert.general``), split
+into the source adapter's ``to_hurray(x)``, the target adapter's
+``from_hurray(t)`` and the remainder (dispatch in ``hb.convert`` and
+``hb.asarray``); the target's direct import; and the functions with the most own
+time under cProfile (which inflates small Python functions, and does not see the
+compiled front: read it for ranks, not for absolute numbers). Not a suite: it
+prints, it measures no goal.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import warnings
 from typing import Any
 
 import hurray_bridge as hb
+from hurray_bridge import _shortcuts
 from hurray_bridge._registry import get_adapter
 
 from . import _frameworks as fw
@@ -37,14 +41,20 @@ def profile_pair(src: str, target: str, x: Any, top: int = 8) -> str:
     except Exception:
         fb = fw.direct_fallback(target)
         dname, dfn = fb if fb is not None else (dname, None)
+    general = hb.convert.general  # type: ignore[attr-defined]
+    hb.convert(x, target)  # the full path runs once and learns the pair
+    entry = _shortcuts.TABLE.get(type(x), {}).get(target)
+    how = f"shortcut {getattr(entry[0], '__qualname__', entry[0])}" if entry else "full path"
     total = measure("convert", lambda: hb.convert(x, target), repeat=9).median_us
+    full = measure("general", lambda: general(x, target), repeat=9).median_us
     to_us = measure("to", lambda: to_a.to_hurray(x), repeat=9).median_us
     from_us = measure("from", lambda: from_a.from_hurray(t), repeat=9).median_us
     direct_us = measure("direct", lambda: dfn(x), repeat=9).median_us if dfn else float("nan")
     lines = [
-        f"{src}->{target}: hb.convert {total:.2f} us = {src}.to_hurray {to_us:.2f} + "
-        f"{target}.from_hurray {from_us:.2f} + dispatch {total - to_us - from_us:.2f}; "
-        f"{dname} {direct_us:.2f} us (ratio {total / direct_us:.2f})",
+        f"{src}->{target}: hb.convert {total:.2f} us ({how}); {dname} {direct_us:.2f} us "
+        f"(ratio {total / direct_us:.2f})",
+        f"    full path {full:.2f} us = {src}.to_hurray {to_us:.2f} + {target}.from_hurray "
+        f"{from_us:.2f} + dispatch {full - to_us - from_us:.2f}",
     ]
     n = 3000
     pr = cProfile.Profile()
