@@ -182,7 +182,7 @@ def test_jax_cannot_import_float4_over_dlpack() -> None:
     buf = _aligned(packed.size)
     buf[:] = packed
     t = Tensor._dense(buf.ctypes.data, (7,), hb.float4_e2m1fn, None, False, CPU, buf, True, False)
-    with pytest.raises(Exception, match="default layout|Unsupported layout"):
+    with pytest.raises(Exception, match=r"default layout|Unsupported layout"):
         jnp.from_dlpack(t)
     padded = _aligned(7)
     padded[:] = vals.view(np.uint8)
@@ -196,9 +196,9 @@ def test_jax_cannot_import_float4_over_dlpack() -> None:
                 data=padded.ctypes.data, shape=(7,), strides=(1,), code=17, bits=4, lanes=1,
                 device_type=1, device_id=0, flags=0, owner=padded, versioned=False)
 
-    with pytest.raises(Exception, match="default layout|Unsupported layout"):
+    with pytest.raises(Exception, match=r"default layout|Unsupported layout"):
         jnp.from_dlpack(LegacyPadded())
-    with pytest.raises(Exception, match="default layout|Unsupported layout"):
+    with pytest.raises(Exception, match=r"default layout|Unsupported layout"):
         jnp.from_dlpack(jnp.asarray(vals))  # JAX -> JAX
     # Hurray's own padded fp4 refuses a legacy capsule rather than let it be misread.
     with pytest.raises(hb.UnsupportedError, match="padded"):
