@@ -6,7 +6,9 @@ must be fully usable (hash, repr, sizes, buffer table) and its encoding is
 canonical: re-encoding it with the offsets it was read with gives back the
 input byte for byte, but for two fields a reader ignores: the minor version
 (any 1.x is read, 1.0 is written) and a zero-length buffer's offset (rule 3 of
-metadata.md §8: ignored on read, written as 0). See ``fuzz/README.md``.
+metadata.md §8: ignored on read, written as 0). When ``hurray_bridge._speedups``
+is built, its dense fast path must answer every input as wire.py's Python one.
+See ``fuzz/README.md``.
 
     python fuzz/fuzz_descriptor.py fuzz/corpus/descriptor -max_total_time=300
 """
@@ -31,7 +33,13 @@ def load_check() -> _harness.Check:
 
     FormatError = hb.FormatError
 
+    compiled = wire._decode_dense is not wire._decode_dense_python
+
     def check(data: bytes) -> None:
+        if compiled:  # the compiled dense fast path answers as the Python one, always
+            c, py = wire._decode_dense(data, len(data)), wire._decode_dense_python(data, len(data))
+            if c != py or (c is not None and repr(c[0]) != repr(py[0])):
+                raise _harness.Finding(f"compiled and Python dense decoders differ: {c} / {py}")
         try:
             d = hb.Descriptor.from_bytes(data)
         except FormatError:

@@ -39,7 +39,7 @@ HAS_ARROW = importlib.util.find_spec("pyarrow") is not None
 def _general(data: Any, monkeypatch: pytest.MonkeyPatch, fn: Any) -> Any:
     """``fn(data)`` with the fast path switched off: the result, or the exception."""
     with monkeypatch.context() as m:
-        m.setattr(wire, "_decode_dense", lambda data, n: None)
+        m.setattr(wire, "_decode_dense", lambda data, n: None)  # compiled or not
         try:
             return fn(data)
         except Exception as exc:  # compared below, type and message
@@ -62,7 +62,26 @@ def _same(a: Any, b: Any) -> None:
         assert [type(e.role) for e in a[1]] == [type(e.role) for e in b[1]]
 
 
+def _compiled_equals_python(data: Any) -> None:
+    """The compiled dense decoder (when built) answers as wire.py's Python one."""
+    if wire._decode_dense is wire._decode_dense_python:
+        return
+    n = len(data) if not isinstance(data, memoryview) else data.nbytes
+    for k in (n, n - 1, n + 1, 0):  # also the lengths a caller could get wrong
+        py = wire._decode_dense_python(data, k) if 0 <= k <= n else None
+        c = wire._decode_dense(data, k)
+        if py is None or c is None:
+            assert py is c, (bytes(data)[:48].hex(), k, py, c)
+            continue
+        assert c == py
+        for f in ("shape", "strides", "layout", "padded", "dtype", "tile", "sparse",
+                  "quantization", "shard"):
+            assert type(getattr(c[0], f)) is type(getattr(py[0], f)), f
+        assert all(type(v) is int for v in c[1:])
+
+
 def _both(data: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _compiled_equals_python(data)
     for fn in (wire.decode, wire.decode_prefix):
         try:
             fast: Any = fn(data)
@@ -465,3 +484,26 @@ def test_benchmark_timing_helpers() -> None:
     assert a.median_us > 0 and b.median_us > 0 and r > 0
     assert ratio(0.5, "<= 1.0")["met"] is True and ratio(1.5, "< 1.0")["met"] is False
     assert ratio(None, "<= 1.3")["met"] is None and ratio(2.0, "info")["met"] is None
+
+
+@FUZZ
+@given(st.binary(min_size=0, max_size=700), st.sampled_from([1, 2]), st.integers(0, 64))
+def test_compiled_dense_decoder_on_random_bytes(tail: bytes, layout: int, rank: int) -> None:
+    # A plausible header (magic, version, one buffer, a rank and layout) over random
+    # bytes, so the checks past the header are reached, not only the magic test.
+    import struct
+
+    head = struct.pack("<4sBBHIBBHQQ", b"HRYD", 1, 0, 0, rank, tail[0] if tail else 7,
+                       layout, 1, 32 + len(tail), 0)
+    _compiled_equals_python(head + tail)
+    _compiled_equals_python(bytearray(head + tail))
+
+
+def test_compiled_dense_decoder_is_in_use_when_built() -> None:
+    try:
+        from hurray_bridge import _speedups
+    except ImportError:
+        pytest.skip("hurray_bridge._speedups was not built (no C compiler at install time)")
+    assert wire._decode_dense is _speedups.decode_dense
+    raw = hb.Descriptor([8, 64, 56, 56], hb.bfloat16).to_bytes()
+    assert hb.Descriptor.from_bytes(raw) == wire._decode_dense_python(raw, len(raw))[0]
