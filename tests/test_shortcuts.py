@@ -56,8 +56,33 @@ def _misaligned() -> Any:
     return raw[1:].view(np.float32)
 
 
+def _deleted_jax() -> Any:
+    x = jnp.arange(3.0)
+    x.delete()
+    return x
+
+
+# JAX -> NumPy: the full path's own memoryview pin. JAX -> torch: JAX's own capsule
+# into torch.from_dlpack, plus the read-only notice.
+# (label, source factory, takes the shortcut to NumPy, to torch)
+_JAX_INPUTS: list[tuple[str, Callable[[], Any], bool, bool]] = [
+    ("jax f32", lambda: jnp.arange(6, dtype=jnp.float32), True, True),
+    ("jax 2-D", lambda: jnp.ones((2, 3), jnp.int32), True, True),
+    ("jax 0-d", lambda: jnp.float32(3), True, True),
+    ("jax empty", lambda: jnp.zeros((0, 2)), True, True),
+    ("jax bool", lambda: jnp.array([True, False]), True, True),
+    ("jax f16", lambda: jnp.arange(3, dtype=jnp.float16), True, True),
+    ("jax u32", lambda: jnp.arange(3, dtype=jnp.uint32), True, True),
+    ("jax c64", lambda: jnp.arange(3, dtype=jnp.complex64), True, True),
+    ("jax bf16", lambda: jnp.arange(3, dtype=jnp.bfloat16), False, True),  # no buffer format
+    ("jax int4", lambda: jnp.arange(3, dtype=jnp.int4), False, False),
+    ("jax deleted", _deleted_jax, False, False),
+]
+
 # (label, source factory, target, takes the shortcut)
 CASES: list[tuple[str, Callable[[], Any], str, bool]] = [
+    *[(label, make, "numpy", to_np) for label, make, to_np, _ in _JAX_INPUTS],
+    *[(label, make, "torch", to_torch) for label, make, _, to_torch in _JAX_INPUTS],
     # NumPy -> torch: torch.from_numpy for writable arrays
     ("np f32", lambda: _np(), "torch", True),
     ("np 2-D", lambda: _np(shape=(2, 3)), "torch", True),
@@ -111,29 +136,6 @@ CASES: list[tuple[str, Callable[[], Any], str, bool]] = [
     ("torch strided", lambda: torch.arange(8.0)[::2], "arrow", False),
     ("torch bool", lambda: torch.tensor([True, False]), "arrow", False),
     ("torch requires_grad", lambda: torch.ones(3, requires_grad=True), "arrow", False),
-    # JAX -> NumPy: the full path's own memoryview pin
-    ("jax f32", lambda: jnp.arange(6, dtype=jnp.float32), "numpy", True),
-    ("jax 2-D", lambda: jnp.ones((2, 3), jnp.int32), "numpy", True),
-    ("jax 0-d", lambda: jnp.float32(3), "numpy", True),
-    ("jax empty", lambda: jnp.zeros((0, 2)), "numpy", True),
-    ("jax bool", lambda: jnp.array([True, False]), "numpy", True),
-    ("jax f16", lambda: jnp.arange(3, dtype=jnp.float16), "numpy", True),
-    ("jax c64", lambda: jnp.arange(3, dtype=jnp.complex64), "numpy", True),
-    ("jax bf16", lambda: jnp.arange(3, dtype=jnp.bfloat16), "numpy", False),
-    ("jax int4", lambda: jnp.arange(3, dtype=jnp.int4), "numpy", False),
-    ("jax deleted", lambda: _deleted_jax(), "numpy", False),
-    # JAX -> torch: JAX's own capsule into torch.from_dlpack, plus the read-only notice
-    ("jax f32", lambda: jnp.arange(6, dtype=jnp.float32), "torch", True),
-    ("jax 2-D", lambda: jnp.ones((2, 3), jnp.int32), "torch", True),
-    ("jax 0-d", lambda: jnp.float32(3), "torch", True),
-    ("jax empty", lambda: jnp.zeros((0, 2)), "torch", True),
-    ("jax bool", lambda: jnp.array([True, False]), "torch", True),
-    ("jax bf16", lambda: jnp.arange(3, dtype=jnp.bfloat16), "torch", True),
-    ("jax f16", lambda: jnp.arange(3, dtype=jnp.float16), "torch", True),
-    ("jax u32", lambda: jnp.arange(3, dtype=jnp.uint32), "torch", True),
-    ("jax c64", lambda: jnp.arange(3, dtype=jnp.complex64), "torch", True),
-    ("jax int4", lambda: jnp.arange(3, dtype=jnp.int4), "torch", False),
-    ("jax deleted", lambda: _deleted_jax(), "torch", False),
     # Arrow -> NumPy: np.from_dlpack (copy=False: no legacy retry on refusal)
     ("arrow f32", lambda: pa.array(np.arange(6, dtype=np.float32)), "numpy", True),
     ("arrow i64 sliced", lambda: pa.array(np.arange(8))[3:], "numpy", True),
@@ -152,10 +154,6 @@ CASES: list[tuple[str, Callable[[], Any], str, bool]] = [
 ]
 
 
-def _deleted_jax() -> Any:
-    x = jnp.arange(3.0)
-    x.delete()
-    return x
 
 
 def _pointer(out: Any) -> int:
