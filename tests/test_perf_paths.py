@@ -507,3 +507,78 @@ def test_compiled_dense_decoder_is_in_use_when_built() -> None:
     assert wire._decode_dense is _speedups.decode_dense
     raw = hb.Descriptor([8, 64, 56, 56], hb.bfloat16).to_bytes()
     assert hb.Descriptor.from_bytes(raw) == wire._decode_dense_python(raw, len(raw))[0]
+
+
+class _FakeCudaProducer:
+    """Claims CUDA memory (host memory nobody dereferences) and records the stream asked."""
+
+    def __init__(self) -> None:
+        self.host = np.arange(8, dtype=np.float32)
+        self.streams: list[Any] = []
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 0)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: bool | None = None) -> object:
+        from hurray_bridge import _capsule
+
+        self.streams.append(stream)
+        return _capsule.make_capsule(
+            data=self.host.ctypes.data, shape=(8,), strides=(1,), code=2, bits=32,
+            device_type=2, device_id=0, flags=0, owner=self.host,
+            versioned=max_version is not None)
+
+
+@pytest.mark.skipif(not HAS_JAX, reason="needs jax")
+def test_jax_raw_import_on_a_gpu_makes_jaxs_own_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No GPU here: a fake backend and device record what the raw import asks. It must
+    # make jnp.from_dlpack's calls with its arguments: the device's stream for external
+    # ready events, that stream to the producer, then jaxlib with (capsule, device,
+    # stream, copy=None, kDLCUDA).
+    from hurray_bridge import _capsule
+    from hurray_bridge.adapters import jax as hj
+
+    seen: dict[str, Any] = {}
+
+    class Device:
+        def get_stream_for_external_ready_events(self) -> int:
+            return 1234
+
+    device = Device()
+
+    class Backend:
+        def device_from_local_hardware_id(self, i: int) -> Any:
+            seen["hardware id"] = i
+            return device
+
+    backend = Backend()
+
+    def get_backend(name: str) -> Any:
+        seen["backend"] = name
+        return backend
+
+    def raw(capsule: Any, dev: Any, stream: Any, copy: Any, kind: int) -> str:
+        seen["raw"] = (_capsule.capsule_name(capsule), dev, stream, copy, kind)
+        return "imported"
+
+    monkeypatch.setattr(hj._xla_bridge, "get_backend", get_backend)
+    monkeypatch.setattr(hj, "_RAW_IMPORT", raw)
+    monkeypatch.setattr(hj, "_raw_devices", {})
+    producer = _FakeCudaProducer()
+    t = hb.from_dlpack(producer)
+    producer.streams.clear()
+    assert hj._import(t) == "imported"
+    assert seen == {"backend": "cuda", "hardware id": 0,
+                    "raw": ("dltensor", device, 1234, None, 2)}
+    assert producer.streams == [1234]  # the producer synchronised with JAX's stream
+
+    # A device that cannot name its stream: the public API decides, as before.
+    public: list[Any] = []
+
+    def no_stream() -> int:
+        raise RuntimeError("UNIMPLEMENTED")
+
+    monkeypatch.setattr(device, "get_stream_for_external_ready_events", no_stream)
+    monkeypatch.setattr(hj.jnp, "from_dlpack", lambda src: public.append(src) or "public")
+    assert hj._import(t) == "public" and public == [t]

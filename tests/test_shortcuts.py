@@ -415,10 +415,6 @@ def test_without_the_compiled_module_convert_runs_the_same_steps_in_python() -> 
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, "function", True, True]
 
 
-class _FakeCudaTensor(torch.Tensor):
-    pass
-
-
 @pytest.mark.parametrize("impl", IMPLS)
 def test_device_memory_never_takes_a_shortcut(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # No GPU here: the shortcuts' device checks are read from the objects, so objects
