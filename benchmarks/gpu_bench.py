@@ -48,6 +48,20 @@ def main() -> int:
     print(f"torch->jax CUDA, 1000 float32: hb.convert {bridge:.1f} us (IQR {b_iqr:.1f}), "
           f"jnp.from_dlpack {direct:.1f} us (IQR {d_iqr:.1f}), ratio {bridge / direct:.2f}")
 
+    # The same hand-off through jnp.from_dlpack (the raw jaxlib import switched off):
+    # what adapters/jax.py _import saves on a GPU, measured in this run.
+    from hurray_bridge.adapters import jax as hj
+
+    raw = hj._RAW_IMPORT
+    hj._RAW_IMPORT = None
+    try:
+        public, p_iqr = _median_us(lambda: hb.convert(x, "jax"))
+    finally:
+        hj._RAW_IMPORT = raw
+    results["handoff_small"]["bridge_public_api_us"] = public  # type: ignore[index]
+    print(f"  hb.convert through jnp.from_dlpack (raw import off): {public:.1f} us "
+          f"(IQR {p_iqr:.1f}); raw import {'on' if raw is not None else 'unavailable'}")
+
     # Where the time goes (for the note): the bridge's hand-off under cProfile.
     import cProfile
     import io
