@@ -216,7 +216,7 @@ def convert(
                   f"in place (hb.asarray(x).copied is True; hb.asarray(x, copy=False) says why)",
                   stacklevel=3)
     out = target.from_hurray(t, device=device, copy=copy)
-    if device is None and copy is None:
+    if device is None and (copy is None or copy is False):
         tp = type(obj)
         known = _shortcuts.TABLE.get(tp)
         if known is None or to not in known:

@@ -12,7 +12,10 @@ The rules:
 * A shortcut is learned only after the full path has converted an object of that
   exact type to that target once (``learn``), keyed by ``(type(x), to)``:
   subclasses (``np.ma.MaskedArray``, ``nn.Parameter``) never share their base's entry.
-* It serves only the plain two-argument call ``hb.convert(x, to)``.
+* It serves only the two-argument call ``hb.convert(x, to)``, also with ``copy=None``
+  or ``copy=False`` (every shortcut result shares the source's memory, so "never
+  copy" changes nothing it returns; a shortcut that declines leaves the refusal to
+  the full path).
 * An entry (made by ``entry()``) is ``(fn, attr, value, kwnames, kwvalues,
   nonempty)``. With ``attr`` not None, ``getattr(x, attr)`` must equal ``value``
   before ``fn`` runs; with ``nonempty``, ``len(x)`` must be above 0 (cheap guards
@@ -235,7 +238,9 @@ def _python_front(general: Callable[..., Any], table: dict[type, dict[str, Entry
     """The same steps as ``_speedups.Dispatcher``, for when it was not compiled."""
 
     def front(*args: Any, **kwargs: Any) -> Any:
-        if len(args) == 2 and not kwargs and type(args[1]) is str:
+        if (len(args) == 2 and type(args[1]) is str
+                and (not kwargs or (len(kwargs) == 1
+                                    and ((c := kwargs.get("copy", 0)) is None or c is False)))):
             obj = args[0]
             inner = table.get(type(obj))
             found = None if inner is None else inner.get(args[1])

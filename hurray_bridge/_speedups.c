@@ -6,7 +6,8 @@
  * already a 40 % overhead, so the step that decides "take the shortcut" lives here.
  *
  * Dispatcher(general, table) is a callable. For a call with exactly two positional
- * arguments (obj, to) it looks up table[type(obj)][to]. An entry is a tuple
+ * arguments (obj, to), and no keyword but copy=None or copy=False, it looks up
+ * table[type(obj)][to]. An entry is a tuple
  * (fn, attr, value, kwnames, kwvalues, nonempty), of which a prefix of at least
  * (fn,) may be given: when attr is not None, getattr(obj, attr) must equal value;
  * when nonempty is true, len(obj) must be above 0. It then returns
@@ -147,7 +148,15 @@ dispatcher_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
                       PyObject *kwnames)
 {
     Dispatcher *self = (Dispatcher *)callable;
-    if (PyVectorcall_NARGS(nargsf) == 2 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0)) {
+    /* (obj, to) alone, or with copy=None / copy=False as its one keyword: every shortcut
+     * result shares the source's memory, so "never copy" changes nothing it returns. */
+    int plain = kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0;
+    if (!plain && PyTuple_GET_SIZE(kwnames) == 1 && PyVectorcall_NARGS(nargsf) == 2) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, 0), *value = args[2];
+        plain = (value == Py_None || value == Py_False) && PyUnicode_Check(name)
+                && PyUnicode_CompareWithASCIIString(name, "copy") == 0;
+    }
+    if (plain && PyVectorcall_NARGS(nargsf) == 2) {
         PyObject *result = try_shortcut(self, args);
         if (result != NULL || PyErr_Occurred()) {
             return result;

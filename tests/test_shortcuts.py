@@ -234,6 +234,12 @@ def test_shortcut_answers_as_the_full_path(front: Any, label: str, make: Callabl
     assert got == expected
     taken = not front.calls
     assert taken is shortcut, f"{label} -> {to}: shortcut taken={taken}, expected {shortcut}"
+    # copy=False ("never copy") is served too: the same answer as the full path's, a
+    # CopyRequiredError included, and the same inputs take the shortcut.
+    strict = _run(lambda o, t: GENERAL(o, t, copy=False), obj, to)
+    front.calls.clear()
+    assert _run(lambda o, t: front(o, t, copy=False), obj, to) == strict
+    assert (not front.calls) is shortcut
 
 
 PLAIN = [c for c in CASES if c[3] and "empty" not in c[0]]
@@ -267,9 +273,11 @@ def test_hb_convert_learns_and_takes_the_shortcut() -> None:
     assert entry is not None
     b = hb.convert(x, "torch")
     assert a.data_ptr() == b.data_ptr() == x.ctypes.data
-    # Keyword and three-argument calls take the full path, with the same answer.
-    assert hb.convert(x, "torch", copy=None).data_ptr() == x.ctypes.data
+    # copy=None/False keep the shortcut; other forms take the full path: same answer.
+    assert hb.convert(x, "torch", copy=False).data_ptr() == x.ctypes.data
     assert hb.convert(x, "torch", None).data_ptr() == x.ctypes.data
+    with pytest.raises(hb.CopyRequiredError):
+        hb.convert(x[::-1], "torch", copy=False)  # declined: the full path refuses
 
 
 def test_aliases_are_learned_separately() -> None:
@@ -291,6 +299,8 @@ def test_copy_and_device_calls_never_learn() -> None:
     hb.convert(_np(), "torch", copy=True)
     hb.convert(_np(), "torch", device="cpu")
     assert np.ndarray not in _shortcuts.TABLE
+    hb.convert(_np(), "torch", copy=False)  # "never copy" learns, as plain calls do
+    assert _shortcuts.TABLE[np.ndarray]["torch"] is not None
 
 
 def test_front_looks_like_convert() -> None:
@@ -322,7 +332,10 @@ def test_front_contract(impl: str) -> None:
     assert f(t, "x") == "general"  # miss
     table[Thing] = {"x": (lambda o: "short",)}
     assert f(t, "x") == "short"
-    assert f(t, "x", None) == "general" and f(t, "x", copy=None) == "general"
+    assert f(t, "x", None) == "general" and f(t, "x", device=None) == "general"
+    assert f(t, "x", copy=None) == "short" and f(t, "x", copy=False) == "short"
+    assert f(t, "x", copy=True) == "general" and f(t, "x", copy=0) == "general"
+    assert f(t, "x", copy=False, device=None) == "general"
     assert f(t, to="x") == "general"
     # guard: attr must equal value
     table[Thing]["g"] = (lambda o: "guarded", "flag", 1)
@@ -359,7 +372,7 @@ def test_front_contract(impl: str) -> None:
     table[Thing]["none"] = None
     assert f(t, "none") == "general"
     assert f(t, 3) == "general"  # not a target name
-    assert len(seen) == 12
+    assert len(seen) == 15
 
 
 @pytest.mark.skipif(not _shortcuts.compiled, reason="hurray_bridge._speedups was not built")
