@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from hurray_bridge._memory import host_array
-from hurray_bridge._registry import check_copy, not_a_tensor, warn_copy
+from hurray_bridge._registry import check_copy, not_a_tensor, user_stacklevel, warn_copy
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types, uint8
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
@@ -499,5 +499,7 @@ def warn_readonly() -> None:
     """
     global _readonly_warned
     if not _readonly_warned:
+        # Marked only once the warning went out: under -W error it raises instead, and
+        # must raise again on the next call (the shortcut front retries the full path).
+        warnings.warn(_READONLY_MESSAGE, UserWarning, stacklevel=user_stacklevel())
         _readonly_warned = True
-        warnings.warn(_READONLY_MESSAGE, UserWarning, stacklevel=3)

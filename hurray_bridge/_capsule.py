@@ -212,13 +212,17 @@ _DESTRUCTOR_ADDR: int = ctypes.cast(_DESTRUCTOR, _c_void_p).value  # type: ignor
 # The compiled pair, when hurray_bridge._speedups was built, does the same and also
 # keeps an exception that is in flight when a consumer releases our memory (a ctypes
 # callback turns it into SystemError). The ctypes pair above stays as the fallback.
+COMPILED_DELETERS = False
 try:
     from ._speedups import capsule_hooks as _capsule_hooks
 except ImportError:
-    COMPILED_DELETERS = False
+    pass
 else:
-    _DELETER_ADDR, _DESTRUCTOR_ADDR = _capsule_hooks(_EXPORTS, _NAME_V, _NAME_L)
-    COMPILED_DELETERS = True
+    try:
+        _DELETER_ADDR, _DESTRUCTOR_ADDR = _capsule_hooks(_EXPORTS, _NAME_V, _NAME_L)
+        COMPILED_DELETERS = True
+    except RuntimeError:  # installed for an earlier copy of this module (a reload)
+        pass
 # Any C function without parameters ignores the pointer it is called with.
 _NOOP_ADDR: int = ctypes.cast(_api.Py_IsInitialized, _c_void_p).value  # type: ignore[assignment]
 

@@ -10,6 +10,8 @@ the framework, on demand.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 import sys
 import warnings
 from functools import lru_cache
@@ -213,8 +215,7 @@ def convert(
         # result has no ``copied`` flag to say so, so the warning does.
         warn_copy(_ALIASES.get(to, to),
                   f"the {type(obj).__module__.partition('.')[0]} source could not be read "
-                  f"in place (hb.asarray(x).copied is True; hb.asarray(x, copy=False) says why)",
-                  stacklevel=3)
+                  f"in place (hb.asarray(x).copied is True; hb.asarray(x, copy=False) says why)")
     out = target.from_hurray(t, device=device, copy=copy)
     if device is None and (copy is None or copy is False):
         tp = type(obj)
@@ -241,6 +242,30 @@ def not_a_tensor(t: Any, target: str) -> UnsupportedError:
                             f"{t!r:.60}; hb.convert(x, {target!r}) takes native objects")
 
 
-def warn_copy(target: str, reason: str, stacklevel: int = 4) -> None:
-    """Report a copy made under ``copy=None`` (``stacklevel`` 4: the adapter's caller's caller)."""
-    warnings.warn(f"copied for {target}: {reason}", CopyWarning, stacklevel=stacklevel)
+# Source files whose frames a warning skips: the package and its adapters, wherever
+# the install put them, so a warning names the user's line however deep it was raised
+# (through hb.convert, a shortcut, or an adapter called directly).
+def _own_dirs() -> tuple[str, ...]:
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    spec = importlib.util.find_spec("hurray_bridge.adapters")
+    origin = spec.origin if spec is not None else None
+    return (here,) if origin is None else (here, os.path.dirname(os.path.abspath(origin)) + os.sep)
+
+
+_OWN_DIRS = _own_dirs()
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` called here that names the first frame
+    outside hurray_bridge (warnings count its caller as 1)."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIRS):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def warn_copy(target: str, reason: str) -> None:
+    """Report a copy made under ``copy=None``, at the caller's line."""
+    warnings.warn(f"copied for {target}: {reason}", CopyWarning, stacklevel=user_stacklevel())

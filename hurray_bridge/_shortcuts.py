@@ -3,9 +3,12 @@
 ``hb.convert(x, to)`` builds an hb.Tensor and hands it to the target adapter: about
 2-3 us of Python per call, which doubles a hand-off that the frameworks do in
 0.3-1.5 us. For a few pairs the target already has a direct import whose result is
-the bridge's result - same memory, dtype, shape, strides, writability and owner
-chain - for every input it accepts, and which refuses (raises) every input it would
-treat differently. Those pairs take the direct import.
+the bridge's result - same memory (kept alive as long as the result), dtype, shape,
+strides (where a dimension has more than one element: frameworks record anything for
+the others), writability and warnings - for every input it accepts, and which
+refuses (raises) every input it would treat differently. Those pairs take the direct
+import. (What differs is the object that holds the memory: ``.base`` is the source
+tensor, a capsule or a memoryview where the full path has its own holder.)
 
 The rules:
 
@@ -51,7 +54,18 @@ def entry(fn: Callable[..., Any], *, guard: tuple[str, Any] | None = None,
     and, with ``nonempty``, ``len(x) > 0``."""
     attr, value = guard if guard is not None else (None, None)
     kw = kwargs or {}
-    return (fn, attr, value, tuple(kw), tuple(kw.values()), nonempty)
+    if len(kw) > _MAX_KWARGS:
+        raise ValueError(f"a shortcut takes at most {_MAX_KWARGS} keyword arguments")
+    return (fn, attr, value, tuple(kw), tuple(kw.values()), bool(nonempty))
+
+
+_MAX_KWARGS = 4  # MAX_KWARGS in _speedups.c
+
+
+def _valid(found: Any) -> bool:
+    """The shape ``entry()`` gives; both fronts ignore anything else (as a miss)."""
+    return (type(found) is tuple and len(found) == 6 and type(found[3]) is tuple
+            and type(found[4]) is tuple and len(found[3]) == len(found[4]) <= _MAX_KWARGS)
 
 
 def _numpy_types() -> dict[str, Callable[[type], Entry | None]]:
@@ -108,8 +122,12 @@ def _torch_types() -> dict[str, Callable[[type], Entry | None]]:
 
         def torch_to_arrow(x: Any) -> Any:
             # Rank 1 only (other ranks become Arrow tensors); CPU only (the full path
-            # copies device memory to the host, and says so).
-            return from_dlpack(x) if x.ndim == 1 and x.is_cpu else NotImplemented
+            # copies device memory to the host, and says so). Not a neg-bit view:
+            # torch's __dlpack__ exports its memory as it is, without the sign. (A conj
+            # bit needs a complex type, which Arrow refuses.)
+            if x.ndim == 1 and x.is_cpu and not x.is_neg():
+                return from_dlpack(x)
+            return NotImplemented
 
         return entry(torch_to_arrow)
 
@@ -230,7 +248,9 @@ def learn(tp: type, to: str, source: str | None, target: str) -> None:
     if to in inner:
         return
     maker = _makers(source).get(target) if source is not None else None
-    inner[to] = None if maker is None else maker(tp)
+    # setdefault: a thread that learned the pair meanwhile keeps its entry (entries are
+    # never replaced; the compiled front caches them).
+    inner.setdefault(to, None if maker is None else maker(tp))
 
 
 def _python_front(general: Callable[..., Any], table: dict[type, dict[str, Entry | None]],
@@ -243,13 +263,14 @@ def _python_front(general: Callable[..., Any], table: dict[type, dict[str, Entry
                                     and ((c := kwargs.get("copy", 0)) is None or c is False)))):
             obj = args[0]
             inner = table.get(type(obj))
-            found = None if inner is None else inner.get(args[1])
-            if found:
-                fn, attr, value, kwnames, kwvalues, nonempty = found + (None,) * (6 - len(found))
+            found: Any = None if inner is None else inner.get(args[1])
+            if _valid(found):
+                fn, attr, value, kwnames, kwvalues, nonempty = found
                 try:
-                    if ((attr is None or getattr(obj, attr) == value)
-                            and (not nonempty or len(obj) > 0)):
-                        out = fn(obj, **dict(zip(kwnames or (), kwvalues or ())))
+                    if ((nonempty is not True or len(obj) > 0)
+                            and (attr is None or (got := getattr(obj, attr)) is value
+                                 or got == value)):
+                        out = fn(obj, **dict(zip(kwnames, kwvalues)))
                         if out is not NotImplemented:
                             return out
                 except Exception:

@@ -7,10 +7,10 @@
  *
  * Dispatcher(general, table) is a callable. For a call with exactly two positional
  * arguments (obj, to), and no keyword but copy=None or copy=False, it looks up
- * table[type(obj)][to]. An entry is a tuple
- * (fn, attr, value, kwnames, kwvalues, nonempty), of which a prefix of at least
- * (fn,) may be given: when attr is not None, getattr(obj, attr) must equal value;
- * when nonempty is true, len(obj) must be above 0. It then returns
+ * table[type(obj)][to]. An entry is a tuple (fn, attr, value, kwnames, kwvalues,
+ * nonempty), as _shortcuts.entry() makes them (anything else is ignored): when attr
+ * is not None, getattr(obj, attr) must equal value; when nonempty is True, len(obj)
+ * must be above 0. It then returns
  * fn(obj, **dict(zip(kwnames, kwvalues))), unless fn returns NotImplemented or raises an
  * Exception, in which case -- and on any miss, or any other call form -- the call
  * goes to general(*args, **kwargs), which holds every rule and every error message.
@@ -27,6 +27,7 @@
 #endif
 
 #define MAX_KWARGS 4
+#define ENTRY_SIZE 6
 
 typedef struct {
     PyObject_HEAD
@@ -54,6 +55,19 @@ swallow(void)
     return -1;
 }
 
+/* Whether entry is a well-formed (fn, attr, value, kwnames, kwvalues, nonempty). */
+static int
+valid_entry(PyObject *entry)
+{
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != ENTRY_SIZE) {
+        return 0;
+    }
+    PyObject *kwnames = PyTuple_GET_ITEM(entry, 3), *kwvalues = PyTuple_GET_ITEM(entry, 4);
+    return PyTuple_CheckExact(kwnames) && PyTuple_CheckExact(kwvalues)
+           && PyTuple_GET_SIZE(kwnames) == PyTuple_GET_SIZE(kwvalues)
+           && PyTuple_GET_SIZE(kwnames) <= MAX_KWARGS;
+}
+
 /* A new reference to the shortcut's result; NULL with no error set means "not taken". */
 static PyObject *
 try_shortcut(Dispatcher *self, PyObject *const *args)
@@ -61,7 +75,7 @@ try_shortcut(Dispatcher *self, PyObject *const *args)
     PyObject *obj = args[0], *to = args[1];
     PyObject *entry;
     if ((PyObject *)Py_TYPE(obj) == self->last_type && to == self->last_to) {
-        entry = self->last_entry;
+        entry = Py_NewRef(self->last_entry);
     }
     else {
         if (!PyUnicode_CheckExact(to)) {
@@ -72,24 +86,26 @@ try_shortcut(Dispatcher *self, PyObject *const *args)
             return NULL;  /* a type hashes by identity: no error can be set here */
         }
         entry = PyDict_GetItemWithError(inner, to);
-        if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 1) {
+        if (entry == NULL || !valid_entry(entry)) {
             if (entry == NULL && PyErr_Occurred()) {
                 PyErr_Clear();
             }
             return NULL;
         }
-        Py_INCREF(Py_TYPE(obj));
-        Py_XSETREF(self->last_type, (PyObject *)Py_TYPE(obj));
-        Py_INCREF(to);
-        Py_XSETREF(self->last_to, to);
+        /* Own it before anything can run: releasing the old cached values below may
+         * call finalisers, which may change the table or call this front again. */
         Py_INCREF(entry);
-        Py_XSETREF(self->last_entry, entry);
+        PyObject *old_type = self->last_type, *old_to = self->last_to;
+        PyObject *old_entry = self->last_entry;
+        self->last_type = Py_NewRef((PyObject *)Py_TYPE(obj));
+        self->last_to = Py_NewRef(to);
+        self->last_entry = Py_NewRef(entry);
+        Py_XDECREF(old_type);
+        Py_XDECREF(old_to);
+        Py_XDECREF(old_entry);
     }
-    /* The table may change while the shortcut runs (another thread learning a pair). */
-    Py_INCREF(entry);
     PyObject *result = NULL;
-    Py_ssize_t size = PyTuple_GET_SIZE(entry);
-    if (size >= 6 && PyTuple_GET_ITEM(entry, 5) == Py_True) {
+    if (PyTuple_GET_ITEM(entry, 5) == Py_True) {
         Py_ssize_t len = PyObject_Length(obj);
         if (len < 0) {
             goto failed;
@@ -98,7 +114,7 @@ try_shortcut(Dispatcher *self, PyObject *const *args)
             goto done;
         }
     }
-    if (size >= 3 && PyTuple_GET_ITEM(entry, 1) != Py_None) {
+    if (PyTuple_GET_ITEM(entry, 1) != Py_None) {
         PyObject *got = PyObject_GetAttr(obj, PyTuple_GET_ITEM(entry, 1));
         if (got == NULL) {
             goto failed;
@@ -112,23 +128,14 @@ try_shortcut(Dispatcher *self, PyObject *const *args)
             goto done;
         }
     }
-    if (size >= 5) {
-        PyObject *kwnames = PyTuple_GET_ITEM(entry, 3), *kwvalues = PyTuple_GET_ITEM(entry, 4);
-        PyObject *stack[1 + MAX_KWARGS];
-        Py_ssize_t n = PyTuple_CheckExact(kwnames) ? PyTuple_GET_SIZE(kwnames) : -1;
-        if (n < 0 || n > MAX_KWARGS || !PyTuple_CheckExact(kwvalues)
-                || PyTuple_GET_SIZE(kwvalues) != n) {
-            goto done;  /* a malformed entry: the general path */
-        }
-        stack[0] = obj;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            stack[1 + i] = PyTuple_GET_ITEM(kwvalues, i);
-        }
-        result = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), stack, 1, n ? kwnames : NULL);
+    PyObject *kwnames = PyTuple_GET_ITEM(entry, 3), *kwvalues = PyTuple_GET_ITEM(entry, 4);
+    Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+    PyObject *stack[1 + MAX_KWARGS];
+    stack[0] = obj;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        stack[1 + i] = PyTuple_GET_ITEM(kwvalues, i);
     }
-    else {
-        result = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), args, 1, NULL);
-    }
+    result = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), stack, 1, n ? kwnames : NULL);
     if (result == NULL) {
         goto failed;
     }
@@ -374,6 +381,9 @@ capsule_hooks(PyObject *module, PyObject *args)
  * against the buffer length before it happens; every product is overflow-checked. */
 
 #define N_SLOTS 9
+/* The largest descriptor the fast path accepts: header, 64 shape and 64 stride words,
+ * one buffer entry. check() reads nothing past total, and accepts only total <= this. */
+#define MAX_DENSE (32 + 16 * 64 + 24)
 static PyTypeObject *dd_type = NULL;       /* Descriptor */
 static PyObject *dd_dtypes[256];           /* tag -> DType (NULL: unknown tag) */
 static int dd_bits[256];
@@ -490,6 +500,7 @@ check(const unsigned char *b, Py_ssize_t n, uint32_t *rank_out, int *strided_out
     if (total != size || dd_dtypes[tag] == NULL) {
         return 0;
     }
+    /* size <= MAX_DENSE (rank <= 64) and size == total <= n: inside the snapshot */
     /* total <= n, so every field below lies inside the buffer */
     const unsigned char *entry = b + 32 + 8 * (size_t)rank * (strided ? 2 : 1);
     if (entry[0] != 1) {
@@ -601,12 +612,20 @@ decode_dense(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     uint32_t rank;
     int strided, tag, padded;
     uint64_t off, nbytes, total;
+    /* One snapshot of the bytes, checked and then built from: the buffer may be shared
+     * memory or a file map that another process writes while we read, and a value
+     * read twice could pass the checks once and differ the second time. An accepted
+     * descriptor is at most MAX_DENSE bytes, so the snapshot holds all it needs. */
+    unsigned char snap[MAX_DENSE];
+    if (n >= 0 && view.len >= n) {
+        memcpy(snap, view.buf, (size_t)(n < MAX_DENSE ? n : MAX_DENSE));
+    }
     if (n < 0 || view.len < n
-            || !check(view.buf, n, &rank, &strided, &tag, &padded, &off, &nbytes, &total)) {
+            || !check(snap, n, &rank, &strided, &tag, &padded, &off, &nbytes, &total)) {
         result = Py_NewRef(Py_None);
     }
     else {
-        PyObject *d = build(view.buf, rank, strided, dd_dtypes[tag], padded);
+        PyObject *d = build(snap, rank, strided, dd_dtypes[tag], padded);
         if (d != NULL) {
             result = Py_BuildValue("(NKKK)", d, (unsigned long long)off,
                                    (unsigned long long)nbytes, (unsigned long long)total);

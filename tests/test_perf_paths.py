@@ -582,3 +582,59 @@ def test_jax_raw_import_on_a_gpu_makes_jaxs_own_calls(monkeypatch: pytest.Monkey
     monkeypatch.setattr(device, "get_stream_for_external_ready_events", no_stream)
     monkeypatch.setattr(hj.jnp, "from_dlpack", lambda src: public.append(src) or "public")
     assert hj._import(t) == "public" and public == [t]
+
+
+def test_dense_decoder_reads_a_buffer_that_changes_underneath_consistently() -> None:
+    # Shared memory or a file map can change while it is decoded. Another process
+    # flips a shape word between 4 and 2**40 as fast as it can; every descriptor the
+    # fast path accepts must agree with its own buffer entry (the first compiled
+    # version read the shape four times and returned 2**40 with a 16-byte buffer).
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import multiprocessing as mp, struct, sys, time
+        from multiprocessing import shared_memory
+        import hurray_bridge as hb
+        from hurray_bridge import wire
+
+        good = hb.Descriptor([4], hb.float32).to_bytes()
+        a = good[32:40]
+        b = struct.pack("<Q", 2**40)
+
+        def writer(name, stop):
+            shm = shared_memory.SharedMemory(name=name)
+            buf = shm.buf
+            while not stop.is_set():
+                for _ in range(10000):
+                    buf[32:40] = b
+                    buf[32:40] = a
+            del buf
+            shm.close()
+
+        if __name__ == "__main__":
+            shm = shared_memory.SharedMemory(create=True, size=len(good))
+            shm.buf[:len(good)] = good
+            stop = mp.Event()
+            p = mp.Process(target=writer, args=(shm.name, stop))
+            p.start()
+            view = shm.buf[:len(good)]
+            n, bad, accepted, t0 = len(good), 0, 0, time.time()
+            while time.time() - t0 < 2.0:
+                r = wire._decode_dense(view, n)
+                if r is not None:
+                    accepted += 1
+                    bad += r[0].nbytes != r[2]
+            stop.set()
+            p.join()
+            del view
+            shm.close()
+            shm.unlink()
+            print(accepted, bad)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    accepted, bad = map(int, out.stdout.split())
+    assert accepted > 0 and bad == 0

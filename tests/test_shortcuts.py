@@ -70,6 +70,7 @@ _JAX_INPUTS: list[tuple[str, Callable[[], Any], bool, bool]] = [
     ("jax 2-D", lambda: jnp.ones((2, 3), jnp.int32), True, True),
     ("jax 0-d", lambda: jnp.float32(3), True, True),
     ("jax empty", lambda: jnp.zeros((0, 2)), True, True),
+    ("jax empty (3, 0)", lambda: jnp.zeros((3, 0)), True, True),
     ("jax bool", lambda: jnp.array([True, False]), True, True),
     ("jax f16", lambda: jnp.arange(3, dtype=jnp.float16), True, True),
     ("jax u32", lambda: jnp.arange(3, dtype=jnp.uint32), True, True),
@@ -96,6 +97,9 @@ CASES: list[tuple[str, Callable[[], Any], str, bool]] = [
     ("np u64", lambda: _np(np.uint64), "torch", True),
     ("np c64", lambda: _np(np.complex64), "torch", True),
     ("np misaligned", _misaligned, "torch", True),
+    ("np empty 2-D", lambda: np.zeros((0, 3), np.float32), "torch", True),
+    ("np size-1 dim", lambda: np.arange(3.0).reshape(1, 3).T, "torch", True),
+    ("np one element strided", lambda: np.arange(5.0)[::5], "torch", True),
     ("np read-only", lambda: _readonly(_np()), "torch", False),
     ("np reversed", lambda: _np()[::-1], "torch", False),
     ("np big-endian", lambda: _np(">f4"), "torch", False),
@@ -122,6 +126,7 @@ CASES: list[tuple[str, Callable[[], Any], str, bool]] = [
     ("torch bool", lambda: torch.tensor([True, False]), "numpy", True),
     ("torch u16", lambda: torch.arange(4).to(torch.uint16), "numpy", True),
     ("torch c64", lambda: torch.arange(4).to(torch.complex64), "numpy", True),
+    ("torch size-1 dim", lambda: torch.arange(3.0).reshape(1, 3).T, "numpy", True),
     ("torch requires_grad", lambda: torch.ones(3, requires_grad=True), "numpy", False),
     ("torch conj", lambda: torch.tensor([1 + 2j, 3 - 1j]).conj(), "numpy", False),
     ("torch neg", lambda: torch.tensor([1 + 2j, 3 - 1j]).conj().imag, "numpy", False),
@@ -136,6 +141,9 @@ CASES: list[tuple[str, Callable[[], Any], str, bool]] = [
     ("torch strided", lambda: torch.arange(8.0)[::2], "arrow", False),
     ("torch bool", lambda: torch.tensor([True, False]), "arrow", False),
     ("torch requires_grad", lambda: torch.ones(3, requires_grad=True), "arrow", False),
+    # neg-bit views: torch's __dlpack__ would export the memory without the sign
+    ("torch neg view", lambda: torch.arange(1.0, 4.0)._neg_view(), "arrow", False),
+    ("torch neg imag", lambda: torch.tensor([1 + 2j, 3 + 4j]).conj().imag, "arrow", False),
     # Arrow -> NumPy: np.from_dlpack (copy=False: no legacy retry on refusal)
     ("arrow f32", lambda: pa.array(np.arange(6, dtype=np.float32)), "numpy", True),
     ("arrow i64 sliced", lambda: pa.array(np.arange(8))[3:], "numpy", True),
@@ -165,16 +173,26 @@ def _pointer(out: Any) -> int:
     return int(buf.address) + out.offset * out.type.bit_width // 8
 
 
+def _strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int | None, ...]:
+    """Strides where they mean something: a dimension of size 1 is never stepped over,
+    and an empty array has no elements to step to, so frameworks record any value there
+    (torch.from_numpy keeps NumPy's, the full path writes compact ones)."""
+    if 0 in shape:
+        return (None,) * len(shape)
+    return tuple(s if d > 1 else None for d, s in zip(shape, strides))
+
+
 def _observe(out: Any) -> tuple[Any, ...]:
     """Everything a caller can see of a result (pointer only where there is memory)."""
     if isinstance(out, np.ndarray):
-        return ("numpy", out.dtype.str, out.shape, out.strides, out.flags.writeable,
-                out.tobytes(), _pointer(out) if out.size else None)
+        return ("numpy", out.dtype.str, out.shape, _strides(out.shape, out.strides),
+                out.flags.writeable, out.tobytes(), _pointer(out) if out.size else None)
     if isinstance(out, torch.Tensor):
-        flat = out.detach().flatten().contiguous()
+        flat = out.detach().flatten().clone(memory_format=torch.contiguous_format)
         data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
-        return ("torch", out.dtype, tuple(out.shape), out.stride(), out.requires_grad, data,
-                _pointer(out) if out.numel() else None)
+        shape = tuple(out.shape)
+        return ("torch", out.dtype, shape, _strides(shape, out.stride()), out.requires_grad,
+                out.is_neg(), data, _pointer(out) if out.numel() else None)
     if isinstance(out, (pa.Array, pa.Tensor)):
         return (type(out), str(out.type), out.to_pylist() if isinstance(out, pa.Array)
                 else out.to_numpy().tolist(), _pointer(out) if isinstance(out, pa.Array)
@@ -325,12 +343,13 @@ def test_front_contract(impl: str) -> None:
         seen.append((args, kwargs))
         return "general"
 
+    E = _shortcuts.entry
     table: dict[type, dict[str, Any]] = {}
     f = (_shortcuts._Dispatcher(general, table) if impl == "compiled"
          else _shortcuts._python_front(general, table))
     t = Thing()
     assert f(t, "x") == "general"  # miss
-    table[Thing] = {"x": (lambda o: "short",)}
+    table[Thing] = {"x": E(lambda o: "short")}
     assert f(t, "x") == "short"
     assert f(t, "x", None) == "general" and f(t, "x", device=None) == "general"
     assert f(t, "x", copy=None) == "short" and f(t, "x", copy=False) == "short"
@@ -338,46 +357,54 @@ def test_front_contract(impl: str) -> None:
     assert f(t, "x", copy=False, device=None) == "general"
     assert f(t, to="x") == "general"
     # guard: attr must equal value
-    table[Thing]["g"] = (lambda o: "guarded", "flag", 1)
+    table[Thing]["g"] = E(lambda o: "guarded", guard=("flag", 1))
     assert f(t, "g") == "guarded"
-    table[Thing]["h"] = (lambda o: "guarded", "flag", 2)
+    table[Thing]["h"] = E(lambda o: "guarded", guard=("flag", 2))
     assert f(t, "h") == "general"
-    table[Thing]["m"] = (lambda o: "guarded", "missing", 2)
+    table[Thing]["m"] = E(lambda o: "guarded", guard=("missing", 2))
     assert f(t, "m") == "general"
-    # keyword arguments for fn, and None for no guard
-    table[Thing]["k"] = (lambda o, *, a, b: (a, b), None, None, ("a", "b"), (1, 2))
+    # keyword arguments for fn
+    table[Thing]["k"] = E(lambda o, *, a, b: (a, b), kwargs={"a": 1, "b": 2})
     assert f(t, "k") == (1, 2)
-    assert _shortcuts.entry(len, kwargs={"a": 1}) == (len, None, None, ("a",), (1,), False)
+    assert E(len, kwargs={"a": 1}) == (len, None, None, ("a",), (1,), False)
+    with pytest.raises(ValueError, match="at most 4"):
+        E(len, kwargs={str(i): i for i in range(5)})
     # nonempty: len(obj) > 0, and an object without a length falls through
-    table[list] = {"l": _shortcuts.entry(lambda o: "full", nonempty=True)}
+    table[list] = {"l": E(lambda o: "full", nonempty=True)}
     assert f([1], "l") == "full" and f([], "l") == "general"
     table[Thing]["l"] = table[list]["l"]
     assert f(t, "l") == "general"
     # NotImplemented and Exceptions fall through; other BaseExceptions do not
-    table[Thing]["n"] = (lambda o: NotImplemented,)
+    table[Thing]["n"] = E(lambda o: NotImplemented)
     assert f(t, "n") == "general"
 
     def boom(o: Any) -> Any:
         raise ValueError("no")
 
-    table[Thing]["e"] = (boom,)
+    table[Thing]["e"] = E(boom)
     assert f(t, "e") == "general"
 
     def stop(o: Any) -> Any:
         raise KeyboardInterrupt
 
-    table[Thing]["s"] = (stop,)
+    table[Thing]["s"] = E(stop)
     with pytest.raises(KeyboardInterrupt):
         f(t, "s")
     table[Thing]["none"] = None
     assert f(t, "none") == "general"
     assert f(t, 3) == "general"  # not a target name
-    assert len(seen) == 15
+    # Anything but entry()'s shape is ignored alike by both fronts.
+    for bad in [(lambda o: "short",), (lambda o: "short", None, None),
+                (lambda o: "short", None, None, ("a",), (), False),
+                (lambda o: "short", None, None, (), (), False, 7), [E(len)]]:
+        table[Thing]["bad"] = bad
+        assert f(t, "bad") == "general", bad
+    assert len(seen) == 20
 
 
 @pytest.mark.skipif(not _shortcuts.compiled, reason="hurray_bridge._speedups was not built")
 def test_compiled_cache_is_dropped_by_forget() -> None:
-    table: dict[type, dict[str, Any]] = {Thing: {"x": (lambda o: "short",)}}
+    table: dict[type, dict[str, Any]] = {Thing: {"x": _shortcuts.entry(lambda o: "short")}}
     f = _shortcuts._Dispatcher(lambda *a, **k: "general", table)
     t = Thing()
     assert f(t, "x") == "short"
@@ -461,3 +488,24 @@ def test_device_memory_never_takes_a_shortcut(impl: str, monkeypatch: pytest.Mon
     monkeypatch.setattr(torch.Tensor, "is_cpu", property(lambda self: False))
     assert f(t, "arrow") == "full path"
     assert len(calls) == 2
+
+
+def test_warnings_as_errors_reach_the_caller_through_either_path() -> None:
+    # Under -W error a shortcut's warning is an exception, so the front retries the full
+    # path, which must raise it again (the once-per-process notice counts as given only
+    # when it went out).
+    x = pa.array(np.arange(4, dtype=np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hb.convert.general(x, "torch")  # learn the pair
+    assert _shortcuts.TABLE[type(x)]["torch"] is not None
+    hb_torch._readonly_warned = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            with pytest.raises(UserWarning, match="read-only memory"):
+                hb.convert(x, "torch")
+    assert not hb_torch._readonly_warned
+    with pytest.warns(UserWarning, match="read-only memory") as rec:
+        hb.convert(x, "torch")
+    assert rec[0].filename == __file__  # the caller's line, not the library's
