@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Sequence
+from math import prod
 from typing import Any, NamedTuple
 
 from ._registry import _ALIASES, ADAPTERS, asarray, get_adapter, warn_copy
@@ -83,13 +83,6 @@ class _QComponents:
         return f"<quantized components {self.data!r}, {self.scales!r}, {self.zero_points!r}>"
 
 
-def _count(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 # ========================================================================= assembly
 def quantized(data: Any, scales: Any, zero_points: Any = None, *, quantization: Quantization,
               copy: bool | None = None) -> Tensor:
@@ -110,7 +103,7 @@ def quantized(data: Any, scales: Any, zero_points: Any = None, *, quantization: 
     # Builds (and validates) the descriptor: storage type, axis range, dynamic axis.
     desc = dataclasses.replace(dt.descriptor, quantization=q)
     want = q.scales_shape(dt.shape)
-    n = _count(want)
+    n = prod(want)
     st = _param(scales, q.scale_dtype, n, want, "scales", copy)
     if (zero_points is None) != (q.zero_point_dtype is None):
         raise FormatError(
@@ -140,7 +133,7 @@ def _param(obj: Any, dtype: DType | None, n: int, want: tuple[int, ...], what: s
     if t.dtype != dtype:
         raise FormatError(f"{what} are {t.dtype.name} but the quantization says {dtype}; cast "
                           "them first", field=field)
-    got = _count(t.shape)
+    got = prod(t.shape)
     if got != n:
         raise FormatError(
             f"{got} {what} given; a {_name(want)} scale array for this shape has {n} "
@@ -358,7 +351,7 @@ def _np() -> Any:
 def _codes(t: Tensor) -> Any:
     """The raw codes of a sub-byte tensor, one uint8 per element in row-major order."""
     np = _np()
-    n = _count(t.shape)
+    n = prod(t.shape)
     bits = t.dtype.bits
     if not t.descriptor.padded:
         raw = np.frombuffer(t.memoryview(), np.uint8) if n else np.zeros(0, np.uint8)
@@ -545,7 +538,7 @@ def _as_type(obj: Any, dtype: DType, want: tuple[int, ...], what: str) -> Any:
     np = _np()
     t = asarray(obj)
     a = np.asarray(get_adapter("numpy").from_hurray(t, copy=False))
-    n = _count(want)
+    n = prod(want)
     if a.size != n:
         raise FormatError(f"{a.size} {what} given; this shape needs {n} ({list(want)})",
                           field=f"quantization.{what}")
@@ -562,7 +555,7 @@ def _subbyte_tensor(codes: Any, dtype: DType, padded: bool) -> Tensor:
     from .sparse import aligned_zeros
 
     shape = tuple(codes.shape)
-    n = _count(shape)
+    n = prod(shape)
     if padded:
         out = aligned_zeros(shape, np.uint8)
         out[...] = codes
@@ -667,7 +660,7 @@ def unpack_subbyte(t: Any) -> Tensor:
         codes = _codes(t)  # padded 1-bit bool -> bool8: normalise to 0/1
     else:
         codes = None
-    n = _count(t.shape)
+    n = prod(t.shape)
     out = aligned_zeros(t.shape, np.uint8)
     if codes is not None:
         out[...] = codes

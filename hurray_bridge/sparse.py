@@ -39,6 +39,7 @@ import warnings
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import prod
 from typing import Any
 
 from ._memory import alloc_aligned, host_view
@@ -400,9 +401,7 @@ def make_sparse(layout: Layout | str, shape: Sequence[int], values: Any, indices
 
 def _view(t: Tensor, shape: tuple[int, ...]) -> Tensor:
     """The first elements of a compact host tensor under another shape (no copy)."""
-    n = 1
-    for d in shape:
-        n *= d
+    n = prod(shape)
     return Tensor._dense(t.data_ptr if n else 0, shape, t.dtype, None, t.descriptor.padded,
                          t.device, t, t.readonly, t.copied)
 
@@ -1150,9 +1149,7 @@ def aligned_zeros(shape: Sequence[int], dtype: Any) -> Any:
     import numpy as np
 
     dt = np.dtype(dtype)
-    n = 1
-    for s in shape:
-        n *= int(s)
+    n = prod(int(s) for s in shape)
     alloc = alloc_aligned(n * dt.itemsize)
     if alloc is None:
         return np.zeros(tuple(shape), dt)  # zero bytes: nothing is allocated

@@ -13,6 +13,7 @@ import ctypes
 import operator
 import sys
 from collections.abc import Sequence
+from math import prod
 from typing import Any, NamedTuple
 
 from . import _capsule
@@ -203,9 +204,7 @@ class Tensor:
         self._readonly = readonly
         self._copied = copied
         self._source = source
-        n = 1
-        for d in shape:
-            n *= d
+        n = prod(shape)
         if n == 0:
             self._base0 = self._data = self._nbytes = 0
             return self
@@ -588,9 +587,7 @@ def _forward(source: Any, stream: Any, max_version: Any, dl_device: Any, copy: A
 def _gather(dst: int, src: int, shape: tuple[int, ...], strides: tuple[int, ...], isz: int) -> None:
     """Copy a strided host tensor to compact row-major memory at ``dst``."""
     np = sys.modules.get("numpy")
-    total = 1
-    for d in shape:
-        total *= d
+    total = prod(shape)
     if np is not None:
         # NumPy is loaded anyway in this process: let it do the strided walk in C.
         byte_strides = tuple(s * isz for s in strides)
@@ -624,9 +621,7 @@ def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
     padded = bool(view.flags & FLAG_IS_SUBBYTE_TYPE_PADDED) and dtype.is_subbyte
     shape = view.shape
     strides = view.strides
-    n = 1
-    for d in shape:
-        n *= d
+    n = prod(shape)
     if n == 0 or strides is None or _is_compact(shape, strides):
         strides = None
     elif dtype.is_subbyte and not padded:
