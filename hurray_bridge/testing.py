@@ -954,6 +954,16 @@ def _copy_reference(obj: Any) -> tuple[_Raw, DLView, bytes | None]:
     return raw, view, _host_bytes(view)
 
 
+def _request_copy(obj: Any, copy: bool) -> object:
+    """``obj.__dlpack__(max_version=..., copy=copy)``; a producer that does not take the
+    keywords fails the check (a BufferError is the caller's to judge)."""
+    try:
+        return obj.__dlpack__(max_version=_REQUEST, copy=copy)
+    except TypeError as exc:
+        raise _Fail(f"does not accept max_version and copy (keywords of the 2023.12 array API): "
+                    f"{_short(exc)}") from None
+
+
 @_check("copy_true", "__dlpack__(copy=True) gives different memory with the same bytes and "
                      "the IS_COPIED flag")
 def _copy_true(ctx: _Ctx) -> str:
@@ -961,10 +971,7 @@ def _copy_true(ctx: _Ctx) -> str:
     obj = ctx.base()
     ref, _ref_view, ref_bytes = _copy_reference(obj)
     try:
-        cap = obj.__dlpack__(max_version=_REQUEST, copy=True)
-    except TypeError as exc:
-        raise _Fail(f"does not accept max_version and copy (keywords of the 2023.12 array API): "
-                    f"{_short(exc)}") from None
+        cap = _request_copy(obj, True)
     except BufferError as exc:
         raise _Fail(f"refused copy=True: {_short(exc)}") from None
     raw, view = _take(cap)
@@ -992,10 +999,7 @@ def _copy_false(ctx: _Ctx) -> str:
     obj = ctx.base()
     ref, _ref_view, _ = _copy_reference(obj)
     try:
-        cap = obj.__dlpack__(max_version=_REQUEST, copy=False)
-    except TypeError as exc:
-        raise _Fail(f"does not accept max_version and copy (keywords of the 2023.12 array API): "
-                    f"{_short(exc)}") from None
+        cap = _request_copy(obj, False)
     except BufferError as exc:
         if ref.flags & FLAG_IS_COPIED:
             return f"refused ({_short(exc)}); the ordinary export is a copy too"
