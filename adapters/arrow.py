@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from hurray_bridge._memory import HostAllocation, alloc_aligned
 from hurray_bridge._registry import asarray, check_copy, get_adapter, warn_copy
-from hurray_bridge.descriptor import compact_strides
+from hurray_bridge.descriptor import compact_strides, form_name
 from hurray_bridge.dtypes import DType, Kind, bool_, native_types
 from hurray_bridge.errors import CopyRequiredError, UnsupportedError
 from hurray_bridge.tensor import CPU, Tensor, from_dlpack
@@ -507,7 +507,7 @@ def from_hurray(
         raise UnsupportedError(f"unknown kind {kind!r}; choose one of {', '.join(KINDS)}")
     if not t.is_dense:
         d = t.descriptor
-        what = "quantized" if d.quantization is not None else d.layout.name
+        what = form_name(d)
         raise UnsupportedError(
             f"the Arrow adapter converts dense tensors, not a {what} one; densify it first"
         )

@@ -26,6 +26,7 @@ import cupy
 import numpy as np
 
 from hurray_bridge._registry import get_adapter, not_a_tensor, warn_copy
+from hurray_bridge.descriptor import form_name
 from hurray_bridge.dtypes import DLPACK_CODE, DType, all_dtypes
 from hurray_bridge.errors import BackendNotAvailableError, CopyRequiredError, UnsupportedError
 from hurray_bridge.tensor import Device, Tensor, from_dlpack
@@ -230,7 +231,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
         raise not_a_tensor(t, NAME)
     if not t.is_dense:
         d = t.descriptor
-        what = "quantized" if d.quantization is not None else d.layout.name
+        what = form_name(d)
         raise UnsupportedError(
             f"CuPy arrays are dense; a {what} tensor goes through hb.convert(t, 'cupy') "
             "(cupyx.scipy.sparse for sparse layouts) or hb.convert(..., densify=True)"

@@ -97,6 +97,12 @@ def _checked_product(values: Iterable[int], what: str) -> int:
     return n
 
 
+def form_name(d: Descriptor) -> str:
+    """What a tensor that is not plain dense holds, for the errors that refuse one:
+    ``"quantized"``, else its layout's name (``"COO"``, ``"CSR"`` ...)."""
+    return "quantized" if d.quantization is not None else d.layout.name
+
+
 def compact_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Row-major element strides of a compact tensor of ``shape``."""
     strides = [0] * len(shape)

@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from .container import _CHUNK, BUFFER_ALIGNMENT, _plan, _write_all, _write_plan, atomic_output, load
-from .descriptor import MAX_RANK, Descriptor
+from .descriptor import MAX_RANK, Descriptor, form_name
 from .dtypes import DType, all_dtypes
 from .errors import FormatError, UnsupportedError
 from .layout import Layout
@@ -231,7 +231,7 @@ def safetensors_to_hurray(src: str | os.PathLike[str], dst: str | os.PathLike[st
 def _safetensors_view(name: str, t: Any) -> tuple[str, list[int], memoryview]:
     d: Descriptor = t.descriptor
     if d.layout not in (Layout.ROW_MAJOR, Layout.STRIDED) or d.quantization is not None:
-        what = "quantized" if d.quantization is not None else d.layout.name
+        what = form_name(d)
         raise UnsupportedError(f"entry {name!r} is {what}; safetensors holds dense tensors only")
     if d.shard is not None:
         raise UnsupportedError(f"entry {name!r} is a shard; safetensors has no place for its "

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from ._memory import alloc_aligned
-from .descriptor import DYNAMIC, Descriptor, Shard, compact_strides
+from .descriptor import DYNAMIC, Descriptor, Shard, compact_strides, form_name
 from .dtypes import DType
 from .errors import BackendNotAvailableError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
@@ -417,7 +417,7 @@ def _dense_source(obj: Any) -> Tensor:
     t = asarray(obj)
     if not t.is_dense:
         d = t.descriptor
-        what = "quantized" if d.quantization is not None else d.layout.name
+        what = form_name(d)
         raise UnsupportedError(
             f"split() cuts dense tensors; a {what} tensor has no element-addressable boxes "
             "(densify it first, or build each shard's descriptor by hand)"
@@ -647,7 +647,7 @@ def _pieces(sharded: ShardedTensor) -> list[tuple[Box, Tensor]]:
     for t in sharded.primary_shards():
         if not t.is_dense:
             d = t.descriptor
-            what = "quantized" if d.quantization is not None else d.layout.name
+            what = form_name(d)
             raise UnsupportedError(
                 f"cannot assemble a {what} shard (box {_box_of(t)}): assembly copies dense "
                 "elements; dequantize or densify the shards first"

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from . import _capsule
 from ._dlpack import FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY, DLDeviceType
 from ._memory import alloc_aligned, host_view
-from .descriptor import Descriptor, compact_strides
+from .descriptor import Descriptor, compact_strides, form_name
 from .dtypes import DType, dtype_from_dlpack
 from .errors import CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
@@ -438,7 +438,7 @@ class Tensor:
             raise UnsupportedError(f"copy must be True, False or None, got {copy!r}")
         d = self._desc
         if d is not None and (d.layout not in _DENSE_LAYOUTS or d.quantization is not None):
-            what = "quantized" if d.quantization is not None else d.layout.name
+            what = form_name(d)
             raise UnsupportedError(
                 f"a {what} tensor has no DLPack form (DLPack carries dense tensors only); "
                 "convert it with hb.convert() to a framework that supports it"
