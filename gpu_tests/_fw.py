@@ -73,15 +73,13 @@ def same_bits(host: np.ndarray, expected: np.ndarray) -> bool:
             and np.ascontiguousarray(host).tobytes() == np.ascontiguousarray(expected).tobytes())
 
 
-class Torch:
-    name = "torch"
+class _Framework:
+    """What every helper answers the same way, from the framework's adapter."""
 
-    def __init__(self, torch: Any) -> None:
-        self.m = torch
-        self._int = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    name: str
 
     def native_dtype(self, d: DType) -> Any:
-        return hb.get_adapter("torch").native_dtype(d)
+        return hb.get_adapter(self.name).native_dtype(d)
 
     def supports(self, d: DType) -> bool:
         try:
@@ -89,6 +87,14 @@ class Torch:
         except (hb.UnsupportedError, hb.BackendNotAvailableError):
             return False
         return True
+
+
+class Torch(_Framework):
+    name = "torch"
+
+    def __init__(self, torch: Any) -> None:
+        self.m = torch
+        self._int = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
     def from_numpy(self, a: np.ndarray) -> Any:
         a = np.ascontiguousarray(a)
@@ -120,22 +126,12 @@ class Torch:
         return apply_view(self.from_numpy(ref), view)
 
 
-class Jax:
+class Jax(_Framework):
     name = "jax"
 
     def __init__(self, jax: Any) -> None:
         self.m = jax
         self.gpu = jax.devices("gpu")[0]
-
-    def native_dtype(self, d: DType) -> Any:
-        return hb.get_adapter("jax").native_dtype(d)
-
-    def supports(self, d: DType) -> bool:
-        try:
-            self.native_dtype(d)
-        except (hb.UnsupportedError, hb.BackendNotAvailableError):
-            return False
-        return True
 
     def from_numpy(self, a: np.ndarray) -> Any:
         x = self.m.device_put(np.ascontiguousarray(a), self.gpu)
@@ -163,21 +159,11 @@ class Jax:
         return self.from_numpy(apply_view(ref, view))
 
 
-class Cupy:
+class Cupy(_Framework):
     name = "cupy"
 
     def __init__(self, cupy: Any) -> None:
         self.m = cupy
-
-    def native_dtype(self, d: DType) -> Any:
-        return hb.get_adapter("cupy").native_dtype(d)
-
-    def supports(self, d: DType) -> bool:
-        try:
-            self.native_dtype(d)
-        except (hb.UnsupportedError, hb.BackendNotAvailableError):
-            return False
-        return True
 
     def from_numpy(self, a: np.ndarray) -> Any:
         a = np.ascontiguousarray(a)
