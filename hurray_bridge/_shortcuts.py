@@ -134,12 +134,26 @@ def _torch_types() -> dict[str, Callable[[type], Entry | None]]:
     return {"numpy": numpy, "arrow": arrow}
 
 
+def _torch_import() -> tuple[Callable[[Any], Any], Callable[[], None]]:
+    """``torch.from_dlpack``, and the full path's once-per-process read-only notice, for
+    the shortcuts that hand torch immutable memory (JAX's, Arrow's)."""
+    import torch
+
+    from ._registry import get_adapter
+
+    return torch.from_dlpack, get_adapter("torch").warn_readonly
+
+
+def _is_jax_array(tp: type) -> bool:
+    # jax.Array's one concrete class (its module moved between jaxlib releases).
+    return tp.__name__ == "ArrayImpl" and tp.__module__.startswith("jaxlib")
+
+
 def _jax_types() -> dict[str, Callable[[type], Entry | None]]:
     import numpy as np
 
     def numpy(tp: type) -> Entry | None:
-        # jax.Array's one concrete class (its module moved between jaxlib releases).
-        if tp.__name__ != "ArrayImpl" or not tp.__module__.startswith("jaxlib"):
+        if not _is_jax_array(tp):
             return None
         asarray = np.asarray
 
@@ -152,14 +166,9 @@ def _jax_types() -> dict[str, Callable[[type], Entry | None]]:
         return entry(jax_to_numpy)
 
     def torch(tp: type) -> Entry | None:
-        if tp.__name__ != "ArrayImpl" or not tp.__module__.startswith("jaxlib"):
+        if not _is_jax_array(tp):
             return None
-        import torch
-
-        from ._registry import get_adapter
-
-        from_dlpack = torch.from_dlpack
-        warn_readonly = get_adapter("torch").warn_readonly
+        from_dlpack, warn_readonly = _torch_import()
 
         def jax_to_torch(x: Any) -> Any:
             # Accelerator memory takes the full path, which negotiates a stream with
@@ -203,12 +212,7 @@ def _arrow_types() -> dict[str, Callable[[type], Entry | None]]:
     def torch(tp: type) -> Entry | None:
         if tp not in numeric:
             return None
-        import torch
-
-        from ._registry import get_adapter
-
-        warn_readonly = get_adapter("torch").warn_readonly
-        from_dlpack = torch.from_dlpack
+        from_dlpack, warn_readonly = _torch_import()
 
         def arrow_to_torch(x: Any) -> Any:
             if x.null_count or not x.is_cpu:
