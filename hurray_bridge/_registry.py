@@ -14,7 +14,7 @@ import importlib.util
 import os
 import sys
 import warnings
-from functools import lru_cache
+from functools import cache, lru_cache
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -242,25 +242,25 @@ def not_a_tensor(t: Any, target: str) -> UnsupportedError:
                             f"{t!r:.60}; hb.convert(x, {target!r}) takes native objects")
 
 
-# Source files whose frames a warning skips: the package and its adapters, wherever
-# the install put them, so a warning names the user's line however deep it was raised
-# (through hb.convert, a shortcut, or an adapter called directly).
+@cache
 def _own_dirs() -> tuple[str, ...]:
+    """Source folders whose frames a warning skips: the package and its adapters, wherever
+    the install put them, so a warning names the user's line however deep it was raised
+    (through hb.convert, a shortcut, or an adapter called directly). Found on the first
+    warning, not at import."""
     here = os.path.dirname(os.path.abspath(__file__)) + os.sep
     spec = importlib.util.find_spec("hurray_bridge.adapters")
     origin = spec.origin if spec is not None else None
     return (here,) if origin is None else (here, os.path.dirname(os.path.abspath(origin)) + os.sep)
 
 
-_OWN_DIRS = _own_dirs()
-
-
 def user_stacklevel() -> int:
     """The ``stacklevel`` for ``warnings.warn`` called here that names the first frame
     outside hurray_bridge (warnings count its caller as 1)."""
+    own = _own_dirs()
     frame = sys._getframe(1)
     level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIRS):
+    while frame is not None and frame.f_code.co_filename.startswith(own):
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
     return level

@@ -808,7 +808,7 @@ def to_jax(sharded: ShardedTensor, sharding: Any, *, copy: bool | None = None) -
     back two devices. ``copy=False`` raises instead; ``copy=True`` always copies.
     """
     jax = _jax()
-    from ._registry import CopyWarning, get_adapter
+    from ._registry import CopyWarning, get_adapter, user_stacklevel
 
     if not isinstance(sharded, ShardedTensor):
         raise UnsupportedError(
@@ -870,7 +870,7 @@ def to_jax(sharded: ShardedTensor, sharding: Any, *, copy: bool | None = None) -
     if copies and copy is None:
         reasons = sorted(set(copies))
         warnings.warn(f"copied for jax: {len(copies)} of {len(arrays)} shards: "
-                      + "; ".join(reasons), CopyWarning, stacklevel=2)
+                      + "; ".join(reasons), CopyWarning, stacklevel=user_stacklevel())
     return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
 
 

@@ -462,9 +462,10 @@ if IN_JAX_CHILD:
         sharding = NamedSharding(MESH, P("x", "y"))
         host = sample((8, 6), "float32")
         st = split(host, grid_boxes(host.shape, (4, 2)))  # strided views of unaligned memory
-        with pytest.warns(hb.CopyWarning, match="copied for jax: 8 of 8 shards"):
+        with pytest.warns(hb.CopyWarning, match="copied for jax: 8 of 8 shards") as rec:
             y = to_jax(st, sharding)
         assert bits(y) == bits(host)
+        assert rec[0].filename == __file__  # the caller's line, not the library's
         with pytest.raises(hb.CopyRequiredError, match="row-major"):
             to_jax(st, sharding, copy=False)
         y2 = to_jax(st, sharding, copy=True)  # asked for: no warning needed
