@@ -18,6 +18,7 @@ from typing import Any
 
 from hurray_bridge import _capsule
 from hurray_bridge._dlpack import FLAG_READ_ONLY
+from hurray_bridge.descriptor import compact_strides
 from hurray_bridge.dtypes import DType, float32
 
 __all__ = ["FAKE_CUDA_ADDRESS", "FakeCUDAProducer"]
@@ -76,11 +77,7 @@ class FakeCUDAProducer:
             raise ValueError(f"{dtype.name} has no DLPack type code")
         self.shape = tuple(int(d) for d in shape)
         if strides is None:
-            acc, out = 1, []
-            for d in reversed(self.shape):
-                out.append(acc)
-                acc *= max(d, 1)
-            strides = tuple(reversed(out))
+            strides = compact_strides(self.shape)
         self.strides = tuple(int(s) for s in strides)
         if len(self.strides) != len(self.shape):
             raise ValueError("strides must have one entry per dimension")

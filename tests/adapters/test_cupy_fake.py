@@ -28,6 +28,7 @@ import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import _capsule
+from hurray_bridge.descriptor import compact_strides
 from hurray_bridge.dtypes import dtype_from_dlpack
 from hurray_bridge.layout import BufferRole
 from hurray_bridge.tensor import Tensor
@@ -333,11 +334,7 @@ def _fake_cupy(state: _State) -> dict[str, types.ModuleType]:
             code, bits = hb.get_adapter("numpy").dtype_of(self.dtype).dlpack
             strides = self._strides
             if strides is None:
-                acc, out = 1, []
-                for d in reversed(self.shape):
-                    out.append(acc)
-                    acc *= max(d, 1)
-                strides = tuple(reversed(out))
+                strides = compact_strides(self.shape)
             return _capsule.make_capsule(
                 data=self.data.ptr, shape=self.shape, strides=strides, code=code, bits=bits,
                 device_type=2, device_id=self._device, flags=0, owner=self,
