@@ -29,7 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ._memory import alloc_aligned
+from ._memory import alloc_aligned, buffer_address
 from ._registry import asarray
 from .descriptor import Descriptor
 from .errors import FormatError, UnsupportedError
@@ -480,43 +480,6 @@ def _any_nonzero(view: memoryview) -> bool:
 
 
 # -------------------------------------------------------------------- memory
-class _PyBuffer(ctypes.Structure):
-    # CPython's Py_buffer; only ``buf`` is read. Declared in full so the
-    # interpreter writes into memory of the right size.
-    _fields_ = [
-        ("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p), ("len", ctypes.c_ssize_t),
-        ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
-        ("format", ctypes.c_void_p), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
-        ("suboffsets", ctypes.c_void_p), ("internal", ctypes.c_void_p),
-    ]
-
-
-# A private handle: argtypes set on ctypes.pythonapi's shared function objects
-# would clobber (or be clobbered by) other libraries' settings.
-_api = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)
-_get_buffer = _api.PyObject_GetBuffer
-_get_buffer.argtypes = (ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int)
-_get_buffer.restype = ctypes.c_int
-_release_buffer = _api.PyBuffer_Release
-_release_buffer.argtypes = (ctypes.POINTER(_PyBuffer),)
-_release_buffer.restype = None
-
-
-def _address(view: memoryview) -> int:
-    """Address of the first byte of a contiguous (possibly read-only) buffer.
-
-    ctypes' ``from_buffer`` refuses read-only memory (bytes, a read-only mmap);
-    the buffer protocol itself does not. The caller keeps ``view`` alive, and
-    with it the export that pins the memory.
-    """
-    pb = _PyBuffer()
-    _get_buffer(view, ctypes.byref(pb), 0)  # PyBUF_SIMPLE: contiguous bytes
-    try:
-        return pb.buf or 0
-    finally:
-        _release_buffer(ctypes.byref(pb))
-
-
 class _Mapping:
     """Owner of a mapped (or borrowed) buffer: the last tensor's death releases it.
 
@@ -531,7 +494,7 @@ class _Mapping:
         self.view = view
         self.mm = mm
         self.path = path
-        self.address = _address(view)
+        self.address = buffer_address(view)[0]  # view pins the memory
 
     def __repr__(self) -> str:
         return f"<hurray mapping of {self.path or 'a buffer'}, {len(self.view)} bytes>"
