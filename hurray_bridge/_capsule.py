@@ -213,14 +213,17 @@ _DESTRUCTOR_ADDR: int = ctypes.cast(_DESTRUCTOR, _c_void_p).value  # type: ignor
 # keeps an exception that is in flight when a consumer releases our memory (a ctypes
 # callback turns it into SystemError). The ctypes pair above stays as the fallback.
 COMPILED_DELETERS = False
+_stop_foreign_releases: Any = None
 try:
     from ._speedups import capsule_hooks as _capsule_hooks
+    from ._speedups import stop_foreign_releases as _stop
 except ImportError:
     pass
 else:
     try:
         _DELETER_ADDR, _DESTRUCTOR_ADDR = _capsule_hooks(_EXPORTS, _NAME_V, _NAME_L)
         COMPILED_DELETERS = True
+        _stop_foreign_releases = _stop
     except RuntimeError:  # installed for an earlier copy of this module (a reload)
         pass
 # Any C function without parameters ignores the pointer it is called with.
@@ -232,6 +235,13 @@ def _disarm_exports() -> None:
     # A ctypes callback entered after the interpreter is finalised would crash the
     # process (C++ statics of torch or XLA may release tensors that late). Past this
     # point, exports that are still alive leak instead.
+    if _stop_foreign_releases is not None:
+        # The compiled deleter also covers the consumers that read the deleter field
+        # before this rewrite, or are already waiting for the GIL in it: a thread that
+        # gets the GIL during finalisation is ended inside XLA's noexcept destructors,
+        # and the process aborts (see _speedups.c). A ctypes callback cannot do that:
+        # it asks for the GIL before any of our code runs.
+        _stop_foreign_releases(2000)
     write = ctypes.memmove
     noop = struct.pack("@P", _NOOP_ADDR)
     for p, (_buf, _owner, offset) in list(_EXPORTS.items()):

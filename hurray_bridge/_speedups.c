@@ -18,9 +18,15 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef _WIN32
+#include <windows.h>
+#else
+#include <time.h>
+#endif
 
 #ifndef Py_TPFLAGS_HAVE_VECTORCALL
 #define Py_TPFLAGS_HAVE_VECTORCALL _Py_TPFLAGS_HAVE_VECTORCALL
@@ -314,11 +320,29 @@ drop_export(void *managed)
     Py_XDECREF(key);
 }
 
+/* Interpreter exit. A thread that asks for the GIL while CPython finalises is ended
+ * on the spot (pthread_exit), and the unwinding through the consumer's C++ frames --
+ * XLA calls DLPack deleters from noexcept destructors on its worker threads --
+ * ends in std::terminate ("terminate called without an active exception"). So at
+ * exit, before finalisation, stop_foreign_releases() sets `exiting`; from then on a
+ * thread that does not hold the GIL leaves the export alone (the process is ending)
+ * instead of asking for it. Calls that passed the check earlier are counted in
+ * `in_flight` and finish first: stop_foreign_releases() waits for them with the GIL
+ * released. Sequentially consistent atomics, so the two sides cannot both miss the
+ * other's write. */
+static atomic_int exiting = 0;
+static atomic_int in_flight = 0;
+
 /* void (*deleter)(DLManagedTensor[Versioned] *self): any thread, GIL or not. */
 static void
 export_deleter(void *managed)
 {
     if (managed == NULL || exports == NULL) {
+        return;
+    }
+    atomic_fetch_add(&in_flight, 1);
+    if (atomic_load(&exiting) && !PyGILState_Check()) {
+        atomic_fetch_sub(&in_flight, 1);
         return;
     }
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -327,6 +351,36 @@ export_deleter(void *managed)
     drop_export(managed);
     PyErr_Restore(type, value, tb);
     PyGILState_Release(gil);
+    atomic_fetch_sub(&in_flight, 1);
+}
+
+static void
+sleep_1ms(void)
+{
+#ifdef _WIN32
+    Sleep(1);
+#else
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+#endif
+}
+
+/* stop_foreign_releases(timeout_ms) -> deleter calls still unfinished (0 normally). */
+static PyObject *
+stop_foreign_releases(PyObject *module, PyObject *arg)
+{
+    long timeout_ms = PyLong_AsLong(arg);
+    if (timeout_ms == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    atomic_store(&exiting, 1);
+    int left;
+    Py_BEGIN_ALLOW_THREADS
+    for (long waited = 0; (left = atomic_load(&in_flight)) > 0 && waited < timeout_ms; waited++) {
+        sleep_1ms();
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(left);
 }
 
 /* A capsule still under our fresh name was never consumed: its deleter is ours to run. */
@@ -684,6 +738,9 @@ static PyMethodDef speedups_functions[] = {
      "dense_decoder_setup(Descriptor, dtypes[256], bits[256], row_major, strided, slots)"},
     {"capsule_hooks", capsule_hooks, METH_VARARGS,
      "capsule_hooks(exports, name_v, name_l) -> (deleter address, destructor address)"},
+    {"stop_foreign_releases", stop_foreign_releases, METH_O,
+     "stop_foreign_releases(timeout_ms) -> unfinished deleter calls: at exit, threads "
+     "without the GIL stop releasing exports"},
     {NULL}
 };
 
