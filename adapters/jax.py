@@ -461,6 +461,12 @@ def _home_device(dev: Device) -> Any:
     platform = _DL_TO_BACKEND.get(dev.type)
     if platform is None:
         raise UnsupportedError(f"JAX cannot import memory on {dev}")
+    if _RAW_IMPORT is not None:
+        # The raw import's cached lookup: a tenth of jax.local_devices, per hand-off.
+        try:
+            return _raw_device(dev.type, dev.id)
+        except RuntimeError:
+            pass  # no such backend or device: the search below says which
     for d in _backend_devices(platform):
         if d.local_hardware_id == dev.id:
             return d
@@ -614,14 +620,7 @@ def _import(src: Tensor) -> jax.Array:
     kind = dev.type
     if raw is None or src.dtype.name in _X64 or (kind != 1 and kind != 2 and kind != 10):
         return jnp.from_dlpack(src)
-    # The device jnp.from_dlpack picks: that backend's device of that hardware id
-    # (looked up again when JAX made a new backend, e.g. after jax.clear_backends()).
-    backend = _xla_bridge.get_backend(_DL_TO_BACKEND[kind])
-    key = (kind, dev.id)
-    cached = _raw_devices.get(key)
-    if cached is None or cached[0] is not backend:
-        cached = _raw_devices[key] = (backend, backend.device_from_local_hardware_id(dev.id))
-    device = cached[1]
+    device = _raw_device(kind, dev.id)
     if kind == 1:
         stream = None  # jnp.from_dlpack asks the CPU device, which answers UNIMPLEMENTED
     else:
@@ -641,6 +640,18 @@ def _import(src: Tensor) -> jax.Array:
     except Exception:
         # Whatever JAX refuses, it refuses through its own API, with its own message.
         return jnp.from_dlpack(src)
+
+
+def _raw_device(kind: int, hardware_id: int) -> Any:
+    """The device jnp.from_dlpack imports memory of DLPack device ``(kind, hardware_id)``
+    to: that backend's device of that hardware id (looked up again when JAX made a new
+    backend, e.g. after jax.clear_backends()). For the raw import only."""
+    backend = _xla_bridge.get_backend(_DL_TO_BACKEND[kind])
+    key = (kind, hardware_id)
+    cached = _raw_devices.get(key)
+    if cached is None or cached[0] is not backend:
+        cached = _raw_devices[key] = (backend, backend.device_from_local_hardware_id(hardware_id))
+    return cached[1]
 
 
 def _move(y: jax.Array, target: Any) -> jax.Array:

@@ -131,7 +131,59 @@ def _torch_types() -> dict[str, Callable[[type], Entry | None]]:
 
         return entry(torch_to_arrow)
 
-    return {"numpy": numpy, "arrow": arrow}
+    def jax(tp: type) -> Entry | None:
+        if tp is not torch.Tensor:
+            return None
+        from ._registry import get_adapter
+
+        hj = get_adapter("jax")
+        ht = get_adapter("torch")
+        if hj._RAW_IMPORT is None:
+            return None
+        # The types the full path hands to the raw import as they are: not the 64-bit
+        # ones (x64 decides), not float4 (the x2 container), none JAX lacks.
+        jax_types = hj._tables()[0]
+        types = frozenset(tdt for d, tdt in ht._TO_TORCH.items()
+                          if d in jax_types and d.bits >= 8 and d.name not in hj._X64)
+        importable = hj._strides_importable
+        align = hj._cpu_alignment()
+        raw_device = hj._raw_device
+        can_pin = ht._CAN_PIN
+        max_rank = ht.MAX_RANK
+
+        def torch_to_jax(x: Any) -> Any:
+            # jnp.from_dlpack's own calls, as the full path makes them (adapters/jax.py
+            # _import), with torch's capsule. The full path detaches requires_grad
+            # tensors (torch's export refuses them), materialises conj/neg bits (it
+            # exports them raw), copies CPU memory that is misaligned or strided in a way
+            # JAX refuses, and takes the public API for pinned memory: all declined here.
+            raw = hj._RAW_IMPORT  # None once a jaxlib refused its private signature
+            if (raw is None or x.dtype not in types or x.requires_grad or x.is_neg()
+                    or x.is_conj() or x.ndim > max_rank):
+                return NotImplemented
+            if x.is_cpu:
+                if can_pin and x.is_pinned():
+                    return NotImplemented
+                kind, stream = 1, None
+                if x.numel() and (x.data_ptr() % align
+                                  or not (x.is_contiguous()
+                                          or importable(tuple(x.shape), x.stride()))):
+                    return NotImplemented
+                device = raw_device(1, 0)
+            elif x.is_cuda:
+                if not (x.is_contiguous() or importable(tuple(x.shape), x.stride())):
+                    return NotImplemented  # the full path's refusal, in its words
+                kind = 2
+                device = raw_device(2, x.get_device())
+                # The producer orders its pending work before JAX's stream (DLPack).
+                stream = device.get_stream_for_external_ready_events()
+            else:
+                return NotImplemented
+            return raw(x.__dlpack__(stream=stream), device, stream, None, kind)
+
+        return entry(torch_to_jax)
+
+    return {"numpy": numpy, "arrow": arrow, "jax": jax}
 
 
 def _torch_import() -> tuple[Callable[[Any], Any], Callable[[], None]]:

@@ -584,6 +584,92 @@ def test_jax_raw_import_on_a_gpu_makes_jaxs_own_calls(monkeypatch: pytest.Monkey
     assert hj._import(t) == "public" and public == [t]
 
 
+@pytest.mark.skipif(not (HAS_JAX and HAS_TORCH), reason="needs jax and torch")
+def test_torch_to_jax_shortcut_on_a_gpu_makes_jaxs_own_calls(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shortcut's CUDA branch, with a stand-in for a CUDA torch tensor (torch here
+    # has no CUDA) and the fake backend of the test above: JAX's stream for external
+    # ready events goes to torch's __dlpack__, then jaxlib gets (capsule, the device of
+    # the tensor's index, that stream, copy=None, kDLCUDA).
+    import torch
+
+    from hurray_bridge import _shortcuts
+    from hurray_bridge.adapters import jax as hj
+
+    seen: dict[str, Any] = {}
+
+    class Device:
+        def get_stream_for_external_ready_events(self) -> int:
+            return 77
+
+    device = Device()
+
+    class Backend:
+        def device_from_local_hardware_id(self, i: int) -> Any:
+            seen["hardware id"] = i
+            return device
+
+    backend = Backend()
+    real_get_backend = hj._xla_bridge.get_backend
+
+    def get_backend(name: str) -> Any:
+        return backend if name == "cuda" else real_get_backend(name)
+
+    def raw(capsule: Any, dev: Any, stream: Any, copy: Any, kind: int) -> str:
+        seen["raw"] = (capsule, dev, stream, copy, kind)
+        return "imported"
+
+    class CudaTensor:  # what the shortcut asks of a torch.Tensor
+        dtype = torch.float32
+        requires_grad = False
+        ndim = 2
+        is_cpu = False
+        is_cuda = True
+        shape = (2, 3)
+
+        def __init__(self, strides: tuple[int, ...]) -> None:
+            self.strides = strides
+            self.streams: list[Any] = []
+
+        def is_neg(self) -> bool:
+            return False
+
+        def is_conj(self) -> bool:
+            return False
+
+        def is_contiguous(self) -> bool:
+            return self.strides == (3, 1)
+
+        def stride(self) -> tuple[int, ...]:
+            return self.strides
+
+        def get_device(self) -> int:
+            return 1
+
+        def __dlpack__(self, stream: Any = None) -> str:
+            self.streams.append(stream)
+            return "capsule"
+
+    monkeypatch.setattr(hj._xla_bridge, "get_backend", get_backend)
+    monkeypatch.setattr(hj, "_RAW_IMPORT", raw)
+    monkeypatch.setattr(hj, "_raw_devices", {})
+    fn = _shortcuts._makers("torch")["jax"](torch.Tensor)[0]
+    for strides in ((3, 1), (1, 2)):  # row-major and transposed
+        x = CudaTensor(strides)
+        assert fn(x) == "imported"
+        assert seen == {"hardware id": 1, "raw": ("capsule", device, 77, None, 2)}
+        assert x.streams == [77]  # torch ordered its work before JAX's stream
+        seen.clear()
+        monkeypatch.setattr(hj, "_raw_devices", {})
+    # Strides JAX refuses: declined, so the full path refuses in its own words.
+    x = CudaTensor((6, 2))
+    assert fn(x) is NotImplemented and x.streams == []
+    # The raw import switched off (a jaxlib whose signature changed): declined.
+    monkeypatch.setattr(hj, "_RAW_IMPORT", None)
+    x = CudaTensor((3, 1))
+    assert fn(x) is NotImplemented and x.streams == []
+
+
 def test_dense_decoder_reads_a_buffer_that_changes_underneath_consistently() -> None:
     # Shared memory or a file map can change while it is decoded. Another process
     # flips a shape word between 4 and 2**40 as fast as it can; every descriptor the

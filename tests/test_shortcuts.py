@@ -22,6 +22,7 @@ from hurray_bridge import _shortcuts
 
 np = pytest.importorskip("numpy")
 torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 pa = pytest.importorskip("pyarrow")
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -54,6 +55,26 @@ def _readonly(a: Any) -> Any:
 def _misaligned() -> Any:
     raw = _aligned(33, np.uint8)
     return raw[1:].view(np.float32)
+
+
+def _torch_aligned(dtype: Any, shape: tuple[int, ...]) -> Any:
+    """A torch tensor of counting values whose memory is 64-byte aligned (JAX aliases
+    only such CPU memory; torch's allocator gives 64 anyway, but not by contract)."""
+    n = 1
+    for d in shape:
+        n *= d
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    raw = torch.empty(nbytes + 64, dtype=torch.uint8)
+    off = -raw.data_ptr() % 64
+    mem = raw[off:off + nbytes]
+    mem.copy_(torch.arange(nbytes) % 61)  # small bytes: valid values of every type
+    return mem.view(dtype).reshape(shape)
+
+
+def _torch_quantized() -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch 2.13 deprecates its quantized tensors
+        return torch.quantize_per_tensor(torch.ones(3), 0.5, 0, torch.qint8)
 
 
 def _deleted_jax() -> Any:
@@ -159,6 +180,41 @@ CASES: list[tuple[str, Callable[[], Any], str, bool]] = [
     ("arrow empty", lambda: pa.array([], pa.float64()), "torch", True),
     ("arrow nulls", lambda: pa.array([1.0, None], pa.float32()), "torch", False),
     ("arrow bool", lambda: pa.array([True, False]), "torch", False),
+    # torch -> JAX: jnp.from_dlpack's own calls with torch's capsule
+    *[(label, make, "jax", shortcut) for label, make, shortcut in [
+        ("torch f32", lambda: _torch_aligned(torch.float32, (6,)), True),
+        ("torch 2-D", lambda: _torch_aligned(torch.int32, (2, 3)), True),
+        ("torch 2-D.T", lambda: _torch_aligned(torch.float32, (2, 3)).T, True),
+        ("torch 3-D permuted", lambda: _torch_aligned(torch.int16, (2, 3, 4)).permute(2, 0, 1),
+         True),
+        ("torch 0-d", lambda: _torch_aligned(torch.float32, ()), True),
+        ("torch empty", lambda: torch.empty(0), True),
+        ("torch empty 3-D", lambda: torch.empty(3, 0, 5), True),
+        ("torch size-1 dim", lambda: _torch_aligned(torch.float32, (3, 1)).T, True),
+        ("torch bool", lambda: _torch_aligned(torch.bool, (5,)), True),
+        ("torch u8", lambda: _torch_aligned(torch.uint8, (5,)), True),
+        ("torch u16", lambda: _torch_aligned(torch.uint16, (5,)), True),
+        ("torch f16", lambda: _torch_aligned(torch.float16, (5,)), True),
+        ("torch bf16", lambda: _torch_aligned(torch.bfloat16, (5,)), True),
+        ("torch float8 e4m3fn", lambda: _torch_aligned(torch.float8_e4m3fn, (5,)), True),
+        ("torch float8 e5m2", lambda: _torch_aligned(torch.float8_e5m2, (5,)), True),
+        ("torch c64", lambda: _torch_aligned(torch.complex64, (5,)), True),
+        ("torch offset (misaligned)", lambda: _torch_aligned(torch.float32, (8,))[1:], False),
+        ("torch strided", lambda: _torch_aligned(torch.float32, (8,))[::2], False),
+        ("torch expanded", lambda: _torch_aligned(torch.float32, (3,)).expand(2, 3), False),
+        ("torch column slice", lambda: _torch_aligned(torch.float32, (4, 4))[:, :2], False),
+        ("torch i64 (x64 off)", lambda: _torch_aligned(torch.int64, (3,)), False),
+        ("torch f64 (x64 off)", lambda: _torch_aligned(torch.float64, (3,)), False),
+        ("torch requires_grad", lambda: _torch_aligned(torch.float32, (3,)).requires_grad_(),
+         False),
+        ("torch conj", lambda: _torch_aligned(torch.complex64, (3,)).conj(), False),
+        ("torch neg view", lambda: _torch_aligned(torch.float32, (3,))._neg_view(), False),
+        ("torch Parameter", lambda: torch.nn.Parameter(_torch_aligned(torch.float32, (2,))),
+         False),
+        ("torch fp4 x2", lambda: _torch_aligned(torch.uint8, (4,)).view(torch.float4_e2m1fn_x2),
+         False),
+        ("torch quantized", _torch_quantized, False),
+    ]],
 ]
 
 
@@ -193,6 +249,10 @@ def _observe(out: Any) -> tuple[Any, ...]:
         shape = tuple(out.shape)
         return ("torch", out.dtype, shape, _strides(shape, out.stride()), out.requires_grad,
                 out.is_neg(), data, _pointer(out) if out.numel() else None)
+    if isinstance(out, jax.Array):
+        host = np.asarray(out)
+        return ("jax", str(out.dtype), out.shape, repr(out.format), out.committed,
+                host.tobytes(), out.unsafe_buffer_pointer() if out.size else None)
     if isinstance(out, (pa.Array, pa.Tensor)):
         return (type(out), str(out.type), out.to_pylist() if isinstance(out, pa.Array)
                 else out.to_numpy().tolist(), _pointer(out) if isinstance(out, pa.Array)
