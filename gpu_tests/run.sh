@@ -72,7 +72,7 @@ keep "${PIPESTATUS[0]}"
 
 if [ -f benchmarks/gpu_bench.py ]; then
     note "benchmarks/gpu_bench.py"
-    "$PY" benchmarks/gpu_bench.py 2>&1 \
+    "$PY" -m benchmarks.gpu_bench 2>&1 \
         | { if [ -n "$OUTDIR" ]; then tee "$OUTDIR/gpu_bench.log"; else cat; fi; }
     keep "${PIPESTATUS[0]}"
 else

@@ -30,3 +30,14 @@ def test_gpu_pipeline_says_why_it_does_not_run_without_cuda() -> None:
         return
     out = _run("gpu_pipeline.py")
     assert "CUDA" in out
+
+
+def test_gpu_benchmark_says_why_it_does_not_run_without_cuda() -> None:
+    import torch
+
+    if torch.cuda.is_available():  # gpu_tests/run.sh runs it for real
+        return
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gpu_bench"], capture_output=True,
+                         text=True, timeout=300, cwd=EXAMPLES.parent)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "no CUDA device" in out.stdout
