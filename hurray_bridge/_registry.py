@@ -33,6 +33,7 @@ class AdapterSpec(NamedTuple):
     name: str  # target name users pass to hb.convert
     framework: str  # top-level import name
     extra: str  # pip extra that installs it
+    note: str = ""  # added to the not-installed message
 
 
 ADAPTERS: dict[str, AdapterSpec] = {
@@ -40,7 +41,8 @@ ADAPTERS: dict[str, AdapterSpec] = {
     "torch": AdapterSpec("torch", "torch", "torch"),
     "jax": AdapterSpec("jax", "jax", "jax"),
     "arrow": AdapterSpec("arrow", "pyarrow", "arrow"),
-    "cupy": AdapterSpec("cupy", "cupy", "cupy"),
+    "cupy": AdapterSpec("cupy", "cupy", "cupy", "that extra installs cupy-cuda12x (CUDA 12); "
+                        "for CUDA 13 use 'hurray-bridge[cupy-cuda13]'"),
 }
 # Top-level module of an object's type -> adapter name.
 _MODULE_TO_ADAPTER = {
@@ -83,9 +85,8 @@ def get_adapter(name: str) -> ModuleType:
         if isinstance(exc, BackendNotAvailableError):
             raise
         missing = getattr(exc, "name", None) or spec.framework
-        raise BackendNotAvailableError(
-            spec.framework, spec.extra, f"{missing} could not be imported"
-        ) from exc
+        detail = f"{missing} could not be imported" + (f" ({spec.note})" if spec.note else "")
+        raise BackendNotAvailableError(spec.framework, spec.extra, detail) from exc
     _LOADED[name] = (modname, mod)
     return mod
 

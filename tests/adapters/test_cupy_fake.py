@@ -47,6 +47,7 @@ def test_get_adapter_without_cupy_names_the_extra() -> None:
     assert err.framework == "cupy"
     assert err.extra == "cupy"
     assert "pip install 'hurray-bridge[cupy]'" in str(err)
+    assert "hurray-bridge[cupy-cuda13]" in str(err)  # the other CUDA major's wheel
     assert isinstance(err, ImportError)
     assert "hurray_bridge.adapters.cupy" not in sys.modules
 
