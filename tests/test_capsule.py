@@ -494,18 +494,23 @@ def test_unconsumed_capsule_releases_owner_once(versioned: bool) -> None:
     assert exports() == before
 
 
-def test_deleter_called_from_a_thread_without_the_gil() -> None:
-    # What XLA's worker threads and C++ consumers do: call the deleter from C, GIL not held.
+def _consumed_export() -> tuple[Any, int, int, weakref.ref[Owner]]:
+    """An export consumed as C code does (renamed): (capsule, struct address, its
+    deleter's address, a weak reference to the owner nothing else holds)."""
     owner = Owner()
     ref = weakref.ref(owner)
     cap = C.make_capsule(
         data=0, shape=(0,), strides=(1,), code=2, bits=32, device_type=1, device_id=0,
         flags=0, owner=owner, versioned=True,
     )  # fmt: skip
-    del owner
     p = _PyCapsule_GetPointer(cap, _V)
-    _PyCapsule_SetName(cap, _USED_V)  # consumed by "C code"
-    deleter_addr = D.DLManagedTensorVersioned.from_address(p).deleter
+    _PyCapsule_SetName(cap, _USED_V)
+    return cap, p, D.DLManagedTensorVersioned.from_address(p).deleter, ref
+
+
+def test_deleter_called_from_a_thread_without_the_gil() -> None:
+    # What XLA's worker threads and C++ consumers do: call the deleter from C, GIL not held.
+    cap, p, deleter_addr, ref = _consumed_export()
     call = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
         ctypes.cast(deleter_addr, ctypes.c_void_p).value
     )  # a CFUNCTYPE call releases the GIL around the C call
@@ -615,16 +620,8 @@ def test_a_native_thread_releases_an_export_while_running(native_thread_lib: str
     # Outside exit, a thread without a Python thread state releases at once.
     lib = ctypes.CDLL(native_thread_lib)
     lib.call_later.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-    owner = Owner()
-    ref = weakref.ref(owner)
-    cap = C.make_capsule(
-        data=0, shape=(0,), strides=(1,), code=2, bits=32, device_type=1, device_id=0,
-        flags=0, owner=owner, versioned=True,
-    )  # fmt: skip
-    del owner
-    p = _PyCapsule_GetPointer(cap, _V)
-    _PyCapsule_SetName(cap, _USED_V)
-    lib.call_later(D.DLManagedTensorVersioned.from_address(p).deleter, p, 0)
+    cap, p, deleter_addr, ref = _consumed_export()
+    lib.call_later(deleter_addr, p, 0)
     deadline = time.monotonic() + 10
     while ref() is not None and time.monotonic() < deadline:
         time.sleep(0.001)  # lets the native thread take the GIL

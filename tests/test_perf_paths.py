@@ -530,47 +530,63 @@ class _FakeCudaProducer:
             versioned=max_version is not None)
 
 
+class _FakeGpu:
+    """A fake JAX CUDA backend and device, installed in adapters/jax.py: what the raw
+    import asks of them (backend name, hardware id) and what it hands jaxlib ends up
+    in ``seen``. The device names ``stream`` for external ready events."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, stream: int) -> None:
+        from hurray_bridge import _capsule
+        from hurray_bridge.adapters import jax as hj
+
+        self.seen: dict[str, Any] = {}
+        seen = self.seen
+
+        class Device:
+            def get_stream_for_external_ready_events(self) -> int:
+                return stream
+
+        self.device = device = Device()
+
+        class Backend:
+            def device_from_local_hardware_id(self, i: int) -> Any:
+                seen["hardware id"] = i
+                return device
+
+        backend = Backend()
+        real_get_backend = hj._xla_bridge.get_backend
+
+        def get_backend(name: str) -> Any:
+            if name != "cuda":
+                return real_get_backend(name)
+            seen["backend"] = name
+            return backend
+
+        def raw(capsule: Any, dev: Any, stream: Any, copy: Any, kind: int) -> str:
+            name = capsule if isinstance(capsule, str) else _capsule.capsule_name(capsule)
+            seen["raw"] = (name, dev, stream, copy, kind)
+            return "imported"
+
+        monkeypatch.setattr(hj._xla_bridge, "get_backend", get_backend)
+        monkeypatch.setattr(hj, "_RAW_IMPORT", raw)
+        monkeypatch.setattr(hj, "_raw_devices", {})
+
+
 @pytest.mark.skipif(not HAS_JAX, reason="needs jax")
 def test_jax_raw_import_on_a_gpu_makes_jaxs_own_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     # No GPU here: a fake backend and device record what the raw import asks. It must
     # make jnp.from_dlpack's calls with its arguments: the device's stream for external
     # ready events, that stream to the producer, then jaxlib with (capsule, device,
     # stream, copy=None, kDLCUDA).
-    from hurray_bridge import _capsule
     from hurray_bridge.adapters import jax as hj
 
-    seen: dict[str, Any] = {}
-
-    class Device:
-        def get_stream_for_external_ready_events(self) -> int:
-            return 1234
-
-    device = Device()
-
-    class Backend:
-        def device_from_local_hardware_id(self, i: int) -> Any:
-            seen["hardware id"] = i
-            return device
-
-    backend = Backend()
-
-    def get_backend(name: str) -> Any:
-        seen["backend"] = name
-        return backend
-
-    def raw(capsule: Any, dev: Any, stream: Any, copy: Any, kind: int) -> str:
-        seen["raw"] = (_capsule.capsule_name(capsule), dev, stream, copy, kind)
-        return "imported"
-
-    monkeypatch.setattr(hj._xla_bridge, "get_backend", get_backend)
-    monkeypatch.setattr(hj, "_RAW_IMPORT", raw)
-    monkeypatch.setattr(hj, "_raw_devices", {})
+    gpu = _FakeGpu(monkeypatch, stream=1234)
     producer = _FakeCudaProducer()
     t = hb.from_dlpack(producer)
     producer.streams.clear()
     assert hj._import(t) == "imported"
-    assert seen == {"backend": "cuda", "hardware id": 0,
-                    "raw": ("dltensor", device, 1234, None, 2)}
+    assert gpu.seen == {"backend": "cuda", "hardware id": 0,
+                        "raw": ("dltensor", gpu.device, 1234, None, 2)}
     assert producer.streams == [1234]  # the producer synchronised with JAX's stream
 
     # A device that cannot name its stream: the public API decides, as before.
@@ -579,7 +595,7 @@ def test_jax_raw_import_on_a_gpu_makes_jaxs_own_calls(monkeypatch: pytest.Monkey
     def no_stream() -> int:
         raise RuntimeError("UNIMPLEMENTED")
 
-    monkeypatch.setattr(device, "get_stream_for_external_ready_events", no_stream)
+    monkeypatch.setattr(gpu.device, "get_stream_for_external_ready_events", no_stream)
     monkeypatch.setattr(hj.jnp, "from_dlpack", lambda src: public.append(src) or "public")
     assert hj._import(t) == "public" and public == [t]
 
@@ -588,36 +604,15 @@ def test_jax_raw_import_on_a_gpu_makes_jaxs_own_calls(monkeypatch: pytest.Monkey
 def test_torch_to_jax_shortcut_on_a_gpu_makes_jaxs_own_calls(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The shortcut's CUDA branch, with a stand-in for a CUDA torch tensor (torch here
-    # has no CUDA) and the fake backend of the test above: JAX's stream for external
-    # ready events goes to torch's __dlpack__, then jaxlib gets (capsule, the device of
-    # the tensor's index, that stream, copy=None, kDLCUDA).
+    # has no CUDA) and the fake backend: JAX's stream for external ready events goes to
+    # torch's __dlpack__, then jaxlib gets (capsule, the device of the tensor's index,
+    # that stream, copy=None, kDLCUDA).
     import torch
 
     from hurray_bridge import _shortcuts
     from hurray_bridge.adapters import jax as hj
 
-    seen: dict[str, Any] = {}
-
-    class Device:
-        def get_stream_for_external_ready_events(self) -> int:
-            return 77
-
-    device = Device()
-
-    class Backend:
-        def device_from_local_hardware_id(self, i: int) -> Any:
-            seen["hardware id"] = i
-            return device
-
-    backend = Backend()
-    real_get_backend = hj._xla_bridge.get_backend
-
-    def get_backend(name: str) -> Any:
-        return backend if name == "cuda" else real_get_backend(name)
-
-    def raw(capsule: Any, dev: Any, stream: Any, copy: Any, kind: int) -> str:
-        seen["raw"] = (capsule, dev, stream, copy, kind)
-        return "imported"
+    gpu = _FakeGpu(monkeypatch, stream=77)
 
     class CudaTensor:  # what the shortcut asks of a torch.Tensor
         dtype = torch.float32
@@ -650,16 +645,14 @@ def test_torch_to_jax_shortcut_on_a_gpu_makes_jaxs_own_calls(
             self.streams.append(stream)
             return "capsule"
 
-    monkeypatch.setattr(hj._xla_bridge, "get_backend", get_backend)
-    monkeypatch.setattr(hj, "_RAW_IMPORT", raw)
-    monkeypatch.setattr(hj, "_raw_devices", {})
     fn = _shortcuts._makers("torch")["jax"](torch.Tensor)[0]
     for strides in ((3, 1), (1, 2)):  # row-major and transposed
         x = CudaTensor(strides)
         assert fn(x) == "imported"
-        assert seen == {"hardware id": 1, "raw": ("capsule", device, 77, None, 2)}
+        assert gpu.seen == {"backend": "cuda", "hardware id": 1,
+                            "raw": ("capsule", gpu.device, 77, None, 2)}
         assert x.streams == [77]  # torch ordered its work before JAX's stream
-        seen.clear()
+        gpu.seen.clear()
         monkeypatch.setattr(hj, "_raw_devices", {})
     # Strides JAX refuses: declined, so the full path refuses in its own words.
     x = CudaTensor((6, 2))
