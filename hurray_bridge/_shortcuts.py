@@ -134,52 +134,69 @@ def _torch_types() -> dict[str, Callable[[type], Entry | None]]:
     def jax(tp: type) -> Entry | None:
         if tp is not torch.Tensor:
             return None
+        from ._capsule import make_capsule
         from ._registry import get_adapter
+        from .tensor import _COMPACT, _compact
 
         hj = get_adapter("jax")
         ht = get_adapter("torch")
         if hj._RAW_IMPORT is None:
             return None
         # The types the full path hands to the raw import as they are: not the 64-bit
-        # ones (x64 decides), not float4 (the x2 container), none JAX lacks.
+        # ones (x64 decides), not float4 (the x2 container), none JAX lacks; by torch
+        # dtype, the DLPack (code, bits) of each.
         jax_types = hj._tables()[0]
-        types = frozenset(tdt for d, tdt in ht._TO_TORCH.items()
-                          if d in jax_types and d.bits >= 8 and d.name not in hj._X64)
+        codes = {tdt: d.dlpack for d, tdt in ht._TO_TORCH.items()
+                 if d in jax_types and d.bits >= 8 and d.name not in hj._X64}
         importable = hj._strides_importable
         align = hj._cpu_alignment()
         raw_device = hj._raw_device
         can_pin = ht._CAN_PIN
+        gpu_type = ht._GPU_TYPE  # kDLCUDA, or kDLROCM under a ROCm torch
         max_rank = ht.MAX_RANK
 
         def torch_to_jax(x: Any) -> Any:
             # jnp.from_dlpack's own calls, as the full path makes them (adapters/jax.py
-            # _import), with torch's capsule. The full path detaches requires_grad
-            # tensors (torch's export refuses them), materialises conj/neg bits (it
-            # exports them raw), copies CPU memory that is misaligned or strided in a way
-            # JAX refuses, and takes the public API for pinned memory: all declined here.
+            # _import). The full path detaches requires_grad tensors (torch's export
+            # refuses them), materialises conj/neg bits (it exports them raw), copies CPU
+            # memory that is misaligned or strided in a way JAX refuses, and takes the
+            # public API for pinned memory: all declined here.
             raw = hj._RAW_IMPORT  # None once a jaxlib refused its private signature
-            if (raw is None or x.dtype not in types or x.requires_grad or x.is_neg()
-                    or x.is_conj() or x.ndim > max_rank):
+            code = codes.get(x.dtype)
+            if (raw is None or code is None or x.requires_grad or x.is_neg() or x.is_conj()
+                    or x.ndim > max_rank):
                 return NotImplemented
             if x.is_cpu:
                 if can_pin and x.is_pinned():
                     return NotImplemented
-                kind, stream = 1, None
-                if x.numel() and (x.data_ptr() % align
-                                  or not (x.is_contiguous()
-                                          or importable(tuple(x.shape), x.stride()))):
+                shape = tuple(x.shape)
+                if x.is_contiguous():
+                    # Compact strides, as the full path exports: torch's own may differ
+                    # on size-1 dimensions, and JAX would then pick another layout.
+                    strides = _COMPACT.get(shape) or _compact(shape)
+                else:
+                    strides = x.stride()
+                    if not importable(shape, strides):
+                        return NotImplemented
+                data = x.data_ptr()
+                if data % align and x.numel():
                     return NotImplemented
-                device = raw_device(1, 0)
-            elif x.is_cuda:
+                # Our capsule, not torch's: its deleter never asks for the GIL while the
+                # interpreter exits (torch's does for memory Python owns, from_numpy's),
+                # which an XLA thread releasing it then would turn into an abort.
+                capsule = make_capsule(data=data, shape=shape, strides=strides, code=code[0],
+                                       bits=code[1], device_type=1, device_id=0, flags=0,
+                                       owner=x, versioned=False)
+                return raw(capsule, raw_device(1, 0), None, None, 1)
+            if x.is_cuda:
                 if not (x.is_contiguous() or importable(tuple(x.shape), x.stride())):
                     return NotImplemented  # the full path's refusal, in its words
-                kind = 2
-                device = raw_device(2, x.get_device())
-                # The producer orders its pending work before JAX's stream (DLPack).
+                device = raw_device(gpu_type, x.get_device())
+                # The producer orders its pending work before JAX's stream (DLPack). Its
+                # capsule, as the full path forwards: torch synchronises.
                 stream = device.get_stream_for_external_ready_events()
-            else:
-                return NotImplemented
-            return raw(x.__dlpack__(stream=stream), device, stream, None, kind)
+                return raw(x.__dlpack__(stream=stream), device, stream, None, gpu_type)
+            return NotImplemented
 
         return entry(torch_to_jax)
 

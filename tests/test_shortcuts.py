@@ -191,6 +191,12 @@ CASES: list[tuple[str, Callable[[], Any], str, bool]] = [
         ("torch empty", lambda: torch.empty(0), True),
         ("torch empty 3-D", lambda: torch.empty(3, 0, 5), True),
         ("torch size-1 dim", lambda: _torch_aligned(torch.float32, (3, 1)).T, True),
+        # contiguous, with torch's own strides on the size-1 dimension: JAX must get
+        # compact ones (another layout otherwise, which memoryview then refuses)
+        ("torch column vector", lambda: _torch_aligned(torch.float32, (1, 3)).T, True),
+        ("torch HWC -> CHW, C=1", lambda: _torch_aligned(torch.float32, (4, 5, 1))
+         .permute(2, 0, 1), True),
+        ("torch from_numpy", lambda: torch.from_numpy(_np(shape=(2, 3))), True),
         ("torch bool", lambda: _torch_aligned(torch.bool, (5,)), True),
         ("torch u8", lambda: _torch_aligned(torch.uint8, (5,)), True),
         ("torch u16", lambda: _torch_aligned(torch.uint16, (5,)), True),
