@@ -25,6 +25,7 @@
 #ifdef _WIN32
 #include <windows.h>
 #else
+#include <pthread.h>
 #include <time.h>
 #endif
 
@@ -333,6 +334,22 @@ drop_export(void *managed)
 static atomic_int exiting = 0;
 static atomic_int in_flight = 0;
 
+/* Whether this thread holds the GIL. Not PyGILState_Check(): it answers 1 on every
+ * thread once a subinterpreter has been created, and after Py_Finalize on 3.10/3.11. */
+static int
+holds_gil(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked() != NULL;  /* this thread's attached state */
+#elif PY_VERSION_HEX >= 0x030C0000
+    return _PyThreadState_UncheckedGet() != NULL;  /* thread-local since 3.12 */
+#else
+    /* The state holding the GIL, process-wide: ours only if it is this thread's. */
+    PyThreadState *current = _PyThreadState_UncheckedGet();
+    return current != NULL && current == PyGILState_GetThisThreadState();
+#endif
+}
+
 /* void (*deleter)(DLManagedTensor[Versioned] *self): any thread, GIL or not. */
 static void
 export_deleter(void *managed)
@@ -341,7 +358,7 @@ export_deleter(void *managed)
         return;
     }
     atomic_fetch_add(&in_flight, 1);
-    if (atomic_load(&exiting) && !PyGILState_Check()) {
+    if (atomic_load(&exiting) && !holds_gil()) {
         atomic_fetch_sub(&in_flight, 1);
         return;
     }
@@ -352,6 +369,18 @@ export_deleter(void *managed)
     PyErr_Restore(type, value, tb);
     PyGILState_Release(gil);
     atomic_fetch_sub(&in_flight, 1);
+}
+
+static double
+monotonic_ms(void)
+{
+#ifdef _WIN32
+    return (double)GetTickCount64();
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+#endif
 }
 
 static void
@@ -376,12 +405,23 @@ stop_foreign_releases(PyObject *module, PyObject *arg)
     atomic_store(&exiting, 1);
     int left;
     Py_BEGIN_ALLOW_THREADS
-    for (long waited = 0; (left = atomic_load(&in_flight)) > 0 && waited < timeout_ms; waited++) {
+    double deadline = monotonic_ms() + (double)timeout_ms;
+    while ((left = atomic_load(&in_flight)) > 0 && monotonic_ms() < deadline) {
         sleep_1ms();
     }
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(left);
 }
+
+#ifndef _WIN32
+/* A child forked while another thread was inside the deleter inherits its count, but
+ * not the thread: without this its exit would wait out the whole timeout. */
+static void
+forget_in_flight(void)
+{
+    atomic_store(&in_flight, 0);
+}
+#endif
 
 /* A capsule still under our fresh name was never consumed: its deleter is ours to run. */
 static void
@@ -415,6 +455,13 @@ capsule_hooks(PyObject *module, PyObject *args)
     if (names == NULL) {
         return NULL;
     }
+#ifndef _WIN32
+    if (pthread_atfork(NULL, NULL, forget_in_flight) != 0) {
+        Py_CLEAR(names);
+        PyErr_SetString(PyExc_RuntimeError, "capsule_hooks: pthread_atfork failed");
+        return NULL;
+    }
+#endif
     Py_INCREF(table);
     exports = table;
     name_v = PyBytes_AS_STRING(v);

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import subprocess
 import sys
 import textwrap
@@ -576,9 +577,32 @@ _EXIT_SCRIPT = textwrap.dedent("""
     class SlowTeardown:  # finalisation hands the GIL around while this sleeps
         def __del__(self, sleep=time.sleep):
             sleep(1.0)
-    slow = SlowTeardown()
-    if sys.argv[2] == "late":
+    if sys.argv[2] != "fork while waiting":
+        slow = SlowTeardown()
+    if sys.argv[2] == "late, after a subinterpreter":
+        # One subinterpreter, ever, makes PyGILState_Check() answer 1 on every thread.
+        try:
+            import _interpreters as si  # 3.13+
+        except ImportError:
+            import _xxsubinterpreters as si
+        si.destroy(si.create())
+    if sys.argv[2].startswith("late"):
         lib.call_later(deleter, p, 300)  # called while the interpreter finalises
+    elif sys.argv[2] == "fork while waiting":
+        # A child forked while a thread waits inside the deleter inherits the count of
+        # calls in flight, not the thread: its exit must not wait for it.
+        import os
+        sys.setswitchinterval(30)
+        lib.call_later(deleter, p, 50)
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:
+            pass
+        t0 = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        os.waitpid(pid, 0)
+        print(f"child exit took {time.perf_counter() - t0:.2f} s", flush=True)
     else:
         # "waiting": the call starts while this thread holds the GIL and is still
         # waiting for it when the interpreter begins to exit.
@@ -598,7 +622,8 @@ _EXIT_SCRIPT = textwrap.dedent("""
     "a thread that does so during finalisation; inside XLA's noexcept destructors that is "
     "std::terminate (hurray_bridge._speedups, when built, lifts this)",
 )
-@pytest.mark.parametrize("when", ["late", "waiting"])
+@pytest.mark.parametrize("when", ["late", "waiting", "late, after a subinterpreter",
+                                  "fork while waiting"])
 def test_a_native_thread_releasing_an_export_at_exit_does_not_abort(
     native_thread_lib: str, when: str
 ) -> None:
@@ -606,14 +631,21 @@ def test_a_native_thread_releasing_an_export_at_exit_does_not_abort(
     # then exit: ~60% of runs aborted with "terminate called without an active
     # exception"). The deleter must neither take the GIL during finalisation ("late":
     # the export is left to the exiting process) nor be caught waiting for it when
-    # finalisation starts ("waiting": the exit hook lets it finish first).
+    # finalisation starts ("waiting": the exit hook lets it finish first), also once a
+    # subinterpreter existed; and a forked child must not wait for its parent's call.
+    if when == "fork while waiting" and not hasattr(os, "fork"):
+        pytest.skip("os.fork is not available on this platform")
     deleters = "compiled" if C.COMPILED_DELETERS else "ctypes"
     out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, native_thread_lib, when, deleters],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "exiting" in out.stdout and "terminate" not in out.stderr
     # "waiting" was released by the exit hook; "late" had not been called yet then.
-    assert f"left at exit: {1 if when == 'late' else 0}" in out.stdout, out.stdout
+    late = when.startswith("late")
+    assert f"left at exit: {1 if late else 0}" in out.stdout, out.stdout
+    if when == "fork while waiting":
+        took = float(out.stdout.split("child exit took ")[1].split()[0])
+        assert took < 1.5, out.stdout  # the exit hook waits up to 2 s for calls in flight
 
 
 def test_a_native_thread_releases_an_export_while_running(native_thread_lib: str) -> None:
