@@ -465,8 +465,10 @@ def _home_device(dev: Device) -> Any:
         # The raw import's cached lookup: a tenth of jax.local_devices, per hand-off.
         try:
             return _raw_device(dev.type, dev.id)
-        except RuntimeError:
-            pass  # no such backend or device: the search below says which
+        except Exception:
+            # No such backend or device, or an id jaxlib cannot take (a TypeError):
+            # the search below says which, in our words.
+            pass
     for d in _backend_devices(platform):
         if d.local_hardware_id == dev.id:
             return d
