@@ -185,7 +185,8 @@ def test_numpy_producer(max_version: tuple[int, int] | None) -> None:
     assert v.versioned is (max_version is not None)
     assert v.data == a.ctypes.data
     assert v.shape == (3, 4)
-    assert v.strides == (4, 1)
+    # NumPy 2.2 and 2.3 export compact arrays with NULL strides (DLPack: row-major).
+    assert v.strides in ((4, 1), None)
     assert (v.code, v.bits, v.lanes) == (hbd.DLPACK_CODE.kDLFloat, 32, 1)
     assert (v.device_type, v.device_id) == (D.DLDeviceType.kDLCPU, 0)
     assert v.flags == 0
@@ -319,7 +320,7 @@ def test_rank_64() -> None:
     a = np.ones((1,) * 64, dtype=np.float32)
     v = C.consume_capsule(a.__dlpack__(max_version=(1, 3)))
     assert v.shape == (1,) * 64
-    assert v.strides is not None and len(v.strides) == 64
+    assert v.strides is None or len(v.strides) == 64  # NULL: NumPy 2.2 and 2.3
     assert v.data == a.ctypes.data
 
 
