@@ -44,7 +44,8 @@ def profile_pair(src: str, target: str, x: Any, top: int = 8) -> str:
     general = hb.convert.general  # type: ignore[attr-defined]
     hb.convert(x, target)  # the full path runs once and learns the pair
     entry = _shortcuts.TABLE.get(type(x), {}).get(target)
-    how = f"shortcut {getattr(entry[0], '__qualname__', entry[0])}" if entry else "full path"
+    served = entry is not None and _shortcuts.serves(x, target)
+    how = f"shortcut {getattr(entry[0], '__qualname__', entry[0])}" if served else "full path"
     total = measure("convert", lambda: hb.convert(x, target), repeat=9).median_us
     full = measure("general", lambda: general(x, target), repeat=9).median_us
     to_us = measure("to", lambda: to_a.to_hurray(x), repeat=9).median_us

@@ -36,14 +36,6 @@ def _answer(J: Any, convert: Any, x: Any) -> tuple[Any, ...]:
         return ("error", type(exc), str(exc))
 
 
-def _front() -> tuple[Any, list[Any]]:
-    """A shortcut front over the full path that records every call falling through."""
-    general = hb.convert.general  # type: ignore[attr-defined]
-    fell_through: list[Any] = []
-    return _shortcuts.front(lambda *a, **k: fell_through.append(a) or general(*a, **k)), \
-        fell_through
-
-
 def _torch_jax_entry() -> Any:
     import torch
 
@@ -63,21 +55,20 @@ def test_torch_to_jax_shortcut_matches_the_full_path(fws: Any, dtype: hb.DType,
     expected = _answer(J, hb.convert.general, x)  # type: ignore[attr-defined]
     if expected[0] == "ok":
         assert _torch_jax_entry() is not None, "the full path did not learn torch -> jax"
-    front, fell_through = _front()
-    assert _answer(J, front, x) == expected
+    assert _answer(J, hb.convert, x) == expected
     # Served: compact and permuted layouts of the 8-to-32-bit types. Declined: views JAX
     # refuses ("step": the full path's refusal) and the 64-bit types.
     should_serve = dtype.name not in _X64 and view != "step"
-    assert (not fell_through) is should_serve, (
-        f"{dtype.name} {layout}: shortcut served={not fell_through}, expected {should_serve}")
+    served = _shortcuts.serves(x, "jax")
+    assert served is should_serve, (
+        f"{dtype.name} {layout}: shortcut served={served}, expected {should_serve}")
 
 
 def test_torch_to_jax_shortcut_declines_requires_grad(fws: Any, torch: Any) -> None:
     T, J = fws("torch"), fws("jax")
     x = torch.arange(64, dtype=torch.float32, device="cuda:0").requires_grad_()
     hb.convert.general(x.detach(), "jax")  # type: ignore[attr-defined]  # learn the pair
-    front, fell_through = _front()
-    y = front(x, "jax")
-    assert fell_through, "torch's export refuses requires_grad: the full path detaches"
+    assert not _shortcuts.serves(x, "jax"), "torch's export refuses requires_grad"
+    y = hb.convert(x, "jax")  # the full path detaches
     assert J.ptr(y) == T.ptr(x)
     assert np.array_equal(np.asarray(y), np.arange(64, dtype=np.float32))

@@ -40,7 +40,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["TABLE", "Entry", "clear", "compiled", "entry", "front", "learn"]
+__all__ = ["TABLE", "Entry", "clear", "compiled", "entry", "front", "learn", "serves"]
 
 Entry = tuple[Any, ...]  # (fn, attr, value, kwnames, kwvalues, nonempty)
 # type(x) -> target name as passed (aliases included) -> entry, or None once a pair
@@ -377,6 +377,30 @@ def front(general: Callable[..., Any], *, use_compiled: bool = True) -> Callable
     functools.update_wrapper(out, general)  # name, docstring, signature (__wrapped__)
     _FRONTS.append(out)
     return out
+
+
+class _Declined(Exception):
+    pass
+
+
+def _declined(*args: Any, **kwargs: Any) -> Any:
+    raise _Declined
+
+
+def serves(obj: Any, to: str) -> bool:
+    """Whether ``hb.convert(obj, to)`` is answered by a learned shortcut now.
+
+    Makes the call once through the same kind of front as ``hb.convert``, whose full
+    path only reports that it was reached: a table entry alone does not say it, as a
+    shortcut declines some inputs and falls back on any error.
+    """
+    probe = (_Dispatcher(_declined, TABLE) if _Dispatcher is not None
+             else _python_front(_declined, TABLE))
+    try:
+        probe(obj, to)
+    except _Declined:
+        return False
+    return True
 
 
 def clear() -> None:

@@ -575,3 +575,14 @@ def test_warnings_as_errors_reach_the_caller_through_either_path() -> None:
     with pytest.warns(UserWarning, match="read-only memory") as rec:
         hb.convert(x, "torch")
     assert rec[0].filename == __file__  # the caller's line, not the library's
+
+
+def test_serves_tells_a_served_call_from_a_declined_one() -> None:
+    _shortcuts.clear()
+    x = _np()
+    assert not _shortcuts.serves(x, "torch")  # nothing learned yet
+    hb.convert(x, "torch")
+    assert _shortcuts.serves(x, "torch")
+    # The entry exists for np.ndarray, but read-only arrays are declined.
+    assert not _shortcuts.serves(_readonly(_np()), "torch")
+    assert not _shortcuts.serves(x, "jax")  # learned as "no shortcut"
