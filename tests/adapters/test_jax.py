@@ -479,10 +479,11 @@ def test_unaligned_buffer_copies() -> None:
     a[:] = np.arange(n, dtype=np.float32)
     assert a.ctypes.data % 64
     t = hnp.to_hurray(a)
-    with pytest.warns(hb.CopyWarning, match=r"pointer % 64 = \d+"):
+    with pytest.warns(hb.CopyWarning, match="not 64-byte aligned") as caught:
         y = hj.from_hurray(t)
+    assert "0x" not in str(caught[0].message)  # an address would defeat the warning filter
     assert _ptr(y) != t.data_ptr and np.array_equal(np.asarray(y), a)
-    with pytest.raises(hb.CopyRequiredError, match="not 64-byte aligned"):
+    with pytest.raises(hb.CopyRequiredError, match=r"not 64-byte aligned.*pointer % 64 = \d+"):
         hj.from_hurray(t, copy=False)
 
 
