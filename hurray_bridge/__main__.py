@@ -14,21 +14,33 @@ __all__ = ["main"]
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
     from .dtypes import dtype_from_name
-    from .matrix import available_frameworks, cells_as_dicts, format_report, run_matrix
+    from .matrix import available_frameworks, build_report, format_report
 
-    frameworks = args.frameworks or available_frameworks()
+    frameworks = list(dict.fromkeys(args.frameworks or available_frameworks()))
     if not frameworks:
-        print("no supported framework is installed; pip install 'hurray-bridge[all]'",
-              file=sys.stderr)
+        print("hurray: error: no supported framework is installed; "
+              "pip install 'hurray-bridge[all]'", file=sys.stderr)
         return 2
     dtypes = [dtype_from_name(d) for d in args.dtypes] if args.dtypes else None
-    print(f"frameworks: {', '.join(frameworks)}", flush=True)
-    cells = run_matrix(frameworks, dtypes, n=args.size, repeat=args.repeat)
-    print(format_report(cells))
+    if sys.stderr.isatty():  # the run takes seconds: say what it is doing
+        print(f"hurray matrix: measuring {', '.join(frameworks)}...", file=sys.stderr, flush=True)
+    report = build_report(frameworks, dtypes, n=args.size, repeat=args.repeat)
+    print(format_report(report, args.format))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(cells_as_dicts(cells), f, indent=1)
-    return 1 if any(c.outcome == "wrong" for c in cells) else 0
+            f.write(format_report(report, "json") + "\n")
+    return 1 if any(c.outcome == "wrong" for c in report.cells) else 0
+
+
+def _at_least_one(text: str) -> int:
+    """An argparse type: a whole number >= 1 (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 # ------------------------------------------------------------ files: helpers
@@ -360,31 +372,65 @@ def _add_check_command(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from ._registry import ADAPTERS
+    from .matrix import FORMATS
+
     p = argparse.ArgumentParser(prog="hurray", description="Hurray tensor interchange tools.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("matrix", help="compatibility report across the installed frameworks",
                        description="Hand one tensor per element type across every pair of "
                                    "installed frameworks and report zero-copy, copies and "
                                    "refusals with their reasons and timings.")
-    m.add_argument("--frameworks", nargs="+", metavar="NAME",
-                   help="subset of numpy torch jax arrow cupy (default: all installed)")
+    m.add_argument("--frameworks", nargs="+", metavar="NAME", choices=tuple(ADAPTERS),
+                   help=f"a subset of {' '.join(ADAPTERS)} (default: the installed CPU ones)")
     m.add_argument("--dtypes", nargs="+", metavar="DTYPE", help="element types (default: all)")
-    m.add_argument("--size", type=int, default=1024, help="elements per sample tensor")
-    m.add_argument("--repeat", type=int, default=15, help="timed repetitions per cell")
-    m.add_argument("--json", metavar="FILE", help="also write the cells as JSON")
+    m.add_argument("--size", type=_at_least_one, default=1024,
+                   help="elements per sample tensor (>= 1; default 1024)")
+    m.add_argument("--repeat", type=_at_least_one, default=15,
+                   help="timed calls per cell, of which the median is reported (>= 1; default 15)")
+    m.add_argument("--format", choices=FORMATS, default="text",
+                   help="text (fits 100 columns), markdown, json (every cell, versions and "
+                        "settings) or html (a self-contained page with a colour grid)")
+    m.add_argument("--json", metavar="FILE", help="also write the JSON form to FILE")
     m.set_defaults(func=_cmd_matrix)
     _add_file_commands(sub)
     _add_check_command(sub)
     return p
 
 
+# The exit status after the reader of our output went away (``hurray matrix | head``):
+# 128 + SIGPIPE, what a shell reports for a Unix tool that the broken pipe stopped.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
-    except HurrayError as exc:
-        print(f"hurray: error: {exc}", file=sys.stderr)
-        return 2
+        try:
+            args = build_parser().parse_args(argv)
+            status = int(args.func(args))
+        except HurrayError as exc:
+            print(f"hurray: error: {exc}", file=sys.stderr)
+            status = 2
+        except SystemExit:  # --help, --version and usage errors print too
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # a closed pipe shows here, not at exit where it cannot be caught
+    except BrokenPipeError:
+        # Python's documented recipe (the signal module's notes on SIGPIPE): point stdout
+        # at devnull so the interpreter's final flush does not raise again, and end quietly.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout without a file descriptor (a test's capture)
+            pass
+        finally:
+            os.close(devnull)
+        return EXIT_BROKEN_PIPE
+    return status
 
 
 if __name__ == "__main__":

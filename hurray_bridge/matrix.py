@@ -5,25 +5,54 @@ made in the source framework and handed to the target with ``hb.convert``.
 Each cell records what really happened — zero-copy (the target's data
 pointer is the source's), a copy (and the bridge's stated reason), or a
 refusal (and the error) — and the median hand-off time.
+
+The report is the same every run on one installation: the bridge's and the
+frameworks' own allocations are 64-byte aligned, and a NumPy source (whose
+allocator gives 16-byte alignment, so its address is luck) is measured twice,
+once 64-byte aligned and once 16 bytes off. A cell whose outcome differs
+between the two says so ("zero-copy if aligned") instead of reporting
+whichever the allocator happened to give. Only the timings vary.
 """
 
 from __future__ import annotations
 
+import html
 import importlib.util
+import json
+import platform
+import re
+import sys
+import textwrap
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ._registry import ADAPTERS, CopyWarning, asarray, convert, get_adapter
 from .dtypes import DType, all_dtypes
-from .errors import HurrayError
+from .errors import BackendNotAvailableError, FormatError, HurrayError, UnsupportedError
 from .tensor import canonical_bytes
 
-__all__ = ["Cell", "available_frameworks", "format_report", "run_matrix"]
+__all__ = ["FORMATS", "Cell", "Report", "available_frameworks", "build_report",
+           "cells_as_dicts", "format_report", "reason_groups", "run_matrix"]
 
 CPU_TARGETS = ("numpy", "torch", "jax", "arrow")
+FORMATS = ("text", "markdown", "json", "html")
+WIDTH = 100  # text and markdown lines fit this many columns
+ALIGNED = 64  # what the bridge allocates, and what JAX needs to alias CPU memory
+UNALIGNED_OFFSET = 16  # NumPy's own alignment: aligned for every element, not for JAX
+
+# outcome -> (mark, meaning); the order is the report's.
+OUTCOMES: dict[str, tuple[str, str]] = {
+    "zero-copy": ("Z", "zero-copy"),
+    "zero-copy if aligned": ("A", f"zero-copy when the source is {ALIGNED}-byte aligned, "
+                                  "else a copy"),
+    "copy": ("C", "copy"),
+    "refused": ("-", "refused"),
+    "wrong": ("!", "WRONG values (a bug)"),
+    "n/a": (".", "the source framework cannot hold the type"),
+}
 
 
 @dataclass
@@ -31,9 +60,24 @@ class Cell:
     source: str
     target: str
     dtype: str
-    outcome: str  # "zero-copy", "copy", "refused", "wrong" (values differ: a bug)
-    detail: str = ""
-    microseconds: float | None = None
+    outcome: str  # a key of OUTCOMES
+    detail: str = ""  # the copy reason or the error ("zero-copy if aligned": the copy's)
+    microseconds: float | None = None  # median hand-off time (aligned source)
+    unaligned_microseconds: float | None = None  # the same, 16 bytes off (when it differs)
+
+
+@dataclass
+class Report:
+    cells: list[Cell]
+    versions: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        counts = {k: sum(c.outcome == k for c in self.cells) for k in OUTCOMES}
+        return {"report": "hurray matrix", "versions": self.versions,
+                "settings": self.settings, "outcomes": {k: v[1] for k, v in OUTCOMES.items()},
+                "totals": counts, "reasons": reason_groups(self.cells),
+                "cells": cells_as_dicts(self.cells)}
 
 
 def available_frameworks(candidates: Sequence[str] = CPU_TARGETS) -> list[str]:
@@ -68,6 +112,16 @@ def _sample(dtype: DType, n: int) -> Any:
     return raw.astype(nd)
 
 
+def _placed(a: Any, offset: int) -> Any:
+    """A copy of NumPy array ``a`` at exactly ``offset`` bytes past a 64-byte boundary."""
+    from .sparse import aligned_zeros
+
+    raw = aligned_zeros((a.nbytes + ALIGNED,), "uint8")
+    out = raw[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
 def _logical_bytes(obj: Any) -> bytes:
     """The values of ``obj``, comparable across packed/padded forms (b"" off the host)."""
     t = asarray(obj)
@@ -84,15 +138,8 @@ def _measure(fn: Any, repeat: int) -> float:
     return times[len(times) // 2] * 1e6
 
 
-def _cell(src: str, dst: str, dtype: DType, n: int, repeat: int) -> Cell:
-    try:
-        base = _sample(dtype, n)
-        x = convert(base, src, copy=True) if src != "numpy" or dtype.bits == 1 else base
-    except (HurrayError, TypeError, ValueError) as exc:
-        return Cell(src, dst, dtype.name, "n/a", f"{src} cannot hold it: {exc}")
-    held = asarray(x).dtype
-    if held != dtype:
-        return Cell(src, dst, dtype.name, "n/a", f"{src} holds it as {held.name}")
+def _probe(x: Any, dst: str, repeat: int) -> tuple[str, str, float | None]:
+    """(outcome, detail, median microseconds) of handing ``x`` to ``dst``."""
     try:
         before = asarray(x).data_ptr
         with warnings.catch_warnings(record=True) as caught:
@@ -101,18 +148,58 @@ def _cell(src: str, dst: str, dtype: DType, n: int, repeat: int) -> Cell:
         copy_reasons = [str(w.message) for w in caught if issubclass(w.category, CopyWarning)]
         after = asarray(y).data_ptr
     except HurrayError as exc:
-        return Cell(src, dst, dtype.name, "refused", f"{type(exc).__name__}: {exc}")
+        return "refused", f"{type(exc).__name__}: {exc}", None
     except Exception as exc:  # a framework's own error: report it, it is a gap to look at
-        return Cell(src, dst, dtype.name, "refused", f"{type(exc).__name__} from framework: {exc}")
+        return "refused", f"{type(exc).__name__} from framework: {exc}", None
     if _logical_bytes(x) != _logical_bytes(y):
-        return Cell(src, dst, dtype.name, "wrong", "values differ after the hand-off")
+        return "wrong", "values differ after the hand-off", None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CopyWarning)
         us = _measure(lambda: convert(x, dst), repeat)
-    if before == after and n:
-        return Cell(src, dst, dtype.name, "zero-copy", "", us)
-    reason = "; ".join(copy_reasons) or "the target framework copied"
-    return Cell(src, dst, dtype.name, "copy", reason, us)
+    if before == after:
+        return "zero-copy", "", us
+    return "copy", "; ".join(dict.fromkeys(copy_reasons)) or "the target framework copied", us
+
+
+def _cell(src: str, dst: str, dtype: DType, n: int, repeat: int) -> Cell:
+    placed = src == "numpy" and dtype.bits != 1
+    try:
+        base = _sample(dtype, n)
+        x = _placed(base, 0) if placed else convert(base, src, copy=True)
+    except (HurrayError, TypeError, ValueError) as exc:
+        return Cell(src, dst, dtype.name, "n/a", f"{src} cannot hold it: {exc}")
+    held = asarray(x).dtype
+    if held != dtype:
+        return Cell(src, dst, dtype.name, "n/a", f"{src} holds it as {held.name}")
+    outcome, detail, us = _probe(x, dst, repeat)
+    if not placed:
+        return Cell(src, dst, dtype.name, outcome, detail, us)
+    # NumPy's allocator places arrays at 16-byte alignment: try that placement too.
+    off_outcome, off_detail, off_us = _probe(_placed(base, UNALIGNED_OFFSET), dst, repeat)
+    if (off_outcome, off_detail) == (outcome, detail):
+        return Cell(src, dst, dtype.name, outcome, detail, us)
+    if "wrong" in (outcome, off_outcome):
+        which = "aligned" if outcome == "wrong" else f"{UNALIGNED_OFFSET} bytes off alignment"
+        return Cell(src, dst, dtype.name, "wrong", f"values differ after the hand-off ({which})")
+    if outcome == "zero-copy" and off_outcome == "copy":
+        return Cell(src, dst, dtype.name, "zero-copy if aligned", off_detail, us, off_us)
+    return Cell(src, dst, dtype.name, outcome,
+                f"{detail or outcome} when {ALIGNED}-byte aligned; {off_outcome} "
+                f"({off_detail}) when {UNALIGNED_OFFSET} bytes off", us, off_us)
+
+
+def _check_args(names: Sequence[str], n: int, repeat: int) -> None:
+    unknown = [f for f in names if f not in ADAPTERS]
+    if unknown:
+        raise UnsupportedError(f"frameworks: unknown {', '.join(map(repr, unknown))}; the "
+                               f"frameworks are {', '.join(ADAPTERS)}")
+    for f in names:
+        if importlib.util.find_spec(ADAPTERS[f].framework) is None:
+            raise BackendNotAvailableError(ADAPTERS[f].framework, ADAPTERS[f].extra,
+                                           f"the report was asked for {f}")
+    for what, value in (("size", n), ("repeat", repeat)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise FormatError(f"must be a whole number >= 1, got {value!r}", field=what)
 
 
 def run_matrix(
@@ -121,10 +208,15 @@ def run_matrix(
     n: int = 1024,
     repeat: int = 15,
 ) -> list[Cell]:
-    """Hand one tensor per dtype across every ordered pair of ``frameworks``."""
-    names = list(frameworks) if frameworks is not None else available_frameworks()
-    if "numpy" not in names and importlib.util.find_spec("numpy") is None:
-        raise HurrayError("the compatibility report needs NumPy to build its sample tensors")
+    """Hand one tensor per dtype across every ordered pair of ``frameworks``.
+
+    ``n`` elements per tensor (>= 1), ``repeat`` timed calls per cell (>= 1).
+    """
+    names = list(dict.fromkeys(frameworks)) if frameworks is not None else available_frameworks()
+    _check_args(names, n, repeat)
+    if importlib.util.find_spec("numpy") is None:
+        raise BackendNotAvailableError("numpy", "numpy",
+                                       "the compatibility report builds its samples with it")
     cells = []
     for dtype in dtypes or all_dtypes():
         for src in names:
@@ -133,38 +225,357 @@ def run_matrix(
     return cells
 
 
-_MARK = {"zero-copy": "Z", "copy": "C", "refused": "-", "wrong": "!", "n/a": "."}
+def _versions(names: Sequence[str]) -> dict[str, str]:
+    from importlib import metadata
+
+    from . import __version__
+
+    out = {"hurray-bridge": __version__, "python": platform.python_version()}
+    mods = [ADAPTERS[f].framework for f in names]
+    if "numpy" in mods:
+        mods.insert(mods.index("numpy") + 1, "ml_dtypes")  # NumPy's bfloat16, float8, int4
+    if "jax" in mods:
+        mods.insert(mods.index("jax") + 1, "jaxlib")
+    for mod in mods:
+        version = getattr(sys.modules.get(mod), "__version__", None)
+        if not isinstance(version, str):
+            try:
+                version = metadata.version(mod)
+            except metadata.PackageNotFoundError:
+                continue
+        out[mod] = version
+    return out
 
 
-def format_report(cells: Sequence[Cell]) -> str:
-    """A table per dtype and pair, then the reasons for every copy and refusal."""
-    pairs = sorted({(c.source, c.target) for c in cells}, key=lambda p: (p[0], p[1]))
-    dtypes = list(dict.fromkeys(c.dtype for c in cells))
-    by = {(c.source, c.target, c.dtype): c for c in cells}
-    heads = [f"{s[:5]}>{t[:5]}" for s, t in pairs]
-    width = max(len(h) for h in heads) if heads else 8
-    lines = [
-        "Hand-off matrix (Z zero-copy, C copy, - refused, . source cannot hold it, ! WRONG)",
-        "",
-    ]
-    lines.append(f"{'dtype':<16}" + " ".join(h.rjust(width) for h in heads))
-    for d in dtypes:
-        row = [_MARK[by[(s, t, d)].outcome] for s, t in pairs]
-        lines.append(f"{d:<16}" + " ".join(m.rjust(width) for m in row))
-    timed = [c for c in cells if c.microseconds is not None and c.dtype == "float32"]
-    if timed:
-        lines += ["", "Hand-off time, float32 x 1024 (median microseconds):"]
-        for c in timed:
-            lines.append(f"  {c.source:>6} -> {c.target:<6} {c.microseconds:8.1f} us  {c.outcome}")
-    notes = [c for c in cells if c.outcome in ("copy", "refused", "wrong")]
-    if notes:
-        lines += ["", "Why (copies and refusals):"]
-        for c in notes:
-            lines.append(f"  {c.source} -> {c.target} {c.dtype}: {c.outcome}: {c.detail}")
-    counts = {k: sum(c.outcome == k for c in cells) for k in _MARK}
-    lines += ["", "Totals: " + ", ".join(f"{k} {v}" for k, v in counts.items())]
-    return "\n".join(lines)
+def build_report(
+    frameworks: Sequence[str] | None = None,
+    dtypes: Sequence[DType] | None = None,
+    n: int = 1024,
+    repeat: int = 15,
+) -> Report:
+    """:func:`run_matrix`, with the versions and settings the cells depend on."""
+    names = list(dict.fromkeys(frameworks)) if frameworks is not None else available_frameworks()
+    cells = run_matrix(names, dtypes, n, repeat)
+    from . import _shortcuts
+
+    jax = sys.modules.get("jax") if "jax" in names else None
+    settings: dict[str, Any] = {
+        "frameworks": names,
+        "size": n,
+        "repeat": repeat,
+        "timing": f"median of {repeat} calls after one untimed call, in microseconds",
+        "numpy_source_alignment": f"measured {ALIGNED}-byte aligned and again "
+                                  f"{UNALIGNED_OFFSET} bytes off (NumPy itself aligns arrays "
+                                  f"to {UNALIGNED_OFFSET} bytes)",
+        "jax_enable_x64": bool(jax.config.read("jax_enable_x64")) if jax is not None else None,
+        "compiled_speedups": bool(_shortcuts.compiled),
+        "platform": f"{platform.system()} {platform.machine()}",
+    }
+    return Report(cells, _versions(names), settings)
 
 
 def cells_as_dicts(cells: Sequence[Cell]) -> list[dict[str, Any]]:
     return [asdict(c) for c in cells]
+
+
+# ------------------------------------------------------------------ reasons
+def _template(detail: str, dtype: str) -> str:
+    """``detail`` with the cell's own type name as ``<type>``, so cells group by reason."""
+    return re.sub(rf"(?<![\w.]){re.escape(dtype)}(?![\w.])", "<type>", detail)
+
+
+def reason_groups(cells: Sequence[Cell]) -> list[dict[str, Any]]:
+    """One entry per (outcome, reason): the reason and the pairs and types it covers.
+
+    ``covers`` lists ``{"pairs": [[source, target], ...], "dtypes": [...]}``: every
+    pair listed there has that reason for every type listed with it.
+    """
+    groups: dict[tuple[str, str], dict[tuple[str, str], list[str]]] = {}
+    for c in cells:
+        if c.outcome in ("zero-copy", "n/a"):
+            continue
+        key = (c.outcome, _template(c.detail, c.dtype))
+        groups.setdefault(key, {}).setdefault((c.source, c.target), []).append(c.dtype)
+    out = []
+    for (outcome, reason), pairs in groups.items():
+        by_types: dict[tuple[str, ...], list[list[str]]] = {}
+        for pair, types in pairs.items():
+            by_types.setdefault(tuple(types), []).append(list(pair))
+        out.append({"outcome": outcome, "reason": reason,
+                    "covers": [{"pairs": p, "dtypes": list(t)} for t, p in by_types.items()]})
+    return out
+
+
+def _pairs_text(pairs: Sequence[Sequence[str]]) -> str:
+    """``[[numpy, jax], [torch, jax]]`` as ``numpy, torch -> jax``."""
+    by_target: dict[str, list[str]] = {}
+    for s, t in pairs:
+        by_target.setdefault(t, []).append(s)
+    return "; ".join(f"{', '.join(srcs)} -> {t}" for t, srcs in by_target.items())
+
+
+# ------------------------------------------------------------------ formats
+def _frameworks_of(cells: Sequence[Cell]) -> list[str]:
+    return list(dict.fromkeys([c.source for c in cells] + [c.target for c in cells]))
+
+
+def _version_line(report: Report) -> str:
+    v = dict(report.versions)
+    head = f"hurray-bridge {v.pop('hurray-bridge', '?')}, Python {v.pop('python', '?')}"
+    parts = []
+    for mod, ver in v.items():
+        text = f"{mod} {ver}"
+        if mod == "jax":
+            extra = [f"jaxlib {jaxlib}"] if (jaxlib := v.get("jaxlib")) else []
+            x64 = report.settings.get("jax_enable_x64")
+            if x64 is not None:
+                extra.append(f"jax_enable_x64 {'on' if x64 else 'off'}")
+            text += f" ({', '.join(extra)})" if extra else ""
+        elif mod == "jaxlib" and "jax" in v:
+            continue
+        parts.append(text)
+    return head + ("; " + ", ".join(parts) if parts else "")
+
+
+def _settings_line(report: Report) -> str:
+    s = report.settings
+    return (f"{s.get('size', '?')} elements per tensor; {s.get('timing', '')}; NumPy sources "
+            f"{s.get('numpy_source_alignment', '?')}; C speedups "
+            f"{'compiled' if s.get('compiled_speedups') else 'not compiled'}")
+
+
+def _wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent if first is None else first,
+                         subsequent_indent=indent,
+                         break_on_hyphens=False, break_long_words=True)
+
+
+def _timed(cells: Sequence[Cell]) -> tuple[str, list[Cell]]:
+    """The type whose timings the text and markdown forms show, and its cells."""
+    names = list(dict.fromkeys(c.dtype for c in cells))
+    dtype = "float32" if "float32" in names else (names[0] if names else "")
+    return dtype, [c for c in cells if c.dtype == dtype]
+
+
+def _letters(frameworks: Sequence[str]) -> dict[str, str]:
+    """One letter per framework for column heads (its initial, else a free letter)."""
+    out: dict[str, str] = {}
+    for f in frameworks:
+        for ch in f + "abcdefghijklmnopqrstuvwxyz":
+            if ch not in out.values():
+                out[f] = ch
+                break
+    return out
+
+
+def _format_text(report: Report) -> str:
+    cells = report.cells
+    fws = _frameworks_of(cells)
+    sources = list(dict.fromkeys(c.source for c in cells))
+    targets = list(dict.fromkeys(c.target for c in cells))
+    by = {(c.source, c.target, c.dtype): c for c in cells}
+    dtypes = list(dict.fromkeys(c.dtype for c in cells))
+    letter = _letters(fws)
+    lines = _wrap(_version_line(report), "  ", "hurray matrix: ")
+    lines += _wrap(_settings_line(report), "  ", "sample: ")
+    lines += [""]
+    lines += _wrap("; ".join(f"{m} {text}" for m, text in OUTCOMES.values()), "  ",
+                   "Hand-off matrix: ")
+    lines += _wrap("Rows are element types; columns are grouped by source framework, one "
+                   "column per target: " + ", ".join(f"{letter[t]} {t}" for t in targets), "  ",
+                   "")
+    lines.append("")
+    group = max([4 * len(targets) - 3] + [len(s) for s in sources])
+    name_w = max([5] + [len(d) for d in dtypes]) + 2
+    lines.append(" " * name_w + "   ".join(s.ljust(group) for s in sources).rstrip())
+    sub = "   ".join(letter[t] for t in targets)
+    lines.append("dtype".ljust(name_w) + "   ".join(sub.ljust(group) for _ in sources).rstrip())
+    for d in dtypes:
+        row = []
+        for s in sources:
+            marks = "   ".join(OUTCOMES[by[(s, t, d)].outcome][0] if (s, t, d) in by
+                               else " " for t in targets)
+            row.append(marks.ljust(group))
+        lines.append(d.ljust(name_w) + "   ".join(row).rstrip())
+    dtype, timed = _timed(cells)
+    if any(c.microseconds is not None for c in timed):
+        st = report.settings
+        lines += [""]
+        lines += _wrap(f"Hand-off time, {dtype} x {st.get('size', '?')} "
+                       f"({st.get('timing', '')}; marked as above):", "  ", "")
+        col = 10
+        lines.append("from \\ to".ljust(name_w) + "".join(t.rjust(col) for t in targets))
+        for src in sources:
+            row = []
+            for t in targets:
+                c = by.get((src, t, dtype))
+                if c is None or c.microseconds is None:
+                    row.append((OUTCOMES[c.outcome][0] if c else "").rjust(col))
+                else:
+                    row.append(f"{c.microseconds:.1f} {OUTCOMES[c.outcome][0]}".rjust(col))
+            lines.append(src.ljust(name_w) + "".join(row))
+    groups = reason_groups(cells)
+    if groups:
+        lines += ["", "Why (one paragraph per reason; <type> stands for each type listed):"]
+        for g in groups:
+            lines += _wrap(f"{g['outcome']}: {g['reason']}", "    ", "  ")
+            for cover in g["covers"]:
+                lines += _wrap(f"{_pairs_text(cover['pairs'])}: {', '.join(cover['dtypes'])}",
+                               "        ", "      ")
+    counts = report.to_dict()["totals"]
+    lines += ["", *_wrap("Totals: " + ", ".join(f"{k} {v}" for k, v in counts.items()),
+                         "  ", "")]
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;")
+
+
+def _format_markdown(report: Report) -> str:
+    cells = report.cells
+    sources = list(dict.fromkeys(c.source for c in cells))
+    targets = list(dict.fromkeys(c.target for c in cells))
+    dtypes = list(dict.fromkeys(c.dtype for c in cells))
+    by = {(c.source, c.target, c.dtype): c for c in cells}
+    lines = ["# Hurray hand-off matrix", ""]
+    lines += _wrap(_md(_version_line(report)))
+    lines += [""]
+    lines += _wrap(_md(_settings_line(report)))
+    lines += [""]
+    lines += _wrap("Marks: " + "; ".join(f"`{m}` {_md(text)}" for m, text in OUTCOMES.values()))
+    lines += [""]
+    for s in sources:
+        lines += [f"## From {s}", "", "| dtype | " + " | ".join(targets) + " |",
+                  "|---|" + "---|" * len(targets)]
+        for d in dtypes:
+            marks = [OUTCOMES[by[(s, t, d)].outcome][0] if (s, t, d) in by else ""
+                     for t in targets]
+            lines.append(f"| {d} | " + " | ".join(f"`{m}`" for m in marks) + " |")
+        lines.append("")
+    dtype, timed = _timed(cells)
+    if any(c.microseconds is not None for c in timed):
+        lines += [f"## Hand-off time, {dtype} x {report.settings.get('size', '?')}", "",
+                  _md(str(report.settings.get("timing", ""))), "",
+                  "| from \\ to | " + " | ".join(targets) + " |", "|---|" + "---:|" * len(targets)]
+        for s in sources:
+            row = []
+            for t in targets:
+                c = by.get((s, t, dtype))
+                row.append("" if c is None or c.microseconds is None
+                           else f"{c.microseconds:.1f} `{OUTCOMES[c.outcome][0]}`")
+            lines.append(f"| {s} | " + " | ".join(row) + " |")
+        lines.append("")
+    groups = reason_groups(cells)
+    if groups:
+        lines += ["## Why", ""]
+        for g in groups:
+            lines += _wrap(f"- **{g['outcome']}**: {_md(g['reason'])}", "  ", "")
+            for cover in g["covers"]:
+                lines += _wrap(f"- {_md(_pairs_text(cover['pairs']))}: "
+                               f"{', '.join(cover['dtypes'])}", "    ", "  ")
+        lines.append("")
+    counts = report.to_dict()["totals"]
+    lines.append("Totals: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return "\n".join(lines)
+
+
+_COLOURS = {"zero-copy": "#2e9e44", "zero-copy if aligned": "#9bd17a", "copy": "#f0c419",
+            "refused": "#d9d9d9", "wrong": "#d7263d", "n/a": "#ffffff"}
+
+
+def _format_html(report: Report) -> str:
+    """A page that needs nothing but itself: inline style, no script, no links out."""
+    e = html.escape
+    cells = report.cells
+    sources = list(dict.fromkeys(c.source for c in cells))
+    targets = list(dict.fromkeys(c.target for c in cells))
+    dtypes = list(dict.fromkeys(c.dtype for c in cells))
+    by = {(c.source, c.target, c.dtype): c for c in cells}
+    cls = {k: "o-" + re.sub(r"[^a-z]+", "-", k).strip("-") for k in OUTCOMES}
+    style = "\n".join(
+        ["body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}",
+         "table{border-collapse:collapse;margin:1em 0}",
+         "th,td{border:1px solid #999;padding:2px 6px;text-align:center}",
+         "td.m{font-family:monospace;min-width:1.4em}",
+         "th.g{border-left:3px solid #444}td.g{border-left:3px solid #444}",
+         "td.num{text-align:right;font-family:monospace}",
+         ".sw{display:inline-block;width:1em;height:1em;border:1px solid #999;"
+         "vertical-align:middle;margin-right:.3em}"]
+        + [f".{cls[k]}{{background:{v}}}" for k, v in _COLOURS.items()])
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           "<title>Hurray hand-off matrix</title>", f"<style>\n{style}\n</style>", "</head>",
+           "<body>", "<h1>Hurray hand-off matrix</h1>",
+           f"<p>{e(_version_line(report))}</p>", f"<p>{e(_settings_line(report))}</p>",
+           "<p>"]
+    for k, (mark, text) in OUTCOMES.items():
+        out.append(f'<span class="sw {cls[k]}"></span>{e(mark)} {e(text)}&nbsp; ')
+    out += ["</p>", '<table id="matrix">', "<thead>", '<tr><th rowspan="2">dtype</th>']
+    out += [f'<th class="g" colspan="{len(targets)}">from {e(s)}</th>' for s in sources]
+    out += ["</tr>", "<tr>"]
+    for _ in sources:
+        out += [f'<th{" class=g" if i == 0 else ""}>{e(t)}</th>' for i, t in enumerate(targets)]
+    out += ["</tr>", "</thead>", "<tbody>"]
+    for d in dtypes:
+        row = [f"<tr><th>{e(d)}</th>"]
+        for s in sources:
+            for i, t in enumerate(targets):
+                c = by.get((s, t, d))
+                if c is None:
+                    row.append("<td></td>")
+                    continue
+                tip = f"{s} -> {t} {d}: {c.outcome}" + (f": {c.detail}" if c.detail else "")
+                if c.microseconds is not None:
+                    tip += f" ({c.microseconds:.1f} us)"
+                row.append(f'<td class="m {cls[c.outcome]}{" g" if i == 0 else ""}" '
+                           f'data-source="{e(s)}" data-target="{e(t)}" data-dtype="{e(d)}" '
+                           f'data-outcome="{e(c.outcome)}" title="{e(tip)}">'
+                           f"{e(OUTCOMES[c.outcome][0])}</td>")
+        out.append("".join(row) + "</tr>")
+    out += ["</tbody>", "</table>"]
+    dtype, timed = _timed(cells)
+    if any(c.microseconds is not None for c in timed):
+        out += [f"<h2>Hand-off time, {e(dtype)} x {e(str(report.settings.get('size', '?')))}"
+                "</h2>", f"<p>{e(str(report.settings.get('timing', '')))}</p>",
+                '<table id="timing">', "<tr><th>from \\ to</th>"
+                + "".join(f"<th>{e(t)}</th>" for t in targets) + "</tr>"]
+        for s in sources:
+            row = [f"<tr><th>{e(s)}</th>"]
+            for t in targets:
+                c = by.get((s, t, dtype))
+                if c is None or c.microseconds is None:
+                    row.append("<td></td>")
+                else:
+                    row.append(f'<td class="num {cls[c.outcome]}">{c.microseconds:.1f}</td>')
+            out.append("".join(row) + "</tr>")
+        out.append("</table>")
+    groups = reason_groups(cells)
+    if groups:
+        out += ["<h2>Why</h2>", '<ul id="reasons">']
+        for g in groups:
+            out.append(f'<li><span class="sw {cls[g["outcome"]]}"></span><b>{e(g["outcome"])}'
+                       f"</b>: {e(g['reason'])}<ul>")
+            for cover in g["covers"]:
+                out.append(f"<li>{e(_pairs_text(cover['pairs']))}: "
+                           f"{e(', '.join(cover['dtypes']))}</li>")
+            out.append("</ul></li>")
+        out.append("</ul>")
+    counts = report.to_dict()["totals"]
+    out += ["<p>Totals: " + e(", ".join(f"{k} {v}" for k, v in counts.items())) + "</p>",
+            "</body>", "</html>"]
+    return "\n".join(out)
+
+
+def format_report(report: Report | Sequence[Cell], fmt: str = "text") -> str:
+    """The report as ``text`` (fits 100 columns), ``markdown``, ``json`` or ``html``."""
+    if not isinstance(report, Report):
+        report = Report(list(report))
+    if fmt == "json":
+        return json.dumps(report.to_dict(), indent=1)
+    if fmt == "text":
+        return _format_text(report)
+    if fmt == "markdown":
+        return _format_markdown(report)
+    if fmt == "html":
+        return _format_html(report)
+    raise UnsupportedError(f"format: unknown {fmt!r}; the formats are {', '.join(FORMATS)}")

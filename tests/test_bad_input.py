@@ -27,6 +27,7 @@ import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import _capsule, shm
+from hurray_bridge import matrix as hb_matrix
 from hurray_bridge import safetensors_io as sio
 from hurray_bridge import testing as hbt
 
@@ -713,6 +714,20 @@ CASES += [
     Case("safetensors-offsets-negative", "data_offsets [-4, 0]",
          lambda: _st('{"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}}'),
          hb.FormatError, ("data_offsets", "[-4, 0]", "0 <= begin <= end")),
+]
+
+
+# -- the compatibility report (hurray matrix)
+CASES += [
+    Case("matrix-repeat-0", "run_matrix(['numpy'], repeat=0)",
+         lambda: hb_matrix.run_matrix(["numpy"], repeat=0),
+         hb.FormatError, ("repeat", ">= 1", "got 0")),
+    Case("matrix-size-negative", "run_matrix(['numpy'], n=-1)",
+         lambda: hb_matrix.run_matrix(["numpy"], n=-1),
+         hb.FormatError, ("size", ">= 1", "got -1")),
+    Case("matrix-unknown-framework", "run_matrix(['tensorflow'])",
+         lambda: hb_matrix.run_matrix(["tensorflow"]),
+         hb.UnsupportedError, ("'tensorflow'", "numpy, torch, jax, arrow, cupy")),
 ]
 
 

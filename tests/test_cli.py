@@ -228,3 +228,44 @@ def test_module_entry_point(ckpt: pathlib.Path) -> None:
     res = subprocess.run([sys.executable, "-m", "hurray_bridge", "inspect", str(ckpt) + "x"],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stderr.startswith("hurray: error:")
+
+
+# ------------------------------------------------------ version & closed pipes
+def _entry_point() -> list[str]:
+    """The installed ``hurray`` script when there is one, else ``python -m hurray_bridge``."""
+    script = pathlib.Path(sys.executable).with_name("hurray")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "hurray_bridge"]
+
+
+def test_version_prints_the_package_version() -> None:
+    from importlib import metadata
+
+    res = subprocess.run([*_entry_point(), "--version"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and res.stderr == ""
+    assert res.stdout == f"hurray {hb.__version__}\n"
+    assert hb.__version__ == metadata.version("hurray-bridge")
+
+
+@pytest.mark.parametrize("argv", [
+    ["matrix", "--frameworks", "numpy", "--dtypes", "float32", "int8", "--repeat", "1"],
+    ["inspect", "{ckpt}"],
+    ["inspect", "--json", "{ckpt}"],
+    ["verify", "{ckpt}"],
+    ["--version"],
+    ["--help"],
+])
+def test_output_into_a_closed_pipe_ends_quietly(ckpt: pathlib.Path, argv: list[str]) -> None:
+    """``hurray matrix | head -n 1``: the reader has gone before the output comes. No
+    traceback, no 'Exception ignored', and the status a shell gives a Unix tool that the
+    broken pipe stopped (141 = 128 + SIGPIPE), or 0 when the output was already out."""
+    args = [a.format(ckpt=ckpt) for a in argv]
+    proc = subprocess.Popen([*_entry_point(), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader exits before reading anything
+    err = proc.stderr.read().decode()
+    rc = proc.wait(timeout=300)
+    assert err == "" and rc in (0, 141), (rc, err)
+    if argv[0] in ("matrix", "inspect"):  # output only after seconds of imports: always late
+        assert rc == 141
