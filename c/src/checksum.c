@@ -1,0 +1,159 @@
+/*
+ * CRC-32 (ISO-HDLC, the polynomial of zlib.crc32: reflected 0xEDB88320, initial and final
+ * XOR 0xFFFFFFFF) by slicing-by-8, and SHA-256 (FIPS 180-4) for the tool's inspect output.
+ */
+#include "internal.h"
+
+#include <pthread.h>
+#include <string.h>
+
+static uint32_t crc_table[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) {
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        }
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        for (int t = 1; t < 8; t++) {
+            uint32_t prev = crc_table[t - 1][i];
+            crc_table[t][i] = (prev >> 8) ^ crc_table[0][prev & 0xFF];
+        }
+    }
+}
+
+uint32_t hry_crc32(uint32_t crc, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    pthread_once(&crc_once, crc_init);
+    crc = ~crc;
+    while (len >= 8) {
+        uint32_t lo = hry__le32(p) ^ crc, hi = hry__le32(p + 4);
+        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
+              crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
+              crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+              crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        len -= 8;
+    }
+    while (len--) {
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    }
+    return ~crc;
+}
+
+/* ---------------------------------------------------------------- SHA-256 */
+
+static const uint32_t K[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+    0xc67178f2};
+
+static uint32_t rotr(uint32_t x, unsigned n)
+{
+    return (x >> n) | (x << (32 - n));
+}
+
+static void sha_block(uint32_t st[8], const uint8_t *p)
+{
+    uint32_t w[64];
+    for (int i = 0; i < 16; i++) {
+        w[i] = ((uint32_t)p[4 * i] << 24) | ((uint32_t)p[4 * i + 1] << 16) |
+               ((uint32_t)p[4 * i + 2] << 8) | (uint32_t)p[4 * i + 3];
+    }
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = st[0], b = st[1], c = st[2], d = st[3], e = st[4], f = st[5], g = st[6],
+             h = st[7];
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[i] +
+                      w[i];
+        uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        h = g;
+        g = f;
+        f = e;
+        e = d + t1;
+        d = c;
+        c = b;
+        b = a;
+        a = t1 + t2;
+    }
+    st[0] += a;
+    st[1] += b;
+    st[2] += c;
+    st[3] += d;
+    st[4] += e;
+    st[5] += f;
+    st[6] += g;
+    st[7] += h;
+}
+
+void hry_sha256_init(hry_sha256 *s)
+{
+    static const uint32_t H0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(s->state, H0, sizeof H0);
+    s->length = 0;
+    s->used = 0;
+}
+
+void hry_sha256_update(hry_sha256 *s, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    s->length += len;
+    if (s->used) {
+        size_t n = 64 - s->used < len ? 64 - s->used : len;
+        memcpy(s->block + s->used, p, n);
+        s->used += (uint32_t)n;
+        p += n;
+        len -= n;
+        if (s->used < 64) {
+            return;
+        }
+        sha_block(s->state, s->block);
+        s->used = 0;
+    }
+    while (len >= 64) {
+        sha_block(s->state, p);
+        p += 64;
+        len -= 64;
+    }
+    memcpy(s->block, p, len);
+    s->used = (uint32_t)len;
+}
+
+void hry_sha256_final(hry_sha256 *s, uint8_t digest[32])
+{
+    uint64_t bits = s->length * 8;
+    uint8_t pad[72] = {0x80};
+    size_t n = (s->used < 56 ? 56 : 120) - s->used;
+    uint8_t lenbuf[8];
+    for (int i = 0; i < 8; i++) {
+        lenbuf[i] = (uint8_t)(bits >> (56 - 8 * i));
+    }
+    uint64_t keep = s->length;
+    hry_sha256_update(s, pad, n);
+    hry_sha256_update(s, lenbuf, 8);
+    s->length = keep;
+    for (int i = 0; i < 8; i++) {
+        digest[4 * i] = (uint8_t)(s->state[i] >> 24);
+        digest[4 * i + 1] = (uint8_t)(s->state[i] >> 16);
+        digest[4 * i + 2] = (uint8_t)(s->state[i] >> 8);
+        digest[4 * i + 3] = (uint8_t)s->state[i];
+    }
+}

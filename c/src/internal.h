@@ -1,0 +1,86 @@
+/* Internal helpers shared by the library's source files (not installed). */
+#ifndef HURRAY_INTERNAL_H
+#define HURRAY_INTERNAL_H
+
+#include "hurray.h"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define HRY_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define HRY_PRINTF(a, b)
+#endif
+
+/* Fill *err (when not NULL) and return status. */
+hry_status hry__fail(hry_error *err, hry_status status, const char *field, const char *fmt, ...)
+    HRY_PRINTF(4, 5);
+/* Clear *err to HRY_OK (when not NULL). */
+void hry__ok(hry_error *err);
+
+static inline uint16_t hry__le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline uint32_t hry__le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static inline uint64_t hry__le64(const uint8_t *p)
+{
+    return (uint64_t)hry__le32(p) | ((uint64_t)hry__le32(p + 4) << 32);
+}
+
+static inline void hry__put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void hry__put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+static inline void hry__put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+/* 1 when a * b overflows 64 bits; else *r = a * b. */
+static inline int hry__mul(uint64_t a, uint64_t b, uint64_t *r)
+{
+    if (a != 0 && b > UINT64_MAX / a) {
+        return 1;
+    }
+    *r = a * b;
+    return 0;
+}
+
+/* 1 when a + b overflows 64 bits; else *r = a + b. */
+static inline int hry__add(uint64_t a, uint64_t b, uint64_t *r)
+{
+    if (b > UINT64_MAX - a) {
+        return 1;
+    }
+    *r = a + b;
+    return 0;
+}
+
+/* 1 on a little-endian host. */
+static inline int hry__little_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+/* Valid UTF-8 as Python's strict decoder accepts it (no overlongs, no surrogates,
+ * nothing above U+10FFFF). */
+int hry__utf8_valid(const uint8_t *s, size_t n, size_t *bad_at);
+
+#endif
