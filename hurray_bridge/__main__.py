@@ -50,6 +50,26 @@ _SUFFIXES = {".hurray": "hurray", ".hry": "hurray", ".safetensors": "safetensors
 _PROGRESS_MIN_BYTES = 64 << 20  # smaller conversions finish before a bar would help
 
 
+def _count(n: int, one: str, many: str = "") -> str:
+    """``1 entry``, ``2 entries``: the count and the noun that agrees with it."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _alignment(text: str) -> int:
+    """An argparse type for ``--alignment``: a power of two from 64 to 2 MiB."""
+    from .container import BUFFER_ALIGNMENT, MAX_BUFFER_ALIGNMENT
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not BUFFER_ALIGNMENT <= value <= MAX_BUFFER_ALIGNMENT or value & (value - 1):
+        raise argparse.ArgumentTypeError(
+            f"must be a power of two from {BUFFER_ALIGNMENT} to {MAX_BUFFER_ALIGNMENT} "
+            f"(64, 128, ..., 4096, ...), got {text!r}")
+    return value
+
+
 def _fail(path: object, exc: BaseException) -> int:
     """Report bad input on stderr; status 2 (as argparse does for a bad command line)."""
     if isinstance(exc, OSError) and exc.strerror:
@@ -161,8 +181,8 @@ def _rows_of(path: str) -> tuple[str, list[dict[str, object]], dict[str, str]]:
         rows = [{"name": e.name, "dtype": e.dtype.name, "shape": list(e.shape),
                  "layout": "row-major", "bytes": e.end - e.begin, "quantization": "-"}
                 for e in idx.entries]
-        summary = (f"{path}: safetensors, {len(rows)} tensors, "
-                   f"{idx.file_size - idx.data_start} bytes of data")
+        summary = (f"{path}: safetensors, {_count(len(rows), 'tensor')}, "
+                   f"{_count(idx.file_size - idx.data_start, 'byte')} of data")
         return summary, rows, dict(idx.metadata)
     from .container import read_index
 
@@ -171,8 +191,9 @@ def _rows_of(path: str) -> tuple[str, list[dict[str, object]], dict[str, str]]:
              "shape": list(e.descriptor.shape), "layout": _layout_text(e.descriptor),
              "bytes": e.nbytes, "quantization": _quant_text(e.descriptor)}
             for e in fi.entries]
-    summary = (f"{path}: Hurray {fi.version[0]}.{fi.version[1]}, {len(rows)} entries, "
-               f"{fi.data_length} bytes of data, {fi.alignment}-byte alignment, "
+    summary = (f"{path}: Hurray {fi.version[0]}.{fi.version[1]}, "
+               f"{_count(len(rows), 'entry', 'entries')}, "
+               f"{_count(fi.data_length, 'byte')} of data, {fi.alignment}-byte alignment, "
                + ("CRC-32 data checksums" if fi.has_checksums else "no data checksums"))
     return summary, rows, dict(fi.metadata)
 
@@ -217,7 +238,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 from .safetensors_io import read_header
 
                 idx = read_header(path)
-                print(f"{path}: OK (safetensors: {len(idx.entries)} tensors, header and offsets "
+                print(f"{path}: OK (safetensors: {_count(len(idx.entries), 'tensor')}, header "
+                      "and offsets "
                       "checked; the format has no checksums)")
                 continue
             from .container import verify
@@ -228,7 +250,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             continue
         what = ("data checksums and padding verified" if fi.has_checksums
                 else "no data checksums: structure and padding verified")
-        print(f"{path}: OK ({len(fi.entries)} entries, {fi.data_length} bytes of data, {what})")
+        print(f"{path}: OK ({_count(len(fi.entries), 'entry', 'entries')}, "
+              f"{_count(fi.data_length, 'byte')} of data, {what})")
     return status
 
 
@@ -265,12 +288,17 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         return _fail(args.output, FormatError(
             "cannot tell the output format from the file name; use --to "
             f"{{{','.join(f for f in _FORMATS if f in ('hurray', 'safetensors'))}}}"))
+    if args.alignment is not None and dst_fmt != "hurray":
+        return _fail(args.output, FormatError(
+            f"--alignment {args.alignment} applies to a Hurray output; {dst_fmt} has no "
+            "buffer alignment to set (it stores tensors back to back): drop --alignment"))
+    alignment = args.alignment or container.BUFFER_ALIGNMENT
     bar = _ProgressBar(f"converting {args.input}", not args.quiet)
     try:
         if src_fmt == "safetensors" and dst_fmt == "hurray":
             n = safetensors_io.safetensors_to_hurray(args.input, args.output,
                                                      checksums=not args.no_checksums,
-                                                     progress=bar)
+                                                     progress=bar, alignment=alignment)
         elif src_fmt == "hurray" and dst_fmt == "safetensors":
             n = safetensors_io.hurray_to_safetensors(args.input, args.output, progress=bar)
         elif dst_fmt == "hurray" and src_fmt in ("hurray", "npy", "npz"):
@@ -280,7 +308,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                 metadata = loaded.metadata
             else:
                 tensors, metadata = _numpy_tensors(args.input, src_fmt, args.name), {}
-            plan = container._plan_tensors(tensors, metadata or None, args.alignment,
+            plan = container._plan_tensors(tensors, metadata or None, alignment,
                                            not args.no_checksums)
             container._write_plan(args.output, plan, fsync=True, progress=bar)
             n = len(tensors)
@@ -294,7 +322,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         return _fail(getattr(exc, "filename", None) or args.input, exc)
     bar.close()
     if not args.quiet:
-        print(f"{args.input} ({src_fmt}) -> {args.output} ({dst_fmt}): {n} tensors")
+        print(f"{args.input} ({src_fmt}) -> {args.output} ({dst_fmt}): {_count(n, 'tensor')}")
     return 0
 
 
@@ -320,8 +348,9 @@ def _add_file_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--to", dest="to_format", choices=("hurray", "safetensors"),
                    help="output format (default: from the output's suffix)")
     c.add_argument("--name", help="entry name for a .npy input (default: the file's stem)")
-    c.add_argument("--alignment", type=int, default=64,
-                   help="buffer alignment in bytes for a Hurray output (power of two >= 64)")
+    c.add_argument("--alignment", type=_alignment, default=None,
+                   help="buffer alignment in bytes for a Hurray output, from any input: a "
+                        "power of two from 64 (the default) to 2097152")
     c.add_argument("--no-checksums", action="store_true",
                    help="do not store CRC-32 checksums of the data in a Hurray output")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")

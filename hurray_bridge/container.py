@@ -203,6 +203,10 @@ def _describe_magic(magic: bytes, raw: bytes | memoryview) -> str:
 def _parse_header(raw: bytes | memoryview, actual_size: int) -> _Header:
     """Check the fixed header against the real size of the input. Reads nothing else."""
     if actual_size < HEADER_SIZE or len(raw) < HEADER_SIZE:
+        head = bytes(raw[:len(MAGIC)])
+        if head != MAGIC[:len(head)]:  # short, and not the start of a Hurray file either
+            raise FormatError(f"{_describe_magic(head, raw)} ({actual_size} bytes)",
+                              field="magic")
         raise FormatError(
             f"truncated: {actual_size} bytes, the header alone needs {HEADER_SIZE}", field="header")
     (magic, major, minor, flags, n_entries, n_meta, t_off, t_len, m_off, m_len, d_off, d_len,

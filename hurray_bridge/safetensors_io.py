@@ -100,8 +100,8 @@ def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex
         raise FormatError(f"header of {n} bytes exceeds the {MAX_HEADER_SIZE}-byte limit",
                           field="header_length")
     if n > file_size - _LEN.size or len(view) < _LEN.size + n:
-        raise FormatError(f"header of {n} bytes extends past the end of the file "
-                          f"({file_size} bytes)", field="header_length")
+        raise FormatError(f"truncated: the header of {n} bytes extends past the end of the "
+                          f"file ({file_size} bytes)", field="header_length")
     raw = bytes(view[_LEN.size:_LEN.size + n])
     if not raw.startswith(b"{"):
         raise FormatError("the JSON header must start with '{'", field="header")
@@ -149,6 +149,11 @@ def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex
                               f"integers, got {shape!r}"[:300], field=f"{field}.shape")
         if (not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_uint, offsets))
                 or offsets[0] > offsets[1] or offsets[1] > data_size):
+            if (isinstance(offsets, list) and len(offsets) == 2 and all(map(_uint, offsets))
+                    and offsets[0] <= offsets[1]):  # well formed, past the end: a short file
+                raise FormatError(f"truncated: data_offsets {offsets!r} end past the "
+                                  f"{data_size} bytes of data the file holds"[:300],
+                                  field=f"{field}.data_offsets")
             raise FormatError(f"data_offsets {offsets!r} must be [begin, end] with "
                               f"0 <= begin <= end <= {data_size}"[:300],
                               field=f"{field}.data_offsets")
@@ -198,10 +203,12 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsIndex:
 
 def safetensors_to_hurray(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
                           checksums: bool = True, fsync: bool = True,
-                          progress: _Progress | None = None) -> int:
+                          progress: _Progress | None = None,
+                          alignment: int = BUFFER_ALIGNMENT) -> int:
     """Convert a ``.safetensors`` file to a Hurray file; returns the number of tensors.
 
-    Names, shapes, bytes and the ``__metadata__`` strings carry over unchanged.
+    Names, shapes, bytes and the ``__metadata__`` strings carry over unchanged;
+    ``alignment`` is the output's buffer alignment (a power of two >= 64).
     """
     if sys.byteorder != "little":
         raise UnsupportedError("both formats are little-endian; this host is big-endian")
@@ -219,7 +226,7 @@ def safetensors_to_hurray(src: str | os.PathLike[str], dst: str | os.PathLike[st
             v = whole[idx.data_start + e.begin:idx.data_start + e.end]
             views.append(v)
             items.append((e.name, e.descriptor, [v]))
-        plan = _plan(items, idx.metadata, BUFFER_ALIGNMENT, checksums, [])
+        plan = _plan(items, idx.metadata, alignment, checksums, [])
         _write_plan(dst, plan, fsync=fsync, progress=progress)
         return len(items)
     finally:

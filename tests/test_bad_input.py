@@ -728,6 +728,15 @@ CASES += [
     Case("matrix-unknown-framework", "run_matrix(['tensorflow'])",
          lambda: hb_matrix.run_matrix(["tensorflow"]),
          hb.UnsupportedError, ("'tensorflow'", "numpy, torch, jax, arrow, cupy")),
+    # -- short and cut files are named for what they are
+    Case("loads-short-foreign", "hb.loads(b'hello')", lambda: hb.loads(b"hello"),
+         hb.FormatError, ("magic", "not a Hurray file", "5 bytes")),
+    Case("safetensors-header-past-end", "header length 64, file of 10 bytes",
+         lambda: sio.parse_header(b"\x40" + bytes(7) + b"{}", 10),
+         hb.FormatError, ("header_length", "truncated", "10 bytes")),
+    Case("safetensors-offsets-past-end", "data_offsets [0, 400], 16 bytes of data",
+         lambda: _st('{"a":{"dtype":"F32","shape":[100],"data_offsets":[0,400]}}'),
+         hb.FormatError, ("data_offsets", "truncated", "16 bytes of data")),
 ]
 
 

@@ -65,7 +65,7 @@ def test_inspect_safetensors(capsys: pytest.CaptureFixture[str], tmp_path: pathl
 
     save_file({"x": np.ones(3, np.float16)}, tmp_path / "s.safetensors", metadata={"k": "v"})
     rc, out, _ = run(capsys, "inspect", str(tmp_path / "s.safetensors"))
-    assert rc == 0 and "safetensors, 1 tensors" in out and "float16" in out and "k = v" in out
+    assert rc == 0 and "safetensors, 1 tensor," in out and "float16" in out and "k = v" in out
 
 
 # --------------------------------------------------------------------- convert
@@ -119,7 +119,6 @@ def test_convert_hurray_to_hurray_changes_alignment(capsys: pytest.CaptureFixtur
     (["convert", "{missing}", "{out}.hurray"], "No such file"),
     (["convert", "{ckpt}", "{out}.bin"], "--to"),
     (["convert", "{npy}", "{out}.safetensors"], "not supported"),
-    (["convert", "--alignment", "100", "{ckpt}", "{out}.hurray"], "alignment"),
     (["convert", "{junk}", "{out}.hurray"], "magic"),
     (["convert", "{pickled}", "{out}.hurray"], "cannot read npy"),
     (["inspect", "{junk}"], "magic"),
@@ -167,7 +166,7 @@ def test_verify_safetensors(capsys: pytest.CaptureFixture[str], tmp_path: pathli
 
     save_file({"x": np.ones(3)}, tmp_path / "s.safetensors")
     rc, out, _ = run(capsys, "verify", str(tmp_path / "s.safetensors"))
-    assert rc == 0 and "OK (safetensors: 1 tensors" in out
+    assert rc == 0 and "OK (safetensors: 1 tensor," in out
     raw = (tmp_path / "s.safetensors").read_bytes()
     (tmp_path / "s.safetensors").write_bytes(raw[:-1])
     rc, _, err = run(capsys, "verify", str(tmp_path / "s.safetensors"))
@@ -269,3 +268,99 @@ def test_output_into_a_closed_pipe_ends_quietly(ckpt: pathlib.Path, argv: list[s
     assert err == "" and rc in (0, 141), (rc, err)
     if argv[0] in ("matrix", "inspect"):  # output only after seconds of imports: always late
         assert rc == 141
+
+
+# ------------------------------------------- convert --alignment, errors, counts
+def _hurray(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*_entry_point(), *argv], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "hurray", "npy", "npz"])
+def test_convert_honours_alignment_for_every_input(tmp_path: pathlib.Path, kind: str) -> None:
+    a = np.arange(10, dtype=np.float32)
+    b = np.ones(3, np.int8)
+    src = tmp_path / f"in.{kind}"
+    if kind == "safetensors":
+        pytest.importorskip("safetensors")
+        from safetensors.numpy import save_file
+
+        save_file({"a": a, "b": b}, src)
+    elif kind == "hurray":
+        hb.save(src, {"a": a, "b": b})
+    elif kind == "npy":
+        np.save(src, a)
+    else:
+        np.savez(src, a=a, b=b)
+    out = tmp_path / "out.hurray"
+    res = _hurray("convert", "--alignment", "4096", str(src), str(out))
+    assert res.returncode == 0, res.stderr
+    idx = hb.container.read_index(out)
+    assert idx.alignment == 4096 and idx.data_offset % 4096 == 0
+    offsets = [buf.offset for e in idx.entries for buf in e.buffers]
+    assert offsets and all(o % 4096 == 0 for o in offsets), offsets
+    np.testing.assert_array_equal(np.asarray(next(iter(hb.load(out).values()))), a)
+
+
+@pytest.mark.parametrize("value", ["0", "100", "32", "63", "-64", "x", "1.5", str(1 << 22)])
+def test_convert_refuses_an_alignment_that_is_not_a_power_of_two_from_64(
+        tmp_path: pathlib.Path, ckpt: pathlib.Path, value: str) -> None:
+    out = tmp_path / "out.hurray"
+    res = _hurray("convert", "--alignment", value, str(ckpt), str(out))
+    assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
+    assert "argument --alignment" in res.stderr and "power of two" in res.stderr
+    assert repr(value) in res.stderr or value in res.stderr
+    assert not out.exists()
+
+
+def test_convert_refuses_alignment_for_a_safetensors_output(tmp_path: pathlib.Path,
+                                                            ckpt: pathlib.Path) -> None:
+    out = tmp_path / "out.safetensors"
+    res = _hurray("convert", "--alignment", "4096", str(ckpt), str(out))
+    assert res.returncode == 2 and "--alignment" in res.stderr and "safetensors" in res.stderr
+    assert not out.exists()
+    hb.save(ckpt, {"w": np.ones(3, np.float32)})
+    assert _hurray("convert", "-q", str(ckpt), str(out)).returncode == 0  # without: fine
+
+
+def test_errors_name_truncation_and_foreign_files(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+
+    good = tmp_path / "m.safetensors"
+    save_file({"x": np.ones(300, np.float32)}, good)
+    raw = good.read_bytes()
+    cases = {
+        "half.safetensors": (raw[:len(raw) // 2], "truncated"),
+        "head.safetensors": (raw[:20], "truncated"),
+        "note.txt": (b"hello, a short text file\n", "not a Hurray file"),
+        "short.hurray": (b"hello", "not a Hurray file"),
+        "start.hurray": (b"HRYF\x01", "truncated"),
+    }
+    for name, (data, words) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        for argv in (["inspect", str(path)], ["verify", str(path)],
+                     ["convert", str(path), str(tmp_path / "o.hurray")]):
+            res = _hurray(*argv)
+            assert res.returncode == 2, (argv, res)
+            assert words in res.stderr, (argv, res.stderr)
+            if words == "not a Hurray file":
+                assert "truncated" not in res.stderr, res.stderr
+
+
+def test_counts_are_singular_for_one(tmp_path: pathlib.Path) -> None:
+    one = tmp_path / "one.hurray"
+    hb.save(one, {"w": np.ones(1, np.int8)})
+    res = _hurray("inspect", str(one))
+    assert "1 entry," in res.stdout and "1 byte of data" in res.stdout, res.stdout
+    res = _hurray("verify", str(one))
+    assert "(1 entry, 1 byte of data" in res.stdout, res.stdout
+    res = _hurray("convert", str(one), str(tmp_path / "one.safetensors"))
+    assert res.stdout.rstrip().endswith(": 1 tensor"), res.stdout
+    for argv in (["inspect", str(tmp_path / "one.safetensors")],
+                 ["verify", str(tmp_path / "one.safetensors")]):
+        res = _hurray(*argv)
+        assert "1 tensor," in res.stdout and "1 tensors" not in res.stdout, res.stdout
+    two = tmp_path / "two.hurray"
+    hb.save(two, {"a": np.ones(2, np.int8), "b": np.ones(2, np.int8)})
+    assert "2 entries" in _hurray("inspect", str(two)).stdout
