@@ -3,17 +3,21 @@
 Builds a few hundred tensors of mixed dtypes (some empty), converts each one
 torch -> JAX with ``hb.convert``, proves zero-copy by comparing data pointers,
 converts back JAX -> torch (again zero-copy), and times the hand-off per
-tensor against ``jax.numpy.from_dlpack`` called directly.
+tensor against ``jax.numpy.from_dlpack`` called directly: warm calls, the two
+interleaved round by round, the median of many rounds (as ``benchmarks/`` does,
+with its helper when the script runs from the repository).
 
 Run: python examples/torch_to_jax.py
 """
 
 from __future__ import annotations
 
+import pathlib
 import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +26,28 @@ import torch
 import hurray_bridge as hb
 
 jax.config.update("jax_enable_x64", True)  # keep int64/float64 64-bit, as torch has them
+
+ROUNDS = 31
+
+
+def _compare(fn_a: Callable[[], object], fn_b: Callable[[], object]) -> tuple[float, float, float]:
+    """(median us of a, median us of b, median ratio a/b) over interleaved warm rounds."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    if (root / "benchmarks" / "_timing.py").is_file():  # in the repository: its one helper
+        sys.path.insert(0, str(root))
+        from benchmarks._timing import compare
+
+        a, b, r = compare("a", fn_a, "b", fn_b, rounds=ROUNDS)
+        return a.median_us, b.median_us, r
+    fn_a(), fn_b()  # warm up: the first call learns the path, later ones take it
+    sa, sb = [], []
+    for i in range(ROUNDS):
+        for fn, out in ((fn_a, sa), (fn_b, sb)) if i % 2 == 0 else ((fn_b, sb), (fn_a, sa)):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e6)
+    return (statistics.median(sa), statistics.median(sb),
+            statistics.median(a / b for a, b in zip(sa, sb)))
 
 
 def make_state_dict(layers: int = 48) -> dict[str, torch.Tensor]:
@@ -54,9 +80,7 @@ def main() -> int:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", hb.CopyWarning)
-        t0 = time.perf_counter()
         jx = {k: hb.convert(v, "jax") for k, v in sd.items()}
-        t_bridge = time.perf_counter() - t0
         back = {k: hb.convert(v, "torch") for k, v in jx.items()}
     # JAX memory is immutable, so torch warns once that it shares read-only memory:
     # that is a note, not a copy. Only CopyWarning reports a copy.
@@ -79,30 +103,29 @@ def main() -> int:
         print(f"  copy reported: {c}")
 
     # Direct path for comparison: what a user would write without the bridge.
-    t0 = time.perf_counter()
-    direct = {}
+    refused = []
     for k, v in sd.items():
         try:
-            direct[k] = jnp.from_dlpack(v)
-        except Exception as exc:  # JAX refuses some dtypes torch has
-            direct[k] = exc
-    t_direct = time.perf_counter() - t0
-    refused = [k for k, v in direct.items() if isinstance(v, Exception)]
+            jnp.from_dlpack(v)
+        except Exception:  # JAX refuses some dtypes torch has
+            refused.append(k)
+    both = [v for k, v in sd.items() if k not in refused]  # compared on what both take
 
-    per_bridge = t_bridge / len(sd) * 1e6
-    per_direct = t_direct / len(sd) * 1e6
-    print(f"time per tensor: hb.convert {per_bridge:.1f} us, "
-          f"jax.numpy.from_dlpack {per_direct:.1f} us (ratio {per_bridge / per_direct:.2f})")
+    # Warm calls only, each side's batch next to the other's in every round, and the
+    # median over the rounds: one cold pass measures imports and first-call setup.
+    us_bridge, us_direct, ratio = _compare(lambda: [hb.convert(v, "jax") for v in both],
+                                           lambda: [jnp.from_dlpack(v) for v in both])
+    print(f"time per tensor, median of {ROUNDS} warm rounds over the {len(both)} tensors both "
+          f"take: hb.convert {us_bridge / len(both):.2f} us, jax.numpy.from_dlpack "
+          f"{us_direct / len(both):.2f} us (ratio {ratio:.2f})")
     if refused:
         print(f"jax.numpy.from_dlpack refused {len(refused)} tensors the bridge handed over, "
               f"e.g. {refused[0]}")
-    samples = []
     x = sd["embed.weight"]
-    for _ in range(200):
-        t0 = time.perf_counter()
-        hb.convert(x, "jax")
-        samples.append(time.perf_counter() - t0)
-    print(f"single 1000x64 float32 hand-off: median {statistics.median(samples) * 1e6:.1f} us")
+    us_one, us_one_direct, ratio_one = _compare(lambda: hb.convert(x, "jax"),
+                                                lambda: jnp.from_dlpack(x))
+    print(f"single 1000x64 float32 hand-off, median of {ROUNDS} warm rounds: "
+          f"{us_one:.2f} us (jax.numpy.from_dlpack {us_one_direct:.2f} us, ratio {ratio_one:.2f})")
     ok = same_to == len(sd) and same_back == len(sd) and not copies
     print("OK: every tensor crossed zero-copy" if ok else "NOTE: some tensors were copied")
     return 0 if ok else 1

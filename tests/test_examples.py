@@ -24,6 +24,10 @@ def test_torch_to_jax_state_dict_crosses_zero_copy() -> None:
     assert "torch -> jax: 339/339 zero-copy" in out
     assert "jax -> torch: 339/339 zero-copy" in out
     assert "OK: every tensor crossed zero-copy" in out
+    # timed on warm calls, as benchmarks/ times: a median over rounds, and a ratio
+    timing = re.search(r"time per tensor, median of (\d+) warm rounds .* \(ratio ([\d.]+)\)", out)
+    assert timing and int(timing[1]) >= 15 and 0 < float(timing[2]) < 100, out
+    assert re.search(r"single 1000x64 float32 hand-off, median of \d+ warm rounds", out), out
 
 
 def test_gpu_pipeline_says_why_it_does_not_run_without_cuda() -> None:
