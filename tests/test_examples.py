@@ -76,3 +76,50 @@ def test_gpu_suite_skips_with_its_reason_and_imports_no_cupy_to_collect(tmp_path
     assert int(summary.split()[0]) > 1000  # the whole suite was collected, not a part
     reasons = [ln for ln in out.stdout.splitlines() if ln.startswith("SKIPPED")]
     assert reasons and all("no CUDA device" in ln for ln in reasons), reasons[:3]
+
+
+def _readme_block(first_line: str) -> str:
+    """The README's ```python block that starts with ``first_line``."""
+    text = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
+        if block.startswith(first_line):
+            return block
+    raise AssertionError(f"no README python block starts with {first_line!r}")
+
+
+def test_readme_tour_runs_and_its_copy_false_line_raises() -> None:
+    """The tour as written: every line runs, the copy=False one raises CopyRequiredError,
+    and the line after it copies with a CopyWarning (run in a fresh interpreter)."""
+    block = _readme_block("import hurray_bridge as hb\nimport torch\n")
+    lines = block.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "copy=False" in ln)
+    assert "raises CopyRequiredError" in lines[at]
+    code = "\n".join([
+        "import warnings",
+        *lines[:at],
+        "try:",
+        "    " + lines[at],
+        "except hb.CopyRequiredError as exc:",
+        "    print('raised:', exc)",
+        "else:",
+        "    raise SystemExit('the copy=False line did not raise')",
+        "with warnings.catch_warnings(record=True) as caught:",
+        "    warnings.simplefilter('always')",
+        *["    " + ln for ln in lines[at + 1:]],
+        "assert any(issubclass(w.category, hb.CopyWarning) for w in caught), caught",
+        "print('ok')",
+    ])
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "raised: JAX would have to copy" in res.stdout and res.stdout.endswith("ok\n")
+
+
+def test_the_license_pyproject_names_is_there() -> None:
+    root = EXAMPLES.parent
+    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'license = { text = "Apache-2.0" }' in pyproject
+    text = (root / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License\n                           Version 2.0, January 2004" in text
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+    assert "END OF TERMS AND CONDITIONS" in text
