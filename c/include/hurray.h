@@ -36,6 +36,12 @@
 extern "C" {
 #endif
 
+/* The shared library exports exactly the functions declared here (it is built with
+ * -fvisibility=hidden). */
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility push(default)
+#endif
+
 /* ------------------------------------------------------------------------------------
  * Versions
  * ------------------------------------------------------------------------------------ */
@@ -169,19 +175,19 @@ typedef struct hry_descriptor {
     int64_t strides[HRY_MAX_RANK];      /* HRY_STRIDED only: element strides */
     uint32_t n_tile;                    /* HRY_TILED only: 1 .. rank */
     uint64_t tile[HRY_MAX_RANK];        /* tile sizes of the innermost n_tile dimensions */
-    struct {                            /* HRY_COO / HRY_CSR / HRY_CSC only */
+    struct hry_sparse {                 /* HRY_COO / HRY_CSR / HRY_CSC only */
         uint64_t nnz;                   /* 0 .. 2^64 - 2 */
         uint8_t index_type;             /* an integer type tag of 8 bits or more */
         uint8_t canonical;              /* 1: sorted, no duplicates */
     } sparse;
-    struct {                            /* when has_quantization */
+    struct hry_quantization {           /* when has_quantization */
         uint8_t scheme;                 /* hry_scheme */
         uint8_t scale_type;             /* a float type of 8 bits or more */
         uint8_t zero_point_type;        /* 0 = none */
         int32_t axis;                   /* -1 for per-tensor */
         uint64_t block_size;            /* per-block: 1 .. 2^64 - 2; otherwise 0 */
     } quant;
-    struct {                            /* when has_shard */
+    struct hry_shard {                  /* when has_shard */
         uint32_t replica_id;
         int32_t device_type;            /* DLPack device type, >= 0 */
         int32_t device_id;              /* >= 0 */
@@ -435,6 +441,10 @@ uint64_t hry_writer_file_size(const hry_writer *w);
 hry_status hry_writer_save(hry_writer *w, const char *path, unsigned flags, hry_error *err);
 /* The same bytes into memory: out[0 .. cap), cap >= hry_writer_file_size(w). */
 hry_status hry_writer_serialize(hry_writer *w, void *out, size_t cap, hry_error *err);
+
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -605,7 +605,9 @@ hry_status hry_file_open_memory(const void *data, size_t len, unsigned flags, hr
         return hry__fail(err, HRY_E_NOMEM, "", "out of memory");
     }
     uint8_t hdr[HRY_FILE_HEADER_SIZE] = {0};
-    memcpy(hdr, b, len < sizeof hdr ? len : sizeof hdr);
+    if (len) {
+        memcpy(hdr, b, len < sizeof hdr ? len : sizeof hdr);
+    }
     hry_status st = parse_header(hdr, len, &f->info, &f->index_end, &f->index_crc, err);
     if (st == HRY_OK) {
         f->head = malloc((size_t)f->index_end);
