@@ -189,6 +189,17 @@ class TensorFile(dict[str, Tensor]):
         self.metadata = {} if metadata is None else metadata
         self.alignment = alignment
 
+    def close(self) -> None:
+        """Drop this object's tensors. A file's map is unmapped once no tensor taken
+        from it is alive (tensors still held stay valid); closing twice is fine."""
+        self.clear()
+
+    def __enter__(self) -> TensorFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def _describe_magic(magic: bytes, raw: bytes | memoryview) -> str:
     if magic == b"HRYD":
@@ -196,7 +207,8 @@ def _describe_magic(magic: bytes, raw: bytes | memoryview) -> str:
     if magic[:1] == b"\x93" and bytes(raw[1:6]) == b"NUMPY":
         return "this looks like a NumPy .npy file; convert it with `hurray convert`"
     if len(raw) >= 9 and bytes(raw[8:9]) == b"{":
-        return "this looks like a safetensors file; convert it with `hurray convert`"
+        return ("this looks like a safetensors file: hb.load(path) opens it, "
+                "`hurray convert` converts it")
     return f"bad magic {bytes(magic)!r}, expected {MAGIC!r}: not a Hurray file"
 
 
@@ -615,8 +627,18 @@ def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = Fals
     ``mmap=False`` each buffer is read into fresh, writable, 64-byte aligned
     memory. ``verify=True`` first checks the data checksums and padding (it
     reads the whole file).
+
+    A safetensors file (known by its content, whatever its name) loads the same
+    way, through :func:`hurray_bridge.safetensors_io.load_open`.
     """
     with open(path, "rb") as f:
+        head = f.read(16)
+        f.seek(0)
+        if head[:4] != MAGIC and len(head) >= 9 and head[8:9] == b"{":
+            from .safetensors_io import load_open
+
+            loaded: TensorFile = load_open(f, os.fspath(path), mmap=mmap, verify=verify)
+            return loaded
         h, entries, meta = _read_head(f)
         if not mmap:
             if verify:

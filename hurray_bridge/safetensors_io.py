@@ -297,3 +297,63 @@ def hurray_to_safetensors(src: str | os.PathLike[str], dst: str | os.PathLike[st
                 if progress is not None:
                     progress(done, total)
     return len(views)
+
+
+def load_open(f: Any, path: str, *, mmap: bool = True, verify: bool = False) -> Any:
+    """A safetensors file, opened as ``f`` (a regular file at offset 0), as a ``TensorFile``.
+
+    What :func:`hurray_bridge.load` returns for a safetensors file: the tensors
+    point into one read-only memory map of the file (``mmap=False``: each is
+    read into fresh, writable, 64-byte aligned memory) and ``metadata`` is its
+    ``__metadata__``. The format has no checksums, so ``verify=True`` checks
+    what every load checks: the header and that each tensor's bytes are there.
+    """
+    from .container import (
+        BUFFER_ALIGNMENT,
+        EntryInfo,
+        TensorFile,
+        _copy_tensors,
+        _map,
+        _Mapping,
+        _pow2_alignment,
+        _tensors_over,
+    )
+    from .layout import BufferRole
+    from .wire import BufferEntry
+
+    if sys.byteorder != "little":
+        raise UnsupportedError("safetensors is little-endian; this host is big-endian")
+    idx = _read_header_from(f)
+    entries = [EntryInfo(i, e.name, e.descriptor,
+                         (BufferEntry(BufferRole.DATA, e.begin, e.end - e.begin),), None)
+               for i, e in enumerate(idx.entries)]
+    if not mmap:
+        def read(offset: int, dest: memoryview) -> None:
+            f.seek(idx.data_start + offset)
+            got = 0
+            while got < len(dest):
+                n = f.readinto(dest[got:])
+                if not n:
+                    raise FormatError("truncated: the file ended while a tensor was read "
+                                      "(did it change?)", field="file_size")
+                got += n
+
+        return TensorFile(_copy_tensors(entries, read), dict(idx.metadata), BUFFER_ALIGNMENT)
+    if idx.file_size == idx.data_start:  # no tensor bytes: nothing to map
+        return TensorFile(_tensors_over(entries, 0, None, True), dict(idx.metadata),
+                          BUFFER_ALIGNMENT)
+    mm = _map(f, idx.file_size)
+    view = memoryview(mm)
+    try:
+        owner = _Mapping(view, mm, path)
+    except BaseException:
+        view.release()
+        mm.close()
+        raise
+    base = owner.address + idx.data_start
+    # safetensors places tensors back to back: the guaranteed alignment is what they share
+    alignment = BUFFER_ALIGNMENT
+    for e in idx.entries:
+        if e.end > e.begin:
+            alignment = _pow2_alignment(base + e.begin, alignment)
+    return TensorFile(_tensors_over(entries, base, owner, True), dict(idx.metadata), alignment)
