@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import functools
 import itertools
 import mmap as _mmap
 import os
+import re
 import secrets
+import socket
+import stat
 import struct
 import sys
 import zlib
@@ -51,6 +56,7 @@ __all__ = [
     "loads",
     "read_index",
     "save",
+    "stale_temporaries",
     "verify",
 ]
 
@@ -559,6 +565,81 @@ def _copy_tensors(entries: Sequence[EntryInfo],
     return out
 
 
+# --------------------------------------------------------------------- paths
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+               (stat.S_ISDOOR, "a door"), (stat.S_ISPORT, "an event port"))
+SUFFIX_FORMATS = {".hurray": "hurray", ".hry": "hurray", ".safetensors": "safetensors",
+                  ".npy": "npy", ".npz": "npz"}
+"""File name suffixes whose format is known: a file's name never claims another format."""
+_WRITERS = {"hurray": "hb.save(path, tensors)",
+            "safetensors": "hurray_bridge.safetensors_io.save(path, tensors)",
+            "npy": "numpy.save", "npz": "numpy.savez"}
+
+
+def _fspath(path: Any, what: str) -> str:
+    """``os.fspath(path)``, refusing an ``int``: a file descriptor is the caller's to close."""
+    if isinstance(path, int):
+        raise UnsupportedError(
+            f"{what}: got the int {path!r}, which Python's open() would take as file descriptor "
+            f"{path} and close when done; pass a path (str or os.PathLike) instead "
+            f"(for an open descriptor on Linux, the path /proc/self/fd/{path})")
+    return os.fspath(path)
+
+
+def _not_regular(path: str, st: os.stat_result, doing: str) -> None:
+    """Raise for anything but a regular file (a directory is IsADirectoryError, as open says)."""
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    kind = next((k for test, k in _FILE_KINDS if test(mode)), f"a special file (mode {mode:o})")
+    err = UnsupportedError(
+        f"{path!r} is {kind}, not a regular file: {doing} regular files only; use a regular "
+        "file's path (to send tensors through a pipe or socket, use hb.StreamWriter and "
+        "hb.StreamReader)")
+    err.filename = path  # type: ignore[attr-defined]  # which file, as an OSError says
+    raise err
+
+
+def _open_regular(path: Any, what: str = "path") -> Any:
+    """Open an existing regular file for reading, never blocking on a FIFO or device.
+
+    The path is checked with ``stat`` before it is opened (opening a FIFO with
+    no writer waits forever; opening some devices has side effects), then
+    opened non-blocking and checked again on the descriptor, so a file swapped
+    in between is caught too.
+    """
+    p = _fspath(path, what)
+    _not_regular(p, os.stat(p), "Hurray reads")
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+                 | getattr(os, "O_BINARY", 0))
+    try:
+        _not_regular(p, os.fstat(fd), "Hurray reads")
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_suffix(path: str | os.PathLike[str], fmt: str) -> None:
+    """Refuse to write ``fmt`` content under a name whose suffix says another format."""
+    p = os.fspath(path)
+    claimed = SUFFIX_FORMATS.get(os.path.splitext(p)[1].lower())
+    if claimed is None or claimed == fmt:
+        return
+    names = {"hurray": "Hurray", "npy": ".npy", "npz": ".npz"}
+    suffix = next(s for s, f in SUFFIX_FORMATS.items() if f == fmt)
+    raise FormatError(
+        f"{p!r} names a {names.get(claimed, claimed)} file but this writes "
+        f"{names.get(fmt, fmt)}: a {names.get(claimed, claimed)} reader would refuse it; write "
+        f"{names.get(claimed, claimed)} with {_WRITERS[claimed]}, or give the file the {suffix} "
+        "suffix", field="path")
+
+
 # ------------------------------------------------------------------- reading
 def _read_exact(f: Any, n: int) -> bytes:
     data = f.read(n)
@@ -578,7 +659,7 @@ def _read_head(f: Any) -> tuple[_Header, list[EntryInfo], dict[str, str]]:
 
 def read_index(path: str | os.PathLike[str]) -> FileIndex:
     """Read and check a file's header, table and metadata (not its data)."""
-    with open(path, "rb") as f:
+    with _open_regular(path) as f:
         return _index_from(*_read_head(f))
 
 
@@ -611,7 +692,7 @@ def verify(path: str | os.PathLike[str]) -> FileIndex:
     Returns the index on success; raises :class:`FormatError` naming the entry
     and field of the first defect otherwise.
     """
-    with open(path, "rb") as f:
+    with _open_regular(path) as f:
         h, entries, meta = _read_head(f)
         _verify_mapped(f, h, entries)
     return _index_from(h, entries, meta)
@@ -628,10 +709,14 @@ def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = Fals
     memory. ``verify=True`` first checks the data checksums and padding (it
     reads the whole file).
 
+    ``path`` is a path (an ``int`` is refused: it would be taken as a file
+    descriptor and closed) of a regular file: FIFOs, devices and sockets are an
+    :class:`UnsupportedError`, before they are opened.
+
     A safetensors file (known by its content, whatever its name) loads the same
     way, through :func:`hurray_bridge.safetensors_io.load_open`.
     """
-    with open(path, "rb") as f:
+    with _open_regular(path) as f:
         head = f.read(16)
         f.seek(0)
         if head[:4] != MAGIC and len(head) >= 9 and head[8:9] == b"{":
@@ -875,6 +960,95 @@ def _write_all(fd: int, data: memoryview | bytes) -> None:
         view = view[n:]
 
 
+_TEMP = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp")
+
+
+@functools.lru_cache(maxsize=1)
+def _host_tag() -> str:
+    """8 hex digits naming this host and PID namespace: where a temporary's pid means something.
+
+    Two machines sharing a folder (NFS), or two containers sharing a volume
+    and a host name, each see the other's process ids as dead; the tag keeps a
+    process from judging a temporary whose writer it cannot see.
+    """
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return f"{zlib.crc32(f'{socket.gethostname()}|{namespace}'.encode()):08x}"
+
+
+def _temp_prefix(target: str) -> str:
+    return f".{os.path.basename(target)[:200]}."
+
+
+def _pid_alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True  # no harmless way to ask (os.kill(pid, 0) would stop it): never stale
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def stale_temporaries(path: str | os.PathLike[str]) -> list[str]:
+    """The temporary files that interrupted saves of ``path`` left beside it.
+
+    A temporary is stale only if it is provably ours and its writer is gone:
+    its name is ``.NAME.PID-HOST-RANDOM.tmp`` as :func:`atomic_output` makes
+    it, for this target, with this host's tag (:func:`_host_tag`), and no
+    process with that pid exists. A temporary of a live process, of another
+    host or PID namespace, or of another name is never listed. The next save
+    of ``path`` removes these; ``hurray verify`` reports them.
+    """
+    target = _fspath(path, "path")
+    directory = os.path.dirname(os.path.abspath(target))
+    prefix, tag = _temp_prefix(target), _host_tag()
+    found = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if not entry.name.startswith(prefix):
+                    continue
+                m = _TEMP.fullmatch(entry.name, len(prefix))
+                if (m is None or m["host"] != tag or _pid_alive(int(m["pid"]))
+                        or not entry.is_file(follow_symlinks=False)):
+                    continue
+                found.append(entry.path)
+    except OSError:
+        return []
+    return sorted(found)
+
+
+def _remove_stale(target: str) -> None:
+    for p in stale_temporaries(target):
+        with contextlib.suppress(OSError):
+            os.unlink(p)
+
+
+def _existing_target(target: str) -> os.stat_result | None:
+    """What ``target`` is now: ``None`` if nothing (or a link, which is replaced as such)."""
+    try:
+        st = os.lstat(target)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return None  # os.replace replaces the link itself; what it points to is untouched
+    _not_regular(target, st, "hb.save and hurray convert replace")
+    return st
+
+
+def _name_target(exc: OSError, target: str, tmp: str) -> None:
+    """An error of the temporary (or of its bare descriptor) is reported against the target."""
+    if exc.filename is None or exc.filename == tmp:
+        exc.filename = target
+        if exc.filename2 in (tmp, target):
+            exc.filename2 = None
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterator[int]:
     """A file descriptor whose content replaces ``path`` only if the block succeeds.
@@ -885,31 +1059,57 @@ def atomic_output(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterat
     then fsynced. A crash at any point leaves either the old file or the new
     one under ``path``, never a partial one. A memory map of the old file stays
     valid: the rename gives the new content a new inode.
+
+    Only a regular file (or nothing, or a symbolic link, which is replaced as
+    a link) is replaced: a FIFO, device or socket is an
+    :class:`UnsupportedError` and a directory an ``IsADirectoryError``, before
+    anything is written. The new file keeps the replaced file's permission bits
+    (and, where allowed, its owner and group). Temporaries that interrupted
+    saves of ``path`` left behind (see :func:`stale_temporaries`) are removed
+    first. An ``OSError`` of the writing (a full disk, say) names ``path``.
     """
-    target = os.fspath(path)
+    target = _fspath(path, "path")
+    old = _existing_target(target)
     directory = os.path.dirname(os.path.abspath(target))
-    tmp = os.path.join(directory,
-                       f".{os.path.basename(target)[:200]}.{secrets.token_hex(6)}.tmp")
+    _remove_stale(target)
+    tmp = os.path.join(directory, f"{_temp_prefix(target)}{os.getpid()}-{_host_tag()}-"
+                                  f"{secrets.token_hex(6)}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(
         os, "O_BINARY", 0)
     try:
         fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file
-    except FileNotFoundError as exc:  # name the target, not the temporary
-        raise FileNotFoundError(exc.errno, exc.strerror, target) from None
+    except OSError as exc:  # name the target, not the temporary
+        _name_target(exc, target, tmp)
+        raise
     try:
         try:
+            if old is not None:
+                _keep_attributes(fd, old)
             yield fd
             if fsync:
                 os.fsync(fd)
         finally:
             os.close(fd)
+        _existing_target(target)  # still not a FIFO or a device
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            _name_target(exc, target, tmp)
         raise
     if fsync:
         _fsync_dir(directory)
+
+
+def _keep_attributes(fd: int, old: os.stat_result) -> None:
+    """Give the new file the replaced one's owner, group and permission bits (best effort)."""
+    if not hasattr(os, "fchmod"):
+        return
+    if hasattr(os, "fchown") and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+        with contextlib.suppress(OSError):  # only root may give a file away; a group, maybe
+            os.fchown(fd, old.st_uid, old.st_gid)
+    os.fchmod(fd, stat.S_IMODE(old.st_mode) & 0o777)
 
 
 def _fsync_dir(directory: str) -> None:
@@ -1005,7 +1205,14 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
     :func:`verify` and ``load(verify=True)``); ``alignment`` raises the buffer
     alignment above 64 bytes; ``fsync=False`` skips the flushes that make the
     write durable (it stays atomic).
+
+    ``path`` must not name another format (``.safetensors``, ``.npy``,
+    ``.npz``: a :class:`FormatError`; write safetensors with
+    :func:`hurray_bridge.safetensors_io.save`), and must be missing or a regular
+    file (a FIFO or device is an :class:`UnsupportedError`); a replaced file's
+    permission bits are kept. See :func:`atomic_output`.
     """
+    check_suffix(_fspath(path, "path"), "hurray")
     plan = _plan_tensors(mapping, metadata, alignment, checksums)
     _write_plan(path, plan, fsync=fsync)
 

@@ -20,11 +20,24 @@ import mmap as _mmap
 import os
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from .container import _CHUNK, BUFFER_ALIGNMENT, _plan, _write_all, _write_plan, atomic_output, load
+from .container import (
+    _CHUNK,
+    BUFFER_ALIGNMENT,
+    _encode_metadata,
+    _fspath,
+    _host_tensor,
+    _open_regular,
+    _plan,
+    _write_all,
+    _write_plan,
+    atomic_output,
+    check_suffix,
+    load,
+)
 from .descriptor import MAX_RANK, Descriptor, form_name
 from .dtypes import DType, all_dtypes
 from .errors import FormatError, UnsupportedError
@@ -38,6 +51,7 @@ __all__ = [
     "parse_header",
     "read_header",
     "safetensors_to_hurray",
+    "save",
 ]
 
 MAX_HEADER_SIZE = 100_000_000  # safetensors' own limit (tensor.rs MAX_HEADER_SIZE)
@@ -197,7 +211,7 @@ def _read_header_from(f: Any) -> SafetensorsIndex:
 
 def read_header(path: str | os.PathLike[str]) -> SafetensorsIndex:
     """Read and check a safetensors file's header (not its data)."""
-    with open(path, "rb") as f:
+    with _open_regular(path) as f:
         return _read_header_from(f)
 
 
@@ -210,12 +224,14 @@ def safetensors_to_hurray(src: str | os.PathLike[str], dst: str | os.PathLike[st
     Names, shapes, bytes and the ``__metadata__`` strings carry over unchanged;
     ``alignment`` is the output's buffer alignment (a power of two >= 64).
     """
+    check_suffix(dst, "hurray")
     if sys.byteorder != "little":
         raise UnsupportedError("both formats are little-endian; this host is big-endian")
-    with open(src, "rb") as f:
+    with _open_regular(src, "src") as f:
         idx = _read_header_from(f)
         mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)  # >= 8 bytes: parsed
     views: list[memoryview] = []
+    failed = True
     try:
         whole = memoryview(mm)
         views.append(whole)
@@ -228,11 +244,19 @@ def safetensors_to_hurray(src: str | os.PathLike[str], dst: str | os.PathLike[st
             items.append((e.name, e.descriptor, [v]))
         plan = _plan(items, idx.metadata, alignment, checksums, [])
         _write_plan(dst, plan, fsync=fsync, progress=progress)
+        failed = False
         return len(items)
     finally:
         for v in reversed(views):
             v.release()
-        mm.close()
+        try:
+            mm.close()
+        except BufferError:
+            # Slices of the map are still referenced by the traceback of the error
+            # being raised (a full disk, Ctrl-C, a failing progress callback): that
+            # error is the one to report; the map closes when they are freed.
+            if not failed:
+                raise
 
 
 def _safetensors_view(name: str, t: Any) -> tuple[str, list[int], memoryview]:
@@ -261,21 +285,63 @@ def _safetensors_view(name: str, t: Any) -> tuple[str, list[int], memoryview]:
 
 
 def hurray_to_safetensors(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
-                          fsync: bool = True, progress: _Progress | None = None) -> int:
+                          fsync: bool = True, progress: _Progress | None = None,
+                          verify: bool = True) -> int:
     """Convert a Hurray file to ``.safetensors``; returns the number of tensors.
 
     Dense tensors of the types safetensors names convert bit-exactly (strided
     ones are gathered to row-major); anything else (sparse, quantized, shards,
     types safetensors lacks) is an :class:`UnsupportedError` naming the entry.
+    ``verify`` (the default) first checks every byte of ``src``, its data
+    checksums included: safetensors has no checksums, so damage that is not
+    caught here would pass on unnoticed. A damaged ``src`` is a
+    :class:`FormatError` and nothing is written.
     """
+    check_suffix(dst, "safetensors")
+    tensors = load(src, verify=verify)
+    return _write_safetensors(dst, tensors, tensors.metadata, fsync=fsync, progress=progress)
+
+
+def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
+         metadata: Mapping[str, str] | None = None, *, fsync: bool = True,
+         progress: _Progress | None = None) -> int:
+    """Write ``{name: tensor}`` to a ``.safetensors`` file, atomically; returns the count.
+
+    The counterpart of :func:`hb.save` for the safetensors format (which
+    :func:`hb.save` refuses to write under a ``.safetensors`` name). Values are
+    what :func:`hb.save` takes; they must be dense, of a type safetensors names
+    (see :func:`hurray_to_safetensors`). ``metadata`` becomes ``__metadata__``.
+    """
+    target = _fspath(path, "path")
+    check_suffix(target, "safetensors")
+    if not isinstance(mapping, Mapping):
+        raise UnsupportedError(f"expected a mapping of names to tensors, got "
+                               f"{type(mapping).__name__}")
+    _encode_metadata(metadata)  # the same rules as a Hurray file's metadata
+    tensors = {}
+    for name, value in mapping.items():
+        if not isinstance(name, str):
+            raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
+                                   f"{name!r}")
+        tensors[name] = _host_tensor(name, value)
+    return _write_safetensors(target, tensors, metadata, fsync=fsync, progress=progress)
+
+
+def _write_safetensors(dst: str | os.PathLike[str], tensors: Mapping[str, Any],
+                       metadata: Mapping[str, str] | None, *, fsync: bool,
+                       progress: _Progress | None) -> int:
+    check_suffix(dst, "safetensors")
     if sys.byteorder != "little":
         raise UnsupportedError("both formats are little-endian; this host is big-endian")
-    tensors = load(src)
     header: dict[str, Any] = {}
-    if tensors.metadata:
-        header[_METADATA_KEY] = dict(tensors.metadata)
+    if metadata:
+        header[_METADATA_KEY] = dict(metadata)
     views, pos = [], 0
     for name, t in tensors.items():
+        if name == _METADATA_KEY:
+            raise FormatError(f"an entry named {_METADATA_KEY!r} cannot be written to "
+                              "safetensors, whose header reserves that key for the metadata: "
+                              "rename the entry", field="name")
         st, shape, view = _safetensors_view(name, t)
         header[name] = {"dtype": st, "shape": shape, "data_offsets": [pos, pos + len(view)]}
         views.append(view)
