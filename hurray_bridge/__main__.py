@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .errors import HurrayError
 
@@ -45,8 +46,6 @@ def _at_least_one(text: str) -> int:
 
 # ------------------------------------------------------------ files: helpers
 _FORMATS = ("hurray", "safetensors", "npy", "npz")
-_SUFFIXES = {".hurray": "hurray", ".hry": "hurray", ".safetensors": "safetensors",
-             ".npy": "npy", ".npz": "npz"}
 _PROGRESS_MIN_BYTES = 64 << 20  # smaller conversions finish before a bar would help
 
 
@@ -82,7 +81,9 @@ def _fail(path: object, exc: BaseException) -> int:
 
 def _sniff(path: str) -> str:
     """The format of an input file: its magic bytes first, its suffix as a fallback."""
-    with open(path, "rb") as f:
+    from .container import _open_regular
+
+    with _open_regular(path) as f:  # a FIFO or device is refused, never waited on
         head = f.read(16)
     if head[:4] == b"HRYF":
         return "hurray"
@@ -98,7 +99,9 @@ def _sniff(path: str) -> str:
 def _suffix_format(path: str) -> str | None:
     import os
 
-    return _SUFFIXES.get(os.path.splitext(path)[1].lower())
+    from .container import SUFFIX_FORMATS
+
+    return SUFFIX_FORMATS.get(os.path.splitext(path)[1].lower())
 
 
 class _ProgressBar:
@@ -119,15 +122,23 @@ class _ProgressBar:
         self.last = pct
         width = 30
         fill = width * pct // 100
-        sys.stderr.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] {pct:3d}% "
-                         f"{done >> 20}/{total >> 20} MiB")
-        sys.stderr.flush()
+        try:
+            sys.stderr.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] {pct:3d}% "
+                             f"{done >> 20}/{total >> 20} MiB")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # the terminal went away: the conversion goes on
+            self.enabled = False
+            return
         self.drawn = True
 
     def close(self) -> None:
         if self.drawn:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+            self.drawn = False
+            try:
+                sys.stderr.write("\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
 
 
 def _layout_text(d: object) -> str:
@@ -230,9 +241,27 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_stale(path: str) -> None:
+    """Warn about temporaries that killed saves of ``path`` left (container.md §7)."""
+    import os
+
+    from .container import _TEMP, stale_temporaries
+
+    for tmp in stale_temporaries(path):
+        m = _TEMP.search(os.path.basename(tmp))
+        try:
+            size = f", {_count(os.lstat(tmp).st_size, 'byte')}"
+        except OSError:
+            continue
+        print(f"hurray: warning: {tmp}: temporary file of an interrupted save of {path} (its "
+              f"writer, pid {m['pid'] if m else '?'}, is gone{size}); delete it, or the next "
+              "save of that file will", file=sys.stderr)
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
+        _report_stale(path)
         try:
             if _sniff(path) == "safetensors":
                 from .safetensors_io import read_header
@@ -263,16 +292,68 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
 
     import numpy as np
 
+    from .container import _open_regular
+    from .errors import FormatError
+
+    _open_regular(path).close()  # a FIFO or device is refused here, not waited on by NumPy
     try:
         if fmt == "npy":
             key = name or os.path.splitext(os.path.basename(path))[0] or "array"
             return {key: np.load(path, mmap_mode="r", allow_pickle=False)}
         with np.load(path, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
-    except ValueError as exc:  # pickled object arrays, malformed headers
-        from .errors import FormatError
+    except OSError:
+        raise
+    except Exception as exc:  # NumPy and zipfile raise many kinds of error for bad bytes
+        # ValueError (pickled objects, bad headers), tokenize.TokenError, EOFError,
+        # zipfile.BadZipFile (not a zip, bad CRC-32), NotImplementedError (a compression
+        # method), RuntimeError (an encrypted member), zlib.error...: all a defect of the file.
+        raise FormatError(f"cannot read {fmt}: the file is malformed: {exc} "
+                          f"({type(exc).__name__})", field="input") from None
 
-        raise FormatError(f"cannot read {fmt}: {exc}", field="input") from None
+
+class _Annotated(Exception):
+    """An error's message with a sentence added (for :func:`_fail`)."""
+
+    def __init__(self, exc: BaseException, note: str) -> None:
+        text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        super().__init__(f"{text}; {note}")
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP arrived: unwinds like KeyboardInterrupt, so temporaries are removed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _signals_raise() -> Callable[[], None]:
+    """Make SIGTERM and SIGHUP raise :class:`_Stopped`; returns what restores the handlers.
+
+    Their default action ends the process on the spot, leaving the temporary
+    file of the conversion behind; raising lets the writer clean up.
+    """
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stopped(signum)
+
+    old: dict[int, Any] = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            old[sig] = signal.signal(sig, stop)
+        except ValueError:  # not the main thread: signals cannot be handled here
+            break
+
+    def restore() -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+    return restore
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -281,7 +362,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
     try:
         src_fmt = args.from_format or _sniff(args.input)
-    except OSError as exc:
+    except (HurrayError, OSError) as exc:
         return _fail(args.input, exc)
     dst_fmt = args.to_format or _suffix_format(args.output)
     if dst_fmt is None:
@@ -293,17 +374,24 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             f"--alignment {args.alignment} applies to a Hurray output; {dst_fmt} has no "
             "buffer alignment to set (it stores tensors back to back): drop --alignment"))
     alignment = args.alignment or container.BUFFER_ALIGNMENT
+    try:
+        container.check_suffix(args.output, dst_fmt)  # a name never claims another format
+    except FormatError as exc:
+        return _fail(args.output, exc)
+    verify = not args.no_verify  # what is read is checked, checksums included
     bar = _ProgressBar(f"converting {args.input}", not args.quiet)
+    restore_signals = _signals_raise()
     try:
         if src_fmt == "safetensors" and dst_fmt == "hurray":
             n = safetensors_io.safetensors_to_hurray(args.input, args.output,
                                                      checksums=not args.no_checksums,
                                                      progress=bar, alignment=alignment)
         elif src_fmt == "hurray" and dst_fmt == "safetensors":
-            n = safetensors_io.hurray_to_safetensors(args.input, args.output, progress=bar)
+            n = safetensors_io.hurray_to_safetensors(args.input, args.output, progress=bar,
+                                                     verify=verify)
         elif dst_fmt == "hurray" and src_fmt in ("hurray", "npy", "npz"):
             if src_fmt == "hurray":
-                loaded = container.load(args.input)
+                loaded = container.load(args.input, verify=verify)
                 tensors: dict[str, object] = dict(loaded)
                 metadata = loaded.metadata
             else:
@@ -319,7 +407,26 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                 "<-> hurray, npy/npz/hurray -> hurray)"))
     except (HurrayError, OSError) as exc:
         bar.close()
-        return _fail(getattr(exc, "filename", None) or args.input, exc)
+        where = getattr(exc, "filename", None) or args.input
+        if where == args.output:
+            return _fail(where, _Annotated(exc, "the output was not written; an earlier file "
+                                                "of that name is unchanged"))
+        if src_fmt == "hurray" and ("checksum" in str(getattr(exc, "field", "")) or
+                                    "padding" in str(exc)):
+            return _fail(where, _Annotated(exc, "nothing was written (hurray convert "
+                                                "--no-verify converts a damaged file as it is)"))
+        return _fail(where, exc)
+    except (KeyboardInterrupt, _Stopped) as exc:
+        import signal
+
+        bar.close()
+        signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
+        print(f"hurray: error: {args.output}: interrupted by {signal.Signals(signum).name}; the "
+              "output was not written (an earlier file of that name is unchanged)",
+              file=sys.stderr)
+        return 128 + signum  # what a shell reports for a command stopped by that signal
+    finally:
+        restore_signals()
     bar.close()
     if not args.quiet:
         print(f"{args.input} ({src_fmt}) -> {args.output} ({dst_fmt}): {_count(n, 'tensor')}")
@@ -353,6 +460,9 @@ def _add_file_commands(sub: argparse._SubParsersAction) -> None:
                         "power of two from 64 (the default) to 2097152")
     c.add_argument("--no-checksums", action="store_true",
                    help="do not store CRC-32 checksums of the data in a Hurray output")
+    c.add_argument("--no-verify", action="store_true",
+                   help="convert a Hurray input without checking its data checksums and padding "
+                        "first (by default a damaged input is refused and nothing is written)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
     c.set_defaults(func=_cmd_convert)
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pathlib
+import signal
+import stat
 import subprocess
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -364,3 +369,233 @@ def test_counts_are_singular_for_one(tmp_path: pathlib.Path) -> None:
     two = tmp_path / "two.hurray"
     hb.save(two, {"a": np.ones(2, np.int8), "b": np.ones(2, np.int8)})
     assert "2 entries" in _hurray("inspect", str(two)).stdout
+
+
+# ------------------------------------------------- convert and verify under attack
+# (container.md §7 and §9: convert verifies what it reads; a failed or interrupted
+# conversion names the output, leaves no temporary and no traceback.)
+def _cli(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run([sys.executable, "-m", "hurray_bridge", *argv],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hurray {' '.join(argv)} hung for {timeout} s")
+
+
+def _damaged(tmp_path: pathlib.Path) -> pathlib.Path:
+    good = tmp_path / "good.hurray"
+    hb.save(good, {"w": np.arange(1000, dtype=np.float32)})
+    data = bytearray(good.read_bytes())
+    data[hb.container.read_index(good).data_offset + 10] ^= 0xFF
+    bad = tmp_path / "bad.hurray"
+    bad.write_bytes(data)
+    return bad
+
+
+@pytest.mark.parametrize("suffix", [".hurray", ".safetensors"])
+def test_convert_refuses_a_damaged_file(capsys: pytest.CaptureFixture[str],
+                                        tmp_path: pathlib.Path, suffix: str) -> None:
+    bad = _damaged(tmp_path)
+    out = tmp_path / f"out{suffix}"
+    rc, stdout, err = run(capsys, "convert", str(bad), str(out))
+    assert rc == 2 and stdout == ""
+    assert err.startswith(f"hurray: error: {bad}: entries[0].checksum") and "--no-verify" in err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "bad.hurray", "good.hurray"]
+    rc, _, err = run(capsys, "convert", "--no-verify", "-q", str(bad), str(out))
+    assert rc == 0 and err == "" and out.exists()  # on purpose: converted as it is
+
+
+def test_convert_refuses_an_output_named_for_another_format(
+        capsys: pytest.CaptureFixture[str], ckpt: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    for argv in (["--to", "hurray", str(tmp_path / "x.safetensors")],
+                 ["--to", "safetensors", str(tmp_path / "x.hurray")],
+                 ["--to", "hurray", str(tmp_path / "x.npy")]):
+        rc, _, err = run(capsys, "convert", str(ckpt), *argv[-1:], *argv[:-1])
+        assert rc == 2 and err.startswith(f"hurray: error: {argv[-1]}: path: "), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.hurray"]
+
+
+def _npy(tmp_path: pathlib.Path) -> bytes:
+    np.save(tmp_path / "ok.npy", np.arange(10))
+    return (tmp_path / "ok.npy").read_bytes()
+
+
+def _npz(tmp_path: pathlib.Path, **kw: Any) -> bytes:
+    np.savez(tmp_path / "ok.npz", a=np.arange(100))
+    return (tmp_path / "ok.npz").read_bytes()
+
+
+def _malformed(kind: str, tmp_path: pathlib.Path) -> tuple[str, bytes, str]:
+    """(file name, bytes, a word of the defect's description)"""
+    if kind == "npy-unterminated-header":  # tokenize.TokenError inside NumPy
+        raw = _npy(tmp_path)
+        n = int.from_bytes(raw[8:10], "little")
+        return "t.npy", raw[:10] + raw[10:10 + n].replace(b"{", b"{'''", 1) + raw[10 + n:], "npy"
+    if kind == "npz-not-a-zip":  # zipfile.BadZipFile
+        return "t.npz", _npz(tmp_path)[:50], "zip"
+    zip_ = bytearray(_npz(tmp_path))
+    if kind == "npz-bad-crc":  # zipfile.BadZipFile while reading a member
+        zip_[zip_.find(b"\x93NUMPY") + 200] ^= 0xFF
+        return "t.npz", bytes(zip_), "CRC"
+    central = zip_.rfind(b"PK\x01\x02")
+    if kind == "npz-unknown-compression":  # NotImplementedError
+        zip_[central + 10:central + 12] = (99).to_bytes(2, "little")
+        return "t.npz", bytes(zip_), "compression"
+    assert kind == "npz-encrypted"  # RuntimeError: password required
+    zip_[central + 8] |= 1
+    return "t.npz", bytes(zip_), "encrypted"
+
+
+@pytest.mark.parametrize("kind", ["npy-unterminated-header", "npz-not-a-zip", "npz-bad-crc",
+                                  "npz-unknown-compression", "npz-encrypted"])
+def test_convert_of_malformed_numpy_files_is_a_format_error(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, kind: str) -> None:
+    name, data, word = _malformed(kind, tmp_path)
+    path = tmp_path / name
+    path.write_bytes(data)
+    out = tmp_path / "o.hurray"
+    rc, stdout, err = run(capsys, "convert", str(path), str(out))  # a traceback fails here
+    assert rc == 2 and stdout == "" and not out.exists()
+    assert err.startswith(f"hurray: error: {path}: input: cannot read ") and word in err, err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.skipif(os.name != "posix", reason="FIFOs are POSIX")
+def test_commands_refuse_a_fifo_instead_of_hanging(tmp_path: pathlib.Path) -> None:
+    fifo = tmp_path / "pipe.hurray"
+    os.mkfifo(fifo)  # no writer: opening it to read would wait forever
+    for argv in (["inspect", str(fifo)], ["verify", str(fifo)],
+                 ["convert", str(fifo), str(tmp_path / "o.hurray")],
+                 ["convert", str(fifo), str(tmp_path / "o.hurray"), "--from", "npy"],
+                 ["convert", str(tmp_path / "pipe.hurray"), str(tmp_path / "x.safetensors")]):
+        res = _cli(*argv, timeout=30)
+        assert res.returncode == 2 and "FIFO" in res.stderr, (argv, res)
+        assert "Traceback" not in res.stderr
+    hb.save(tmp_path / "c.hurray", {"w": np.ones(2)})
+    res = _cli("convert", str(tmp_path / "c.hurray"), str(fifo), "--to", "hurray", timeout=30)
+    assert res.returncode == 2 and "FIFO" in res.stderr and str(fifo) in res.stderr, res
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.fixture
+def small_disk(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    """A 1 MiB tmpfs of the test's own, unmounted after it."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root on Linux")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                         capture_output=True, text=True)
+    if res.returncode:
+        pytest.skip(f"cannot mount a 1 MiB tmpfs here: {res.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.mark.parametrize("route", ["safetensors->hurray", "hurray->hurray",
+                                   "hurray->safetensors", "npy->hurray"])
+def test_convert_onto_a_full_disk(tmp_path: pathlib.Path, small_disk: pathlib.Path,
+                                  route: str) -> None:
+    src_fmt, dst_fmt = route.split("->")
+    big = np.arange(1 << 19, dtype=np.float32)  # 2 MiB: twice the disk
+    src = tmp_path / f"in.{src_fmt}"
+    if src_fmt == "npy":
+        np.save(src, big)
+    else:
+        hb.save(tmp_path / "in.hurray", {"w": big})
+        if src_fmt == "safetensors":
+            hb.safetensors_io.hurray_to_safetensors(tmp_path / "in.hurray", src)
+    out = small_disk / f"o.{dst_fmt}"
+    hb.save(small_disk / "o.hurray", {"old": np.ones(4)})
+    if dst_fmt == "safetensors":
+        hb.safetensors_io.hurray_to_safetensors(small_disk / "o.hurray", out)
+        (small_disk / "o.hurray").unlink()
+    before = out.read_bytes()
+    res = _cli("convert", str(src), str(out))
+    assert res.returncode == 2, res
+    assert res.stderr.startswith(f"hurray: error: {out}: No space left on device"), res.stderr
+    assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1
+    assert out.read_bytes() == before  # the old output, intact
+    assert sorted(p.name for p in small_disk.iterdir()) == [out.name]  # no temporary
+
+
+SLOW_CONVERT = """
+import os, sys, time
+from hurray_bridge import container
+from hurray_bridge.__main__ import main
+real, calls = os.write, [0]
+def slow(fd, data):
+    calls[0] += 1
+    n = real(fd, data)
+    if calls[0] == 2:
+        print("writing", flush=True)
+        time.sleep(60)
+    return n
+container.os.write = slow
+sys.exit(main(["convert", "-q", sys.argv[1], sys.argv[2]]))
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_convert_leaves_no_temporary(tmp_path: pathlib.Path, sig: int) -> None:
+    hb.save(tmp_path / "in.hurray", {"w": np.arange(1 << 20, dtype=np.float32)})
+    src = tmp_path / "in.safetensors"
+    hb.safetensors_io.hurray_to_safetensors(tmp_path / "in.hurray", src)
+    out = tmp_path / "out.hurray"
+    hb.save(out, {"old": np.ones(3)})
+    before = out.read_bytes()
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_CONVERT, str(src), str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert err.startswith(f"hurray: error: {out}: interrupted by {signal.Signals(sig).name}")
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.hurray", "in.safetensors",
+                                                          "out.hurray"]
+
+
+def test_a_progress_bar_that_cannot_draw_does_not_stop_the_conversion(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, ckpt: pathlib.Path) -> None:
+    import hurray_bridge.__main__ as cli
+
+    class BrokenTerminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+        def write(self, s: str) -> int:
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(cli, "_PROGRESS_MIN_BYTES", 0)
+    monkeypatch.setattr(sys, "stderr", BrokenTerminal())
+    out = tmp_path / "o.safetensors"
+    assert main(["convert", str(ckpt), str(out)]) == 0
+    monkeypatch.undo()
+    assert hb.safetensors_io.read_header(out).entries
+
+
+@pytest.mark.skipif(os.name != "posix", reason="process ids")
+def test_verify_reports_the_temporary_of_a_killed_save(capsys: pytest.CaptureFixture[str],
+                                                       ckpt: pathlib.Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    pid = int(gone.stdout)  # a process that has exited
+    stale = ckpt.parent / f".{ckpt.name}.{pid}-{hb.container._host_tag()}-0123456789ab.tmp"
+    stale.write_bytes(bytes(5000))
+    rc, out, err = run(capsys, "verify", str(ckpt))
+    assert rc == 0 and out.startswith(f"{ckpt}: OK")
+    assert err.startswith(f"hurray: warning: {stale}: ") and f"pid {pid}" in err, err
+    assert "5000 bytes" in err and stale.exists()  # reported, not removed: verify only reads
+    hb.save(ckpt, {"w": np.ones(2)})  # the next save removes it
+    assert not stale.exists()
