@@ -255,7 +255,7 @@ def _report_stale(path: str) -> None:
             continue
         print(f"hurray: warning: {tmp}: temporary file of an interrupted save of {path} (its "
               f"writer, pid {m['pid'] if m else '?'}, is gone{size}); delete it, or the next "
-              "save of that file will", file=sys.stderr)
+              "save into that folder will", file=sys.stderr)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:

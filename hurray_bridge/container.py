@@ -28,6 +28,7 @@ import socket
 import stat
 import struct
 import sys
+import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -960,7 +961,7 @@ def _write_all(fd: int, data: memoryview | bytes) -> None:
         view = view[n:]
 
 
-_TEMP = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp")
+_TEMP = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp\Z")
 
 
 @functools.lru_cache(maxsize=1)
@@ -1001,32 +1002,59 @@ def stale_temporaries(path: str | os.PathLike[str]) -> list[str]:
     its name is ``.NAME.PID-HOST-RANDOM.tmp`` as :func:`atomic_output` makes
     it, for this target, with this host's tag (:func:`_host_tag`), and no
     process with that pid exists. A temporary of a live process, of another
-    host or PID namespace, or of another name is never listed. The next save
-    of ``path`` removes these; ``hurray verify`` reports them.
+    host or PID namespace, or of another name is never listed. Saves into the
+    folder remove these; ``hurray verify`` reports them.
     """
     target = _fspath(path, "path")
     directory = os.path.dirname(os.path.abspath(target))
-    prefix, tag = _temp_prefix(target), _host_tag()
-    found = []
+    return _stale_in(directory, _temp_prefix(target))[0]
+
+
+def _stale_in(directory: str, prefix: str = ".") -> tuple[list[str], int]:
+    """(stale temporaries in ``directory`` whose names start with ``prefix``, entries seen)."""
+    tag, found, seen = _host_tag(), [], 0
+    exact = prefix != "."  # one target's: the tail starts right after its prefix
     try:
         with os.scandir(directory) as it:
             for entry in it:
-                if not entry.name.startswith(prefix):
+                seen += 1
+                name = entry.name
+                if not (name.startswith(prefix) and name.endswith(".tmp")):
                     continue
-                m = _TEMP.fullmatch(entry.name, len(prefix))
-                if (m is None or m["host"] != tag or _pid_alive(int(m["pid"]))
+                m = _TEMP.match(name, len(prefix)) if exact else _TEMP.search(name, 2)
+                if (m is None or name[m.start() - 1] != "."
+                        or m["host"] != tag or _pid_alive(int(m["pid"]))
                         or not entry.is_file(follow_symlinks=False)):
                     continue
                 found.append(entry.path)
     except OSError:
-        return []
-    return sorted(found)
+        return [], seen
+    return sorted(found), seen
 
 
-def _remove_stale(target: str) -> None:
-    for p in stale_temporaries(target):
+# directory -> (time.monotonic() of its last scan for stale temporaries, seconds it took)
+_SCANS: dict[str, tuple[float, float]] = {}
+
+
+def _remove_stale(directory: str) -> None:
+    """Remove the stale temporaries of every target in ``directory`` (best effort).
+
+    A folder is scanned at every save while a scan is cheap (under a
+    millisecond: up to a few thousand entries); a larger one again only after
+    100 times as long as its last scan took (at most a minute), so that many
+    saves into one big folder spend at most about 1% of their time here.
+    """
+    now = time.monotonic()
+    last = _SCANS.get(directory)
+    if last is not None and last[1] >= 1e-3 and now - last[0] < min(100 * last[1], 60.0):
+        return
+    stale, _ = _stale_in(directory)
+    for p in stale:
         with contextlib.suppress(OSError):
             os.unlink(p)
+    if len(_SCANS) >= 4096:
+        _SCANS.clear()
+    _SCANS[directory] = (now, time.monotonic() - now)
 
 
 def _existing_target(target: str) -> os.stat_result | None:
@@ -1071,7 +1099,7 @@ def atomic_output(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterat
     target = _fspath(path, "path")
     old = _existing_target(target)
     directory = os.path.dirname(os.path.abspath(target))
-    _remove_stale(target)
+    _remove_stale(directory)
     tmp = os.path.join(directory, f"{_temp_prefix(target)}{os.getpid()}-{_host_tag()}-"
                                   f"{secrets.token_hex(6)}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(

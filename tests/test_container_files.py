@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from typing import Any
 
 import pytest
@@ -272,17 +273,52 @@ def test_temporaries_of_the_living_and_of_strangers_are_left_alone(
         live = f".k.hurray.{sleeper.pid}-{tag}-0123456789ab.tmp"
         elsewhere = ".k.hurray.1-deadbeef-0123456789ab.tmp"  # another host (or pid namespace)
         stranger = ".k.hurray.mine.tmp"  # not our pattern
-        other_file = f".other.hurray.{2**22 + 7}-{tag}-0123456789ab.tmp"  # another target
-        for name in (live, elsewhere, stranger, other_file):
+        longer = f".k.hurray.x.{sleeper.pid}-{tag}-0123456789ab.tmp"  # k.hurray.x's, live
+        for name in (live, elsewhere, stranger, longer):
             (tmp_path / name).write_bytes(b"x")
         assert container.stale_temporaries(path) == []
         hb.save(path, {"w": np.ones(2)})
-        assert others(tmp_path, "k.hurray") == sorted([live, elsewhere, stranger, other_file])
+        assert others(tmp_path, "k.hurray") == sorted([live, elsewhere, stranger, longer])
     finally:
         sleeper.kill()
         sleeper.wait()
-    # its writer gone, the first one is stale
+    # their writer gone, the first is k.hurray's stale temporary; the last is k.hurray.x's
     assert [os.path.basename(p) for p in container.stale_temporaries(path)] == [live]
+    assert [os.path.basename(p) for p in container.stale_temporaries(
+        tmp_path / "k.hurray.x")] == [longer]
+
+
+@pytest.mark.skipif(not POSIX, reason="process ids")
+def test_a_save_removes_the_stale_temporaries_of_every_file_in_its_folder(
+        tmp_path: pathlib.Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead, tag = int(gone.stdout), container._host_tag()
+    for name in ("a.hurray", "b.safetensors", "c.7"):
+        (tmp_path / f".{name}.{dead}-{tag}-0123456789ab.tmp").write_bytes(b"x")
+    (tmp_path / "c.7").write_bytes(b"not ours")
+    hb.save(tmp_path / "a.hurray", {"w": np.ones(2)})
+    assert others(tmp_path) == ["a.hurray", "c.7"]
+
+
+def test_scans_of_a_big_folder_are_amortised(tmp_path: pathlib.Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    scans: list[str] = []
+    real = container._stale_in
+
+    def counting(directory: str, prefix: str = ".") -> tuple[list[str], int]:
+        scans.append(directory)
+        return real(directory, prefix)
+
+    monkeypatch.setattr(container, "_stale_in", counting)
+    monkeypatch.setitem(container._SCANS, str(tmp_path), (time.monotonic(), 0.5))
+    hb.save(tmp_path / "x.hurray", {"w": np.ones(2)})  # its last scan took 0.5 s: not again yet
+    assert scans == []
+    monkeypatch.setitem(container._SCANS, str(tmp_path), (0.0, 0.5))  # long ago
+    hb.save(tmp_path / "x.hurray", {"w": np.ones(2)})
+    assert scans == [str(tmp_path)]
+    hb.save(tmp_path / "x.hurray", {"w": np.ones(2)})  # a small folder: scanned every time
+    assert scans == [str(tmp_path)] * 2
 
 
 # ------------------------------------------------------------------- what load opens
