@@ -585,7 +585,7 @@ def _fspath(path: Any, what: str) -> str:
             f"{what}: got the int {path!r}, which Python's open() would take as file descriptor "
             f"{path} and close when done; pass a path (str or os.PathLike) instead "
             f"(for an open descriptor on Linux, the path /proc/self/fd/{path})")
-    return os.fspath(path)
+    return os.fsdecode(os.fspath(path))  # bytes paths as str: one kind of name from here on
 
 
 def _not_regular(path: str, st: os.stat_result, doing: str) -> None:

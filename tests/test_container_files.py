@@ -55,6 +55,13 @@ def test_save_refuses_a_name_of_another_format(tmp_path: pathlib.Path, name: str
     assert list(tmp_path.iterdir()) == []
 
 
+def test_bytes_paths_get_the_same_rules(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(hb.FormatError, match="names a safetensors file"):
+        hb.save(os.fsencode(tmp_path / "m.safetensors"), {"w": np.ones(3)})  # type: ignore[arg-type]
+    hb.save(os.fsencode(tmp_path / "m.hurray"), {"w": np.ones(3)})  # type: ignore[arg-type]
+    assert others(tmp_path) == ["m.hurray"]  # a proper temporary name, renamed away
+
+
 def test_safetensors_io_save_writes_safetensors(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "m.safetensors"
     w = np.arange(6, dtype=np.float32).reshape(2, 3)
