@@ -11,7 +11,7 @@ import platform
 import sys
 import time
 
-SUITES = ("handoff", "size", "statedict", "codec", "files", "convert", "peers")
+SUITES = ("handoff", "size", "statedict", "codec", "c_decoder", "files", "convert", "peers")
 
 
 def _machine() -> dict[str, object]:

@@ -18,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "hurray.h" /* the C library's descriptor decoder (c/src/descriptor.c) */
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -472,7 +473,8 @@ capsule_hooks(PyObject *module, PyObject *args)
 }
 
 /* ---------------------------------------------------------------------------
- * The descriptor decoder's dense fast path: wire._decode_dense, rule for rule.
+ * The descriptor decoder's dense fast path: wire._decode_dense, rule for rule, with the
+ * rules themselves in the C library (check() below).
  *
  * It reads only simple descriptors (dense row-major or strided, static, one DATA
  * buffer, no quantization or shard section) and returns None for anything else or
@@ -487,10 +489,10 @@ capsule_hooks(PyObject *module, PyObject *args)
 #define MAX_DENSE (32 + 16 * 64 + 24)
 static PyTypeObject *dd_type = NULL;       /* Descriptor */
 static PyObject *dd_dtypes[256];           /* tag -> DType (NULL: unknown tag) */
-static int dd_bits[256];
 static PyObject *dd_row_major = NULL, *dd_strided = NULL;
 static PyObject *dd_slots[N_SLOTS];        /* member descriptors, in field order */
 static PyObject *dd_empty = NULL;
+static int dd_tables_differ = 0;           /* dtypes.py and the C library disagree: off */
 
 static uint64_t
 le64(const unsigned char *p)
@@ -501,23 +503,6 @@ le64(const unsigned char *p)
     }
     return v;
 }
-
-static unsigned
-le16(const unsigned char *p)
-{
-    return (unsigned)p[0] | ((unsigned)p[1] << 8);
-}
-
-static uint32_t
-le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16)
-           | ((uint32_t)p[3] << 24);
-}
-
-#define U64_MAX 0xFFFFFFFFFFFFFFFFULL
-#define I64_MAX 0x7FFFFFFFFFFFFFFFULL
-#define DYNAMIC_DIM 0xFFFFFFFFFFFFFFFFULL
 
 static PyObject *
 build(const unsigned char *b, uint32_t rank, int strided, PyObject *dtype, int padded)
@@ -570,121 +555,34 @@ build(const unsigned char *b, uint32_t rank, int strided, PyObject *dtype, int p
     return d;
 }
 
-/* The checks of wire._decode_dense, in its order. 1: accepted (fills *out), 0: not. */
+/* The checks of wire._decode_dense, made by the C library's decoder (c/src/descriptor.c,
+ * compiled into this module by setup.py): the one C copy of the wire rules. It accepts
+ * exactly what the general Python decoder accepts (tests/test_c_library.py compares them
+ * field for field); of that, the fast path takes the dense descriptors -- row-major or
+ * strided, static, one DATA buffer, no quantization or shard section. 1: accepted (fills
+ * *out), 0: not. Reads at most MAX_DENSE bytes: a descriptor the fast path takes is no
+ * longer, and a longer one fails here on total_size. */
 static int
 check(const unsigned char *b, Py_ssize_t n, uint32_t *rank_out, int *strided_out,
       int *tag_out, int *padded_out, uint64_t *off_out, uint64_t *nbytes_out, uint64_t *total_out)
 {
-    if (n < 32) {
+    hry_descriptor d;
+    hry_buffer_table table;
+    size_t total;
+    if (n < 0 || hry_decode_prefix(b, (size_t)(n < MAX_DENSE ? n : MAX_DENSE), &d, &table, &total,
+                                   NULL, NULL) != HRY_OK) {
         return 0;
     }
-    unsigned flags = le16(b + 6);
-    uint32_t rank = le32(b + 8);
-    int tag = b[12], layout_tag = b[13];
-    unsigned n_buf = le16(b + 14);
-    uint64_t total = le64(b + 16), reserved = le64(b + 24);
-    if (memcmp(b, "HRYD", 4) != 0 || b[4] != 1 || n_buf != 1 || reserved || (flags & 0xFFFB)
-            || rank > 64 || total > (uint64_t)n) {
+    if ((d.layout != HRY_ROW_MAJOR && d.layout != HRY_STRIDED) || d.has_quantization
+            || d.has_shard || table.count != 1) {
         return 0;
     }
-    int strided;
-    if (layout_tag == 1) {
-        strided = 0;
-    }
-    else if (layout_tag == 2 && rank) {
-        strided = 1;
-    }
-    else {
-        return 0;
-    }
-    uint64_t size = 32 + 8 * (uint64_t)rank * (strided ? 2 : 1) + 24;
-    if (total != size || dd_dtypes[tag] == NULL) {
-        return 0;
-    }
-    /* size <= MAX_DENSE (rank <= 64) and size == total <= n: inside the snapshot */
-    /* total <= n, so every field below lies inside the buffer */
-    const unsigned char *entry = b + 32 + 8 * (size_t)rank * (strided ? 2 : 1);
-    if (entry[0] != 1) {
-        return 0;
-    }
-    for (int i = 1; i < 8; i++) {
-        if (entry[i]) {
-            return 0;
-        }
-    }
-    int bits = dd_bits[tag], packed;
-    if (flags) {
-        if (bits >= 8) {
-            return 0;
-        }
-        packed = 0;
-    }
-    else {
-        packed = bits < 8;
-    }
-    int zero = 0;
-    for (uint32_t i = 0; i < rank; i++) {
-        uint64_t d = le64(b + 32 + 8 * i);
-        if (d == DYNAMIC_DIM) {
-            return 0;
-        }
-        zero |= d == 0;
-    }
-    unsigned __int128 count = 1;
-    if (zero) {
-        count = 0;
-    }
-    else {
-        for (uint32_t i = 0; i < rank; i++) {
-            count *= le64(b + 32 + 8 * i);
-            if (count > U64_MAX) {
-                return 0;
-            }
-        }
-    }
-    if (strided) {
-        if (packed) {
-            return 0;
-        }
-        for (uint32_t i = 0; i < rank; i++) {
-            if (le64(b + 32 + 8 * (rank + i)) == 0x8000000000000000ULL) {
-                return 0;  /* INT64_MIN */
-            }
-        }
-        if (count) {
-            unsigned __int128 span = 1;
-            for (uint32_t i = 0; i < rank; i++) {
-                uint64_t d = le64(b + 32 + 8 * i);
-                int64_t s = (int64_t)le64(b + 32 + 8 * (rank + i));
-                uint64_t mag = s < 0 ? (uint64_t)(-s) : (uint64_t)s;
-                span += (unsigned __int128)(d - 1) * mag;
-                if (span > I64_MAX) {
-                    return 0;
-                }
-            }
-            count = span;
-        }
-    }
-    unsigned __int128 nbytes;
-    if (packed) {
-        nbytes = (count * (unsigned)bits + 7) / 8;
-    }
-    else {
-        nbytes = count * (unsigned)(bits >> 3 ? bits >> 3 : 1);
-    }
-    uint64_t off = le64(entry + 8), length = le64(entry + 16);
-    if (nbytes > U64_MAX || length != (uint64_t)nbytes) {
-        return 0;
-    }
-    if (nbytes && (off % 64 || (unsigned __int128)off + nbytes > U64_MAX)) {
-        return 0;
-    }
-    *rank_out = rank;
-    *strided_out = strided;
-    *tag_out = tag;
-    *padded_out = flags != 0;
-    *off_out = off;
-    *nbytes_out = (uint64_t)nbytes;
+    *rank_out = d.rank;
+    *strided_out = d.layout == HRY_STRIDED;
+    *tag_out = d.dtype;
+    *padded_out = d.padded;
+    *off_out = table.entry[0].offset;
+    *nbytes_out = table.entry[0].length;
     *total_out = total;
     return 1;
 }
@@ -703,6 +601,9 @@ decode_dense(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = PyLong_AsSsize_t(args[1]);
     if (n == -1 && PyErr_Occurred()) {
         return NULL;
+    }
+    if (dd_tables_differ) {
+        Py_RETURN_NONE;
     }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
@@ -760,14 +661,29 @@ dense_decoder_setup(PyObject *module, PyObject *args)
     if (dd_empty == NULL && (dd_empty = PyTuple_New(0)) == NULL) {
         return NULL;
     }
+    int differ = -1;
     for (int i = 0; i < 256; i++) {
         PyObject *dt = PyList_GET_ITEM(dtypes, i);
         long nb = PyLong_AsLong(PyList_GET_ITEM(bits, i));
         if (nb == -1 && PyErr_Occurred()) {
             return NULL;
         }
+        /* dtypes.py's table and the C library's must be the same table: if they are not,
+         * the fast path turns itself off (the general decoder in Python decides every
+         * input) and says so, rather than answer by a table Python does not have */
+        const hry_dtype_info *c_type = hry_dtype((unsigned)i);
+        if (differ < 0 && ((dt == Py_None) != (c_type == NULL)
+                           || (c_type != NULL && c_type->bits != nb))) {
+            differ = i;
+        }
         Py_XSETREF(dd_dtypes[i], dt == Py_None ? NULL : Py_NewRef(dt));
-        dd_bits[i] = (int)nb;
+    }
+    dd_tables_differ = differ >= 0;
+    if (differ >= 0 && PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                                        "element type tag %d differs between "
+                                        "hurray_bridge/dtypes.py and c/src/descriptor.c: the "
+                                        "compiled descriptor decoder is off", differ) < 0) {
+        return NULL;
     }
     for (int i = 0; i < N_SLOTS; i++) {
         Py_XSETREF(dd_slots[i], Py_NewRef(PyTuple_GET_ITEM(slots, i)));

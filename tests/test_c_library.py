@@ -25,6 +25,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -613,3 +614,60 @@ def test_fuzz_target_runs_clean(fuzz_build: pathlib.Path, tmp_path: pathlib.Path
     m = re.search(r"stat::number_of_executed_units: (\d+)", proc.stderr)
     assert m is not None, proc.stderr[-2000:]
     assert int(m.group(1)) > 1000
+
+
+# ------------------------------------------------------------------------------ _speedups
+def _speedups_or_skip() -> Any:
+    try:
+        from hurray_bridge import _speedups
+    except ImportError:
+        pytest.skip("hurray_bridge._speedups was not built (no C compiler at install time)")
+    return _speedups
+
+
+def test_the_compiled_dense_decoder_is_the_c_librarys() -> None:
+    """_speedups' dense fast path calls c/src/descriptor.c: one copy of the rules in C."""
+    sp = _speedups_or_skip()
+    assert wire._decode_dense is sp.decode_dense
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    out = subprocess.run([nm, "--defined-only", sp.__file__], capture_output=True,
+                         text=True).stdout
+    assert re.search(r"\bhry_decode_prefix\b", out) and re.search(r"\bhry_dtype\b", out)
+
+
+def test_the_two_element_type_tables_are_checked_to_agree() -> None:
+    """A dtypes.py table that differs from the C library's turns the compiled decoder off
+    (with a warning): the general Python decoder then answers, never the other table."""
+    _speedups_or_skip()
+    code = (
+        "import warnings\n"
+        "import hurray_bridge as hb\n"
+        "from hurray_bridge import wire, _speedups\n"
+        "from hurray_bridge.descriptor import Descriptor\n"
+        "from hurray_bridge.dtypes import _BY_TAG\n"
+        "dts = [_BY_TAG.get(t) for t in range(256)]\n"
+        "bits = [d.bits if d is not None else 0 for d in dts]\n"
+        "slots = tuple(Descriptor.__dict__[f] for f in ('shape', 'dtype', 'layout', 'strides',"
+        " 'tile', 'sparse', 'quantization', 'shard', 'padded'))\n"
+        "raw = hb.Descriptor([3], hb.float32).to_bytes()\n"
+        "print('on', _speedups.decode_dense(raw, len(raw)) is not None)\n"
+        "bits[23] = 8\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    _speedups.dense_decoder_setup(Descriptor, dts, bits, wire._ROW_MAJOR,"
+        " wire._STRIDED, slots)\n"
+        "print('warned', [str(x.message) for x in w])\n"
+        "print('off', _speedups.decode_dense(raw, len(raw)) is None)\n"
+        "print('decodes', hb.Descriptor.from_bytes(raw) == hb.Descriptor([3], hb.float32))\n"
+        "bits[23] = 4\n"
+        "_speedups.dense_decoder_setup(Descriptor, dts, bits, wire._ROW_MAJOR, wire._STRIDED,"
+        " slots)\n"
+        "print('on again', _speedups.decode_dense(raw, len(raw)) is not None)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "on True" and "tag 23 differs" in lines[1]
+    assert lines[2:] == ["off True", "decodes True", "on again True"]

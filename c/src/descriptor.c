@@ -478,8 +478,10 @@ static hry_status check_shard(const hry_descriptor *d, hry_error *err)
     return HRY_OK;
 }
 
-/* Descriptor.__post_init__'s rules, in its order (the sections' own rules passed). */
-static hry_status check_core(const hry_descriptor *d, hry_error *err)
+/* Descriptor.__post_init__'s rules, in its order (the sections' own rules passed). For a
+ * static descriptor, specs/count (when not NULL) receive its buffer layout. */
+static hry_status check_core(const hry_descriptor *d, hry_error *err, hry_buffer_spec *specs,
+                             uint32_t *count)
 {
     const hry_dtype_info *t = hry_dtype(d->dtype);
     uint32_t rank = d->rank;
@@ -594,11 +596,15 @@ static hry_status check_core(const hry_descriptor *d, hry_error *err)
             return hry__fail(err, HRY_E_FORMAT, "strides",
                              "the strided span (1 + sum (d - 1) |s|) overflows int64");
         }
-        hry_buffer_spec specs[HRY_MAX_BUFFERS];
-        uint32_t count;
+        hry_buffer_spec local[HRY_MAX_BUFFERS];
+        uint32_t n_local;
+        if (specs == NULL) {
+            specs = local;
+            count = &n_local;
+        }
         uint64_t sum = 0;
-        int over = layout_of(d, specs, &count);
-        for (uint32_t i = 0; !over && i < count; i++) {
+        int over = layout_of(d, specs, count);
+        for (uint32_t i = 0; !over && i < *count; i++) {
             over = hry__add(sum, specs[i].length, &sum);
         }
         if (over) {
@@ -665,7 +671,7 @@ hry_status hry_descriptor_check(const hry_descriptor *d, hry_error *err)
     if (d->has_shard && (s = check_shard(d, err)) != HRY_OK) {
         return s;
     }
-    if ((s = check_core(d, err)) != HRY_OK) {
+    if ((s = check_core(d, err, NULL, NULL)) != HRY_OK) {
         return s;
     }
     hry__ok(err);
@@ -734,7 +740,7 @@ void hry_canonical_offsets(const uint64_t *lengths, uint32_t n, uint64_t *offset
 
 /* _check_buffer_table: metadata.md §8 rules 1-5 for a decoded (or to-be-encoded) table. */
 static hry_status check_table(const hry_descriptor *d, const hry_buffer_table *tab,
-                              hry_error *err)
+                              const hry_buffer_spec *specs, uint32_t n, hry_error *err)
 {
     char field[48];
     if (hry_descriptor_is_dynamic(d)) {
@@ -745,9 +751,6 @@ static hry_status check_table(const hry_descriptor *d, const hry_buffer_table *t
         }
         return HRY_OK;
     }
-    hry_buffer_spec specs[HRY_MAX_BUFFERS];
-    uint32_t n;
-    layout_of(d, specs, &n);
     if (tab->count != n) {
         return hry__fail(err, HRY_E_FORMAT, "n_buffers",
                          "%u buffers, the descriptor calls for %u", tab->count, n);
@@ -1028,12 +1031,14 @@ hry_status hry_decode_prefix(const void *data, size_t len, hry_descriptor *out,
             return s;
         }
     }
-    char field[32];
+    char field[32]; /* formatted only for an error: snprintf costs more than the decoding */
     for (uint32_t i = 0; i < n_buf; i++) {
-        snprintf(field, sizeof field, "buffers[%u]", i);
-        if ((p = take(&r, ENTRY_SIZE, field, err)) == NULL) {
+        if (ENTRY_SIZE > r.end - r.pos) {
+            snprintf(field, sizeof field, "buffers[%u]", i);
+            take(&r, ENTRY_SIZE, field, err);
             return HRY_E_FORMAT;
         }
+        p = take(&r, ENTRY_SIZE, "", err);
         if (!all_zero(p + 1, 7)) {
             snprintf(field, sizeof field, "buffers[%u].reserved", i);
             return hry__fail(err, HRY_E_FORMAT, field,
@@ -1056,25 +1061,24 @@ hry_status hry_decode_prefix(const void *data, size_t len, hry_descriptor *out,
                          (unsigned long long)total, (unsigned long long)r.pos);
     }
     table->count = n_buf;
-    if ((s = check_core(d, err)) != HRY_OK) {
+    hry_buffer_spec specs[HRY_MAX_BUFFERS];
+    uint32_t n = 0; /* stays 0 for a dynamic descriptor */
+    if ((s = check_core(d, err, specs, &n)) != HRY_OK) {
         table->count = 0;
         return s;
     }
     if (n_buf > HRY_MAX_BUFFERS) {
         /* more entries than any descriptor calls for: report the count as check_table would */
-        hry_buffer_spec specs[HRY_MAX_BUFFERS];
-        uint32_t n = 0;
         table->count = 0;
         if (hry_descriptor_is_dynamic(d)) {
             return hry__fail(err, HRY_E_FORMAT, "n_buffers",
                              "a descriptor with dynamic dimensions has no buffer table "
                              "(n_buffers must be 0, got %u)", n_buf);
         }
-        layout_of(d, specs, &n);
         return hry__fail(err, HRY_E_FORMAT, "n_buffers",
                          "%u buffers, the descriptor calls for %u", n_buf, n);
     }
-    if ((s = check_table(d, table, err)) != HRY_OK) {
+    if ((s = check_table(d, table, specs, n, err)) != HRY_OK) {
         table->count = 0;
         return s;
     }
@@ -1179,7 +1183,7 @@ hry_status hry_encode(const hry_descriptor *d, const uint64_t *offsets, uint32_t
     }
     /* metadata.md §8: an explicit placement must still satisfy rules 3-5 */
     hry_error inner;
-    if (check_table(d, &tab, &inner) != HRY_OK) {
+    if (check_table(d, &tab, specs, n, &inner) != HRY_OK) {
         return hry__fail(err, HRY_E_FORMAT, "buffers.offset", "%s: %s", inner.field,
                          inner.message);
     }

@@ -55,11 +55,20 @@ static inline void hry__put64(uint8_t *p, uint64_t v)
 /* 1 when a * b overflows 64 bits; else *r = a * b. */
 static inline int hry__mul(uint64_t a, uint64_t b, uint64_t *r)
 {
+#if defined(__GNUC__) || defined(__clang__)
+    uint64_t p;
+    if (__builtin_mul_overflow(a, b, &p)) { /* no 64-bit division on the hot path */
+        return 1;
+    }
+    *r = p;
+    return 0;
+#else
     if (a != 0 && b > UINT64_MAX / a) {
         return 1;
     }
     *r = a * b;
     return 0;
+#endif
 }
 
 /* 1 when a + b overflows 64 bits; else *r = a + b. */

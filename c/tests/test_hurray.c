@@ -11,6 +11,8 @@
  *                                    (re-encoded with the decoded offsets) or "err FIELD"
  *   test_hurray check-files          stdin: one path per line; stdout: "ok" or "err FIELD"
  *   test_hurray make-files DIR       writes C-built files into DIR, prints their manifest (JSON)
+ *   test_hurray bench HEX            median time of one strict decode of HEX, in ns (for
+ *                                    benchmarks/c_decoder.py)
  */
 #define _POSIX_C_SOURCE 200809L
 #include "hurray.h"
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -767,6 +770,61 @@ static int mode_make_files(const char *dir)
     return 0;
 }
 
+/* ------------------------------------------------------------------ bench */
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int mode_bench(const char *hexstr)
+{
+    static uint8_t buf[1 << 16];
+    size_t n;
+    hry_descriptor d;
+    hry_buffer_table t;
+    hry_error err;
+    if (!unhex(hexstr, buf, sizeof buf, &n) || hry_decode(buf, n, &d, &t, &err) != HRY_OK) {
+        fprintf(stderr, "bench: not a valid descriptor\n");
+        return 1;
+    }
+    volatile uint32_t sink = 0;
+    long loops = 1;
+    for (;;) { /* a batch of at least 20 ms */
+        double t0 = now_ns();
+        for (long i = 0; i < loops; i++) {
+            hry_decode(buf, n, &d, &t, NULL);
+            sink += d.rank;
+        }
+        if (now_ns() - t0 >= 2e7 || loops >= (1L << 26)) {
+            break;
+        }
+        loops *= 2;
+    }
+    double samples[15];
+    for (int r = 0; r < 15; r++) {
+        double t0 = now_ns();
+        for (long i = 0; i < loops; i++) {
+            hry_decode(buf, n, &d, &t, NULL);
+            sink += d.rank;
+        }
+        samples[r] = (now_ns() - t0) / (double)loops;
+    }
+    qsort(samples, 15, sizeof samples[0], cmp_double);
+    printf("{\"median_ns\": %.2f, \"iqr_ns\": %.2f, \"loops\": %ld}\n", samples[7],
+           samples[11] - samples[3], loops);
+    (void)sink;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ unit */
 
 static void unit_checksums(void)
@@ -1094,7 +1152,10 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "make-files") == 0) {
         return mode_make_files(argv[2]);
     }
+    if (argc == 3 && strcmp(argv[1], "bench") == 0) {
+        return mode_bench(argv[2]);
+    }
     fprintf(stderr, "usage: test_hurray unit [TMPDIR] | vectors DIR | files DIR | decode [prefix] "
-                    "| check-files | make-files DIR\n");
+                    "| check-files | make-files DIR | bench HEX\n");
     return 1;
 }
