@@ -10,12 +10,16 @@ message closes it.
 A :class:`StreamReader` checks every message against the schema before it
 hands out a tensor (static dimensions equal, dynamic ones resolved, buffer
 lengths those of the resolved descriptor) and never allocates more than the
-resolved descriptor calls for, capped by ``max_message_bytes``. Both ends take
-any binary file object: a file, a pipe, ``socket.makefile()`` or a socket.
+resolved descriptor calls for, capped by ``max_message_bytes``; from a pipe or
+socket it commits memory for a message only a bounded step ahead of its bytes.
+Both ends take any binary file object: a file, a pipe, ``socket.makefile()`` or
+a socket, blocking or not (interchange.md §6.5 says how a failed or
+would-block read or write leaves each end).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 import mmap as _mmap
@@ -25,7 +29,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
-from ._memory import alloc_aligned
+from ._memory import alloc_aligned, host_view
 from .descriptor import DYNAMIC, Descriptor
 from .errors import DynamicShapeError, FormatError, UnsupportedError
 from .layout import Layout
@@ -46,7 +50,15 @@ ALIGNMENT = 64
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 32
 """Largest message payload a reader accepts unless told otherwise (4 GiB)."""
 
-_LAZY_BYTES = 1 << 20  # messages this large are read into memory committed as it arrives
+# Memory for a message's buffers. A message of _LAZY_BYTES or more is read into an anonymous
+# map, whose pages are committed only as the bytes arrive; a smaller one gets an ordinary
+# zero-filled allocation (for sizes that recur, much cheaper than fresh pages). From a
+# channel that cannot tell its size (a pipe, a socket), a message of _STAGE_BYTES up to
+# _LAZY_BYTES is first read into _STAGE_BYTES of memory and gets all of it only once those
+# have arrived (then at most 16 times what came): a message that claims more than it sends
+# never costs much more than what it sent.
+_LAZY_BYTES = 1 << 20
+_STAGE_BYTES = 64 << 10
 
 MAX_SCHEMA_BYTES = 4096  # the largest possible descriptor (rank 64, every section) is 2,368 bytes
 
@@ -96,8 +108,19 @@ class StreamWriter:
     socket); the writer never closes it. With ``flush=True`` every message is
     flushed, so a reader on a pipe or socket sees it at once.
 
-    :meth:`write` after :meth:`close`, or after a write that failed part-way,
-    raises ``ValueError`` (as a closed file does).
+    :meth:`write` after :meth:`close` raises ``ValueError`` (as a closed file
+    does). :attr:`messages_written` counts the messages handed over in full:
+    every byte taken by ``fileobj`` and, with ``flush=True``, flushed.
+
+    A write that fails is never repeated by the writer, and it refuses to
+    frame anything after one that fails part-way: once some bytes of a
+    message (or its flush) have gone, a retried ``write()`` would deliver the
+    tensor twice, so every later ``write()`` raises ``ValueError`` and
+    :meth:`close` writes no end message (the reader then sees a truncated
+    stream). The one exception is a ``BlockingIOError`` from a non-blocking
+    ``fileobj`` that took no byte of the message: nothing was sent, the
+    writer is unchanged, and the same ``write()`` (or ``close()``) may simply
+    be called again.
 
     Used as a context manager the stream is closed (end-of-stream written) on
     normal exit only: after an exception the reader sees a truncated stream
@@ -134,14 +157,30 @@ class StreamWriter:
         return self._seq
 
     def _write(self, data: Any) -> None:
+        """Hand ``data`` to the file object; ``_pos`` counts every byte it took."""
         view = memoryview(data).cast("B")
-        n = view.nbytes
         while view.nbytes:
-            written = self._f.write(view)
+            try:
+                written = self._f.write(view)
+            except BlockingIOError as exc:  # a buffered file may have taken part of it
+                self._pos += getattr(exc, "characters_written", 0)
+                raise
             if written is None:
                 raise BlockingIOError("the stream's file object is non-blocking and is full")
+            self._pos += written
             view = view[written:]
-        self._pos += n
+
+    def _send(self, step: Any) -> None:
+        """Run ``step`` (which writes one message); after a failure, decide what is left."""
+        start = self._pos
+        try:
+            step()
+        except BaseException as exc:
+            if not (isinstance(exc, BlockingIOError) and self._pos == start):
+                # Part of the message is on the wire (or its flush failed): framing another
+                # one, or the same one again, would corrupt or duplicate it.
+                self._broken = True
+            raise
 
     def _flush_now(self) -> None:
         if self._flush and hasattr(self._f, "flush"):
@@ -189,13 +228,13 @@ class StreamWriter:
         if self._broken:
             raise ValueError("an earlier write() failed part-way; the stream cannot continue")
         t = self._conform(tensor)
-        try:
+
+        def step() -> None:
             self._write_message(t)
-        except BaseException:
-            self._broken = True  # a partial message is on the wire: never frame another
-            raise
-        self._seq += 1
-        self._flush_now()
+            self._flush_now()
+
+        self._send(step)
+        self._seq += 1  # counted only once handed over in full
 
     def _write_message(self, t: Tensor) -> None:
         specs = t.descriptor.buffer_layout()
@@ -215,13 +254,22 @@ class StreamWriter:
         """Write the end-of-stream message (once). The file object stays open."""
         if self._closed:
             return
-        self._closed = True
         if self._broken:
+            self._closed = True
             return  # the reader must see a truncated stream, not a clean end
-        self._write(_MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_END, 0, 0, self._seq, 0, 0)
-                    + _ZEROS[: _pad(_MESSAGE_HEADER.size)])
-        if hasattr(self._f, "flush"):
-            self._f.flush()
+
+        def step() -> None:
+            self._write(_MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_END, 0, 0, self._seq, 0, 0)
+                        + _ZEROS[: _pad(_MESSAGE_HEADER.size)])
+            if hasattr(self._f, "flush"):
+                self._f.flush()
+
+        try:
+            self._send(step)
+        except BaseException:
+            self._closed = self._broken  # close() again only if nothing went out
+            raise
+        self._closed = True
         if self._socket_file is not None:
             self._socket_file.close()  # the socket itself stays open
 
@@ -233,10 +281,40 @@ class StreamWriter:
         if exc_type is None:
             self.close()
         elif hasattr(self._f, "flush"):
-            self._f.flush()
+            # Best effort: a dead peer or a full pipe must not hide the exception that ended
+            # the block behind a second one.
+            with contextlib.suppress(OSError, ValueError):
+                self._f.flush()
 
 
 # ------------------------------------------------------------------- reader
+class _Payload:
+    """The buffers of a message being read: all a resumed read needs to go on exactly."""
+
+    __slots__ = ("base", "got", "offsets", "owner", "resolved", "size", "specs", "view")
+
+    def __init__(self, resolved: Descriptor, specs: list[Any], offsets: list[int], size: int,
+                 owner: object, base: int, room: int) -> None:
+        self.resolved = resolved
+        self.specs = specs
+        self.offsets = offsets
+        self.size = size
+        self.got = 0
+        self.owner: object = None
+        self.base = 0
+        self.view: memoryview | None = None
+        self.place(owner, base, room)
+
+    def place(self, owner: object, base: int, room: int) -> None:
+        """Read on into ``room`` bytes at ``base`` (owned by ``owner``), the bytes so far first."""
+        view = host_view(base, room, owner) if room else None
+        if self.view is not None:
+            assert view is not None
+            view[: self.got] = self.view[: self.got]
+            self.view.release()
+        self.owner, self.base, self.view = owner, base, view
+
+
 class StreamReader:
     """Read a stream written by :class:`StreamWriter`; iterate to get ``hb.Tensor``\\ s.
 
@@ -249,6 +327,15 @@ class StreamReader:
     seekable file, the bytes left in it). Only then is memory allocated.
     Any violation raises :class:`~hurray_bridge.FormatError`; the stream
     cannot be read further after one.
+
+    On a non-blocking ``fileobj`` a read that finds no data raises
+    ``BlockingIOError`` and keeps every byte it took: the next :meth:`read`
+    goes on from exactly there, in the middle of a message if need be. If
+    the header is not there yet when the reader is made, it is read (and
+    checked) by the first :meth:`read` or :attr:`schema` instead. Any other
+    exception during a read (an ``OSError``, a timeout, ``KeyboardInterrupt``)
+    leaves the reader unable to know how many bytes were taken, so every
+    later read raises ``FormatError``.
 
     Each tensor owns fresh 64-byte aligned memory and stays valid after the
     reader moves on.
@@ -268,82 +355,95 @@ class StreamReader:
         if _is_socket(fileobj):
             fileobj = self._socket_file = fileobj.makefile("rb")
         self._f = fileobj
+        self._has_readinto = callable(getattr(fileobj, "readinto", None))
         self._max = m.__index__()
-        self._pos = 0
+        self._pos = 0  # stream offset of the unit being read: the header, or a message
         self._seq = 0
         self._done = False
         self._failed: str | None = None
-        head = self._read_exact(_STREAM_HEADER.size, "stream header", eof_ok=False)
-        assert head is not None
-        magic, major, minor, flags, size, reserved = _STREAM_HEADER.unpack(head)
-        if magic != STREAM_MAGIC:
-            raise FormatError(f"bad stream magic {bytes(magic)!r}, expected {STREAM_MAGIC!r}; "
-                              "this is not a Hurray tensor stream", field="stream.magic")
-        if major != STREAM_VERSION[0]:
-            raise FormatError(f"unsupported stream version {major}.{minor}; this reader reads "
-                              f"{STREAM_VERSION[0]}.x", field="stream.version")
-        if flags or reserved:
-            raise FormatError("reserved stream-header fields must be zero",
-                              field="stream.reserved")
-        if not 32 <= size <= MAX_SCHEMA_BYTES:
-            raise FormatError(f"schema size {size} is outside [32, {MAX_SCHEMA_BYTES}]",
-                              field="stream.schema_size")
-        body = self._read_exact(size, "schema", eof_ok=False)
-        assert body is not None
-        self._schema = Descriptor.from_bytes(body)
-        self._dynamic = [i for i, d in enumerate(self._schema.shape) if d == DYNAMIC]
-        self._read_padding("schema")
+        # The fixed part of the unit being read (stream header, schema and padding, or a
+        # message's header, shape and padding), as far as it has arrived.
+        self._lead = bytearray(_STREAM_HEADER.size + MAX_SCHEMA_BYTES + ALIGNMENT)
+        self._lead_view = memoryview(self._lead)
+        self._have = 0
+        self._payload: _Payload | None = None  # a message whose buffers are being read
+        self._schema: Descriptor | None = None
+        self._dynamic: list[int] = []
+        try:
+            self._guard(self._read_head)
+        except BlockingIOError:
+            pass  # a non-blocking channel with the header still to come: read() reads it
 
     @property
     def schema(self) -> Descriptor:
+        if self._schema is None:
+            self._guard(self._read_head)
+        assert self._schema is not None
         return self._schema
 
     @property
     def messages_read(self) -> int:
         return self._seq
 
+    def _guard(self, step: Any) -> Any:
+        """Run one reading step; after anything but ``BlockingIOError`` the stream is done."""
+        if self._failed is not None:
+            raise FormatError(f"the stream is unusable after an earlier error ({self._failed})",
+                              field="stream")
+        try:
+            return step()
+        except BlockingIOError:
+            raise  # every byte taken so far is kept: the next call resumes exactly there
+        except BaseException as exc:
+            if self._failed is None:
+                self._failed = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise
+
     # ------------------------------------------------------------ raw reads
     def _readinto(self, view: memoryview) -> int:
         f = self._f
-        if hasattr(f, "readinto"):
+        if self._has_readinto:
             n = f.readinto(view)
         else:
             data = f.read(len(view))
-            n = len(data)
-            view[:n] = data
+            n = None if data is None else len(data)
+            if n:
+                view[:n] = data
         if n is None:
             raise BlockingIOError("the stream's file object is non-blocking and has no data")
         return int(n)
 
-    def _fill(self, view: memoryview, what: str, eof_ok: bool) -> bool:
-        got = 0
-        want = len(view)
-        while got < want:
-            n = self._readinto(view[got:])
-            if n == 0:
-                if got == 0 and eof_ok:
+    def _truncated(self, what: str, got: int, want: int, offset: int) -> FormatError:
+        self._failed = "truncated"
+        return FormatError(f"truncated {what}: the stream ended after {got} of its {want} bytes "
+                           f"(stream offset {offset})", field="stream")
+
+    def _gather(self, n: int, start: int, what: str, eof_ok: bool = False) -> bool:
+        """Have the unit's first ``n`` bytes; ``start`` is where the part called ``what`` begins.
+
+        ``False`` only when ``eof_ok`` and the stream ended before the unit's first byte.
+        """
+        while self._have < n:
+            k = self._readinto(self._lead_view[self._have:n])
+            if k == 0:
+                if eof_ok and self._have == 0:
                     return False
-                self._failed = "truncated"
-                raise FormatError(
-                    f"truncated {what}: the stream ended after {got} of its {want} bytes "
-                    f"(stream offset {self._pos + got})", field="stream",
-                )
-            got += n
-        self._pos += want
+                raise self._truncated(what, self._have - start, n - start,
+                                      self._pos + self._have)
+            self._have += k
         return True
 
-    def _read_exact(self, n: int, what: str, eof_ok: bool) -> bytes | None:
-        buf = bytearray(n)
-        if not self._fill(memoryview(buf), what, eof_ok):
-            return None
-        return bytes(buf)
+    def _gather_padding(self, end: int, what: str) -> int:
+        """Read and check the zero padding after the unit's first ``end`` bytes; new length."""
+        full = _aligned(end)
+        self._gather(full, end, f"padding after the {what}")
+        if self._lead[end:full] != _ZEROS[: full - end]:
+            self._fail(f"padding after the {what} must be zero", "padding")
+        return full
 
-    def _read_padding(self, what: str) -> None:
-        pad = _pad(self._pos)
-        if pad:
-            data = self._read_exact(pad, f"padding after the {what}", eof_ok=False)
-            if data != _ZEROS[:pad]:
-                self._fail(f"padding after the {what} must be zero", "padding")
+    def _next_unit(self, n: int) -> None:
+        self._pos += n
+        self._have = 0
 
     def _fail(self, message: str, field: str) -> None:
         self._failed = message
@@ -366,22 +466,80 @@ class StreamReader:
             except (AttributeError, OSError, ValueError):
                 return None
 
-    # ------------------------------------------------------------- messages
+    # ----------------------------------------------------- header and messages
+    def _read_head(self) -> None:
+        if self._schema is not None:
+            return
+        self._gather(_STREAM_HEADER.size, 0, "stream header")
+        magic, major, minor, flags, size, reserved = _STREAM_HEADER.unpack_from(self._lead)
+        if magic != STREAM_MAGIC:
+            raise FormatError(f"bad stream magic {bytes(magic)!r}, expected {STREAM_MAGIC!r}; "
+                              "this is not a Hurray tensor stream", field="stream.magic")
+        if major != STREAM_VERSION[0]:
+            raise FormatError(f"unsupported stream version {major}.{minor}; this reader reads "
+                              f"{STREAM_VERSION[0]}.x", field="stream.version")
+        if flags or reserved:
+            raise FormatError("reserved stream-header fields must be zero",
+                              field="stream.reserved")
+        if not 32 <= size <= MAX_SCHEMA_BYTES:
+            raise FormatError(f"schema size {size} is outside [32, {MAX_SCHEMA_BYTES}]",
+                              field="stream.schema_size")
+        end = _STREAM_HEADER.size + size
+        self._gather(end, _STREAM_HEADER.size, "schema")
+        schema = Descriptor.from_bytes(bytes(self._lead[_STREAM_HEADER.size:end]))
+        self._next_unit(self._gather_padding(end, "schema"))
+        self._schema = schema
+        self._dynamic = [i for i, d in enumerate(schema.shape) if d == DYNAMIC]
+
     def read(self) -> Tensor | None:
         """The next tensor, or ``None`` at the end of the stream."""
-        if self._failed is not None:
-            raise FormatError(f"the stream is unusable after an earlier error ({self._failed})",
-                              field="stream")
+        result: Tensor | None = self._guard(self._read_message)
+        return result
+
+    def _read_message(self) -> Tensor | None:
+        self._read_head()
         if self._done:
             return None
-        raw = self._read_exact(_MESSAGE_HEADER.size, "message header", eof_ok=True)
-        if raw is None:
+        if self._payload is None:
+            if not self._begin_message():
+                return None
+        p = self._payload
+        assert p is not None
+        if p.view is not None:
+            while p.got < p.size:
+                if p.got == len(p.view):  # staged: the bytes have earned the whole message
+                    owner, base = self._message_memory(p.size, p.resolved)
+                    p.place(owner, base, p.size)
+                k = self._readinto(p.view[p.got:])
+                if k == 0:
+                    raise self._truncated(f"buffers of message {self._seq}", p.got, p.size,
+                                          self._pos + p.got)
+                p.got += k
+            for s, off in zip(p.specs, p.offsets):
+                pad = _pad(s.nbytes)
+                if pad and p.view[off + s.nbytes: off + s.nbytes + pad] != _ZEROS[:pad]:
+                    self._fail(f"padding after the {s.role.name} buffer must be zero", "padding")
+            p.view.release()
+        self._payload = None
+        self._pos += p.size
+        bufs = [Buffer(s.role, p.base + off if (p.owner is not None and s.nbytes) else 0,
+                       s.nbytes) for s, off in zip(p.specs, p.offsets)]
+        self._seq += 1
+        return Tensor(p.resolved, bufs, device=CPU, owner=p.owner)
+
+    def _begin_message(self) -> bool:
+        """Read and check a message's fixed part; set up its payload. ``False`` at the end.
+
+        Every check runs again on the bytes kept when a read resumes: they are the same
+        bytes, so the outcome is too.
+        """
+        if not self._gather(_MESSAGE_HEADER.size, 0, "message header", eof_ok=True):
             self._failed = "no end-of-stream message"
             raise FormatError(
                 f"the stream ended after {self._seq} messages without an end-of-stream message; "
                 "the writer stopped before StreamWriter.close()", field="stream",
             )
-        magic, kind, n_buf, rank, seq, payload, reserved = _MESSAGE_HEADER.unpack(raw)
+        magic, kind, n_buf, rank, seq, payload, reserved = _MESSAGE_HEADER.unpack_from(self._lead)
         if magic != MESSAGE_MAGIC:
             self._fail(f"bad message magic {bytes(magic)!r}, expected {MESSAGE_MAGIC!r}", "magic")
         if reserved:
@@ -392,20 +550,21 @@ class StreamReader:
         if kind == KIND_END:
             if n_buf or rank or payload:
                 self._fail("an end-of-stream message carries no shape and no buffers", "kind")
-            self._read_padding("end-of-stream message")
+            self._next_unit(self._gather_padding(_MESSAGE_HEADER.size, "end-of-stream message"))
             self._done = True
             if self._socket_file is not None:
                 self._socket_file.close()
-            return None
+            return False
         if kind != KIND_TENSOR:
             self._fail(f"unknown message kind {kind}", "kind")
         schema = self._schema
+        assert schema is not None
         if rank != schema.rank:
             self._fail(f"message has rank {rank}, the schema {schema!r} has rank {schema.rank}",
                        "rank")
-        shape_raw = self._read_exact(8 * rank, "message shape", eof_ok=False)
-        assert shape_raw is not None
-        shape = struct.unpack(f"<{rank}Q", shape_raw)
+        lead = _MESSAGE_HEADER.size + 8 * rank
+        self._gather(lead, _MESSAGE_HEADER.size, "message shape")
+        shape = struct.unpack_from(f"<{rank}Q", self._lead, _MESSAGE_HEADER.size)
         for axis, (got, want) in enumerate(zip(shape, schema.shape)):
             if want != DYNAMIC and got != want:
                 self._fail(f"axis {axis} has size {got}, the schema fixes it at {want}", "shape")
@@ -418,7 +577,6 @@ class StreamReader:
         except (FormatError, DynamicShapeError) as exc:
             self._fail(f"sizes {list(shape)} do not resolve the schema: {exc}", "shape")
             raise  # unreachable: _fail raises
-        lead = _MESSAGE_HEADER.size + 8 * rank
         offsets, pos = [], 0
         for s in specs:
             offsets.append(pos)
@@ -435,27 +593,22 @@ class StreamReader:
                 f"message needs {pos} bytes for {resolved!r}, more than max_message_bytes="
                 f"{self._max}; raise the limit if such tensors are expected", "payload_size",
             )
-        self._read_padding("message shape")
+        full = self._gather_padding(lead, "message shape")
         left = self._available()
         if left is not None and pos > left:
             self._fail(f"message needs {pos} bytes but only {left} remain in the file",
                        "payload_size")
-        owner, base = self._message_memory(pos, resolved)
-        bufs = []
-        if owner is not None:
-            region = (ctypes.c_ubyte * pos).from_address(base)
-            region_view = memoryview(region).cast("B")
-            self._fill(region_view, f"buffers of message {self._seq}", eof_ok=False)
-            for s, off in zip(specs, offsets):
-                pad = _pad(s.nbytes)
-                if pad and bytes(region_view[off + s.nbytes: off + s.nbytes + pad]) != _ZEROS[:pad]:
-                    self._fail(f"padding after the {s.role.name} buffer must be zero", "padding")
-            region_view.release()
-        for s, off in zip(specs, offsets):
-            bufs.append(Buffer(s.role, base + off if (owner is not None and s.nbytes) else 0,
-                               s.nbytes))
-        self._seq += 1
-        return Tensor(resolved, bufs, device=CPU, owner=owner)
+        if left is None and _STAGE_BYTES <= pos < _LAZY_BYTES:
+            stage = alloc_aligned(_STAGE_BYTES)
+            assert stage is not None
+            owner: object = stage
+            base, room = stage.ptr, _STAGE_BYTES
+        else:
+            owner, base = self._message_memory(pos, resolved)
+            room = pos
+        self._payload = _Payload(resolved, list(specs), offsets, pos, owner, base, room)
+        self._next_unit(full)
+        return True
 
     def _message_memory(self, n: int, resolved: Descriptor) -> tuple[object, int]:
         """Fresh 64-byte aligned memory for ``n`` bytes of buffers: (owner, address)."""

@@ -740,6 +740,92 @@ CASES += [
 ]
 
 
+# -- streams whose channel fails part-way (docs/spec/interchange.md §6.5)
+class _FailsAt(io.RawIOBase):
+    """A pipe-like reader: ``data[:at]``, then one ``OSError``, then the rest (``at=-1``: never)."""
+
+    def __init__(self, data: bytes, at: int) -> None:
+        self._data, self._left = memoryview(data), at
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self._left == 0:
+            self._left = -1
+            raise OSError("device error")
+        n = min(len(b), len(self._data))
+        if self._left > 0:
+            n = min(n, self._left)
+            self._left -= n
+        b[:n] = self._data[:n]
+        self._data = self._data[n:]
+        return n
+
+
+def _u8_stream(*payloads: bytes, cut: int | None = None) -> bytes:
+    f = io.BytesIO()
+    with hb.StreamWriter(f, D([DYN], hb.uint8)) as w:
+        for p in payloads:
+            w.write(np.frombuffer(p, np.uint8))
+    return f.getvalue()[:cut]
+
+
+def _read_after_failed_read() -> Any:
+    data = _u8_stream(bytes(200), b"next")
+    r = hb.StreamReader(_FailsAt(data, 64 + 64 + 100))  # in the middle of the first payload
+    with pytest.raises(OSError):
+        r.read()
+    return r.read()
+
+
+class _DeadPeer(io.RawIOBase):
+    """Takes every byte; once ``dead``, every flush fails as a closed pipe does."""
+
+    dead = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        return len(b)
+
+    def flush(self) -> None:
+        if self.dead:
+            raise BrokenPipeError("peer gone")
+
+
+def _write_after_failed_flush() -> Any:
+    sink = _DeadPeer()
+    w = hb.StreamWriter(sink, D([DYN], hb.uint8))
+    sink.dead = True
+    with pytest.raises(BrokenPipeError):
+        w.write(np.zeros(3, np.uint8))
+    return w.write(np.zeros(3, np.uint8))
+
+
+def _pipe_claiming_1mib() -> Any:
+    import struct
+
+    data = bytearray(_u8_stream(bytes(10))[:128])  # stream header, schema, message header
+    struct.pack_into("<Q", data, 64 + 16, 32 + (1 << 20) - 64)  # payload_size
+    struct.pack_into("<Q", data, 64 + 32, (1 << 20) - 64)  # the one dynamic size
+    return list(hb.StreamReader(_FailsAt(bytes(data), -1)))
+
+
+CASES += [
+    Case("reader-after-failed-read", "read() after a read that raised OSError mid-payload",
+         _read_after_failed_read, hb.FormatError,
+         ("unusable after an earlier error", "OSError: device error")),
+    Case("writer-after-failed-flush", "write() after a write whose flush raised BrokenPipeError",
+         _write_after_failed_flush, ValueError, ("earlier write() failed part-way",),
+         builtin=True),
+    Case("reader-pipe-claims-1mib", "128-byte pipe stream whose message claims 1 MiB - 64",
+         _pipe_claiming_1mib, hb.FormatError,
+         ("truncated buffers of message 0", "0 of its 1048512 bytes")),
+]
+
+
 # ----------------------------------------------------------------------- the test
 def _param(c: Case) -> Any:
     pending = c.xfail and c.xfail.split(" ", 1)[0] in PENDING

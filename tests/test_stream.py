@@ -442,3 +442,397 @@ def test_example_streams_between_processes() -> None:
                          capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "received 6 batches" in out.stdout
+
+
+# ------------------------------------------- non-blocking channels, failed reads and writes
+U8 = Descriptor([DYNAMIC], hb.uint8)
+
+
+def u8(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, np.uint8)
+
+
+def first_message_at(data: bytes | bytearray) -> int:
+    first = 16 + struct.unpack_from("<I", data, 8)[0]
+    return first + (-first % 64)
+
+
+def smuggling_stream() -> tuple[bytes, int, list[bytes]]:
+    """A two-message stream whose first payload holds a well-formed message 0 ('EVIL').
+
+    Returns the stream, the offset where the smuggled message starts (64 bytes into the
+    first payload), and the payloads the writer sent.
+    """
+    inner = write_stream(U8, [u8(b"EVIL")])
+    at = first_message_at(inner)
+    forged = inner[at:at + 128]  # its header, shape and padding, then 'EVIL' and padding
+    sent = [bytes(64) + forged, b"second message"]
+    data = write_stream(U8, [u8(p) for p in sent])
+    return data, first_message_at(data) + 64 + 64, sent
+
+
+@pytest.mark.parametrize("buffered", [False, True], ids=["raw", "buffered"])
+def test_nonblocking_pipe_resumes_exactly_after_blocking_mid_payload(buffered: bool) -> None:
+    # The reader blocks right where a smuggled message starts inside the first payload.
+    # The retry that BlockingIOError invites must go on with the same payload, never parse
+    # its inside as framing.
+    data, split, sent = smuggling_stream()
+    r_fd, w_fd = os.pipe()
+    os.set_blocking(r_fd, False)
+    try:
+        os.write(w_fd, data[:split])
+        with open(r_fd, "rb", buffering=-1 if buffered else 0, closefd=False) as f:
+            reader = StreamReader(f)
+            with pytest.raises(BlockingIOError):
+                reader.read()
+            with pytest.raises(BlockingIOError):
+                reader.read()  # still nothing new: still resumable
+            os.write(w_fd, data[split:])
+            os.close(w_fd)
+            w_fd = -1
+            got = [bytes(t.memoryview()) for t in reader]
+    finally:
+        os.close(r_fd)
+        if w_fd >= 0:
+            os.close(w_fd)
+    assert got == sent
+    assert reader.messages_read == 2
+
+
+class Stalling(io.RawIOBase):
+    """A non-blocking channel: every other readinto finds no data (returns None)."""
+
+    def __init__(self, data: bytes, chunk: int = 7, only_read: bool = False) -> None:
+        self._data = memoryview(data)
+        self._chunk = chunk
+        self._stall = True
+        self.stalls = 0
+        if only_read:
+            self.readinto = None  # type: ignore[assignment]
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes | None:
+        b = bytearray(n)
+        k = self._next(memoryview(b))
+        return None if k is None else bytes(b[:k])
+
+    def readinto(self, b: Any) -> int | None:
+        return self._next(b)
+
+    def _next(self, b: Any) -> int | None:
+        self._stall = not self._stall
+        if not self._stall and self._data.nbytes:
+            self.stalls += 1
+            return None
+        n = min(len(b), len(self._data), self._chunk)
+        b[:n] = self._data[:n]
+        self._data = self._data[n:]
+        return n
+
+
+def read_retrying(f: Any) -> list[bytes]:
+    """Read a stream off a non-blocking channel, retrying on BlockingIOError."""
+    while True:
+        try:
+            reader = StreamReader(f)
+            break
+        except BlockingIOError:
+            continue
+    got: list[bytes] = []
+    while True:
+        try:
+            t = reader.read()
+        except BlockingIOError:
+            continue
+        if t is None:
+            return got
+        got.append(bytes(t.memoryview()))
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 100_000])
+@pytest.mark.parametrize("only_read", [False, True], ids=["readinto", "read"])
+def test_stalls_anywhere_lose_nothing(chunk: int, only_read: bool) -> None:
+    # A stall before every chunk: in the stream header, the schema, every message header,
+    # shape, padding and payload. Every byte read before a stall is kept.
+    data, _, sent = smuggling_stream()
+    rng = np.random.default_rng(chunk)
+    more = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in (0, 1, 63, 64, 70_000)]
+    data = write_stream(U8, [u8(p) for p in sent + more])
+    f = Stalling(data, chunk, only_read)
+    assert read_retrying(f) == sent + more
+    assert f.stalls > 0
+
+
+def test_construction_on_an_empty_nonblocking_pipe_defers_the_header() -> None:
+    data = write_stream(U8, [u8(b"abc")])
+    r_fd, w_fd = os.pipe()
+    os.set_blocking(r_fd, False)
+    with open(r_fd, "rb", buffering=0) as f:
+        reader = StreamReader(f)  # nothing there yet: the header is read later
+        with pytest.raises(BlockingIOError):
+            _ = reader.schema
+        os.write(w_fd, data[:20])  # the stream header and part of the schema
+        with pytest.raises(BlockingIOError):
+            reader.read()
+        os.write(w_fd, data[20:])
+        os.close(w_fd)
+        assert reader.schema == U8
+        assert [bytes(t.memoryview()) for t in reader] == [b"abc"]
+
+
+def test_a_deferred_header_is_still_checked() -> None:
+    data = b"XXXX" + write_stream(U8, [])[4:]
+    f = Stalling(data, 100_000)
+    reader = StreamReader(f)  # the first readinto stalls
+    with pytest.raises(hb.FormatError, match="not a Hurray tensor stream"):
+        reader.read()
+    with pytest.raises(hb.FormatError, match="unusable"):
+        _ = reader.schema
+
+
+class Failing(io.RawIOBase):
+    """Delivers ``data[:at]``, then raises ``exc`` once, then delivers the rest."""
+
+    def __init__(self, data: bytes, at: int, exc: BaseException) -> None:
+        self._data = memoryview(data)
+        self._at = at
+        self._exc: BaseException | None = exc
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self._at == 0 and self._exc is not None:
+            exc, self._exc = self._exc, None
+            raise exc
+        n = min(len(b), len(self._data), self._at if self._exc is not None else len(b))
+        b[:n] = self._data[:n]
+        self._data = self._data[n:]
+        self._at -= n
+        return n
+
+
+@pytest.mark.parametrize("exc", [OSError("device error"), KeyboardInterrupt(),
+                                 TimeoutError("timed out")],
+                         ids=["OSError", "KeyboardInterrupt", "TimeoutError"])
+def test_any_other_error_mid_message_fails_the_reader_closed(exc: BaseException) -> None:
+    # Only BlockingIOError says for sure that no byte was taken; after anything else the
+    # reader cannot know where it stands, so every later read raises.
+    data, split, _ = smuggling_stream()
+    reader = StreamReader(Failing(data, split, exc))
+    with pytest.raises(type(exc)):
+        reader.read()
+    for _ in range(2):
+        with pytest.raises(hb.FormatError,
+                           match=f"unusable after an earlier error.*{type(exc).__name__}"):
+            reader.read()
+
+
+class FlakySink(io.RawIOBase):
+    """A sink whose write() or flush() can be told to fail once, or to take nothing."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.flush_error: BaseException | None = None
+        self.write_error: BaseException | None = None
+        self.full = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int | None:
+        if self.write_error is not None:
+            exc, self.write_error = self.write_error, None
+            raise exc
+        if self.full:
+            self.full = False
+            return None  # a non-blocking raw file that is full takes nothing
+        self.data += bytes(b)
+        return len(b)
+
+    def flush(self) -> None:
+        if self.flush_error is not None:
+            exc, self.flush_error = self.flush_error, None
+            raise exc
+
+
+def test_a_failed_flush_counts_nothing_and_refuses_the_retry() -> None:
+    sink = FlakySink()
+    w = StreamWriter(sink, U8)
+    w.write(u8(b"one"))
+    sink.flush_error = BrokenPipeError("peer gone")
+    with pytest.raises(BrokenPipeError):
+        w.write(u8(b"two"))
+    assert w.messages_written == 1  # 'two' was not handed over
+    with pytest.raises(ValueError, match="failed part-way"):
+        w.write(u8(b"two"))  # the retry would deliver 'two' twice
+    assert w.messages_written == 1
+    w.close()
+    got: list[bytes] = []
+    with pytest.raises(hb.FormatError, match="without an end-of-stream"):
+        for t in StreamReader(io.BytesIO(bytes(sink.data))):
+            got.append(bytes(t.memoryview()))
+    assert got == [b"one", b"two"]  # 'two' reached the file once, and the end never did
+
+
+def test_a_write_that_took_nothing_can_be_retried_exactly() -> None:
+    sink = FlakySink()
+    w = StreamWriter(sink, U8)
+    w.write(u8(b"one"))
+    sink.full = True
+    with pytest.raises(BlockingIOError):
+        w.write(u8(b"two"))
+    assert w.messages_written == 1
+    w.write(u8(b"two"))  # nothing of it was taken: the retry sends it once
+    sink.write_error = BlockingIOError(11, "full", 0)  # a buffered file that took 0 bytes
+    with pytest.raises(BlockingIOError):
+        w.write(u8(b"three"))
+    w.write(u8(b"three"))
+    sink.full = True
+    with pytest.raises(BlockingIOError):
+        w.close()  # the end message did not go out: close() is not done
+    w.close()
+    assert w.messages_written == 3
+    assert [bytes(t.memoryview()) for t in StreamReader(io.BytesIO(bytes(sink.data)))] == [
+        b"one", b"two", b"three"]
+
+
+def test_a_write_that_took_part_of_a_message_breaks_the_writer() -> None:
+    sink = FlakySink()
+    w = StreamWriter(sink, U8)
+    sink.write_error = BlockingIOError(11, "full", 10)  # 10 bytes of the header were taken
+    with pytest.raises(BlockingIOError):
+        w.write(u8(b"one"))
+    assert w.messages_written == 0
+    with pytest.raises(ValueError, match="failed part-way"):
+        w.write(u8(b"one"))
+
+
+def test_dead_peer_counts_nothing() -> None:
+    r_fd, w_fd = os.pipe()
+    f = open(w_fd, "wb")  # buffered: the message fits, the flush finds no reader
+    try:
+        w = StreamWriter(f, U8)  # the header goes out while the reader is there
+        os.close(r_fd)
+        with pytest.raises(BrokenPipeError):
+            w.write(u8(b"lost"))
+        assert w.messages_written == 0
+        with pytest.raises(ValueError, match="failed part-way"):
+            w.write(u8(b"lost"))
+    finally:
+        with pytest.raises(BrokenPipeError):
+            f.close()  # its buffer still holds the message it could not send
+
+
+def test_retrying_writer_on_a_nonblocking_pipe_never_duplicates() -> None:
+    # A producer that retries each BlockingIOError on a buffered non-blocking pipe, draining
+    # the pipe in between. Messages fit the file's buffer, so the pipe fills up in flush().
+    # Whatever arrives, no message arrives twice, and messages_written is what was sent.
+    r_fd, w_fd = os.pipe()
+    os.set_blocking(r_fd, False)
+    os.set_blocking(w_fd, False)
+    received = bytearray()
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(r_fd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            received.extend(chunk)
+
+    sent = blocked = 0
+    try:
+        with open(w_fd, "wb", closefd=False) as f:
+            w = StreamWriter(f, U8)
+            for i in range(200):
+                msg = np.full(1000, i % 251, np.uint8)
+                try:
+                    while True:
+                        try:
+                            w.write(msg)
+                            sent += 1
+                            break
+                        except BlockingIOError:
+                            blocked += 1
+                            drain()  # then retry, as BlockingIOError invites
+                except ValueError:
+                    break  # the writer refuses after a write that failed part-way
+            counted = w.messages_written
+            drain()
+            os.set_blocking(w_fd, True)
+            w.close()
+            f.flush()
+        os.close(w_fd)
+        w_fd = -1
+        drain()
+    finally:
+        os.close(r_fd)
+        if w_fd >= 0:
+            os.close(w_fd)
+    assert blocked > 0  # the pipe did fill up
+    got: list[int] = []
+    try:
+        for t in StreamReader(io.BytesIO(bytes(received))):
+            got.append(int(np.asarray(t)[0]))
+    except hb.FormatError:
+        pass  # the writer stopped part-way: a truncated stream
+    assert got == [i % 251 for i in range(len(got))]  # in order, none twice
+    assert counted == sent <= len(got)
+
+
+# ------------------------------------------------- memory before the bytes arrive
+CLAIMS = [(64 << 10) - 64, 64 << 10, 256 << 10, (1 << 20) - 64, 1 << 20, 64 << 20]
+
+
+@pytest.mark.parametrize("claim, sent", [(c, n) for c in CLAIMS
+                                         for n in (0, 64 << 10, (64 << 10) + 1) if n < c])
+@pytest.mark.parametrize("channel", ["pipe", "unseekable"])
+def test_a_pipe_message_claiming_much_allocates_little_before_its_bytes(
+        claim: int, sent: int, channel: str) -> None:
+    # The bound of docs/impl/robustness.md: traced allocation <= 16 x input + 256 KiB, for
+    # a message that claims `claim` bytes and sends `sent` of them before the stream ends.
+    import tracemalloc
+
+    data = bytearray(write_stream(U8, [u8(bytes(10))]))
+    at = first_message_at(data)
+    del data[at + 64:]  # the header and shape only
+    struct.pack_into("<Q", data, at + 32, claim)
+    header_with(data, at, payload=8 + 24 + claim)
+    raw = bytes(data) + bytes(sent)
+    if channel == "pipe":
+        r_fd, w_fd = os.pipe()
+        th = threading.Thread(target=lambda: (os.write(w_fd, raw), os.close(w_fd)))
+        th.start()  # a pipe holds 64 KiB at most: the writer waits for the reader
+        f: Any = open(r_fd, "rb", buffering=0)
+    else:
+        f = Unseekable(raw)
+    tracemalloc.start()
+    try:
+        with pytest.raises(hb.FormatError, match="truncated buffers of message 0"):
+            list(StreamReader(f))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        f.close()
+        if channel == "pipe":
+            th.join(TIMEOUT)
+    assert peak <= 16 * len(raw) + (256 << 10), (len(raw), claim, peak)
+
+
+def test_messages_around_the_allocation_steps_read_back() -> None:
+    # Sizes on both sides of the 64 KiB stage and the 1 MiB map, from a file (allocated up
+    # front) and from a stalling pipe (staged, then grown, resumed across every stall).
+    rng = np.random.default_rng(3)
+    k64, m1 = 64 << 10, 1 << 20
+    sizes = [k64 - 64, k64 - 1, k64, k64 + 1, 300_000, m1 - 64, m1 - 1, m1, m1 + 1]
+    items = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+    data = write_stream(U8, items)
+    got = list(StreamReader(io.BytesIO(data)))
+    assert [bytes(t.memoryview()) for t in got] == [a.tobytes() for a in items]
+    assert all(t.buffers[0].ptr % 64 == 0 for t in got)
+    assert read_retrying(Stalling(data, 4099)) == [a.tobytes() for a in items]
