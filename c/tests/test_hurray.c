@@ -1117,6 +1117,9 @@ static void unit_files(const char *dir)
         free(exact);
     }
     free(raw);
+    /* no bytes at all, NULL included (UBSan: no memcpy from NULL) */
+    CHECK_FIELD(hry_file_open_memory(NULL, 0, 0, &f, &err), err, HRY_E_FORMAT, "header");
+    CHECK_FIELD(hry_decode(NULL, 0, &d, NULL, &err), err, HRY_E_FORMAT, "header");
     /* not a file */
     CHECK(hry_file_open(dir, 0, &f, &err) == HRY_E_IO);
     snprintf(bad, sizeof bad, "%s/missing.hurray", dir);
