@@ -53,7 +53,7 @@ from hurray_bridge._registry import check_copy, not_a_tensor, warn_copy
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
-from hurray_bridge.tensor import CPU, Device, Tensor
+from hurray_bridge.tensor import CPU, Device, Tensor, for_immutable_consumer
 
 from .numpy import pack_subbyte, unpack_subbyte
 
@@ -624,8 +624,11 @@ def _import(src: Tensor) -> jax.Array:
     raw = _RAW_IMPORT
     dev = src.device
     kind = dev.type
+    # JAX arrays are immutable: read-only memory may go to JAX in the legacy capsule
+    # it asks for (Tensor.__dlpack__ refuses that capsule to everyone else).
+    prod = for_immutable_consumer(src)
     if raw is None or src.dtype.name in _X64 or (kind != 1 and kind != 2 and kind != 10):
-        return jnp.from_dlpack(src)
+        return jnp.from_dlpack(prod)
     device = _raw_device(kind, dev.id)
     if kind == 1:
         stream = None  # jnp.from_dlpack asks the CPU device, which answers UNIMPLEMENTED
@@ -635,17 +638,17 @@ def _import(src: Tensor) -> jax.Array:
         try:
             stream = device.get_stream_for_external_ready_events()
         except Exception:
-            return jnp.from_dlpack(src)
-    capsule = src.__dlpack__(stream=stream)
+            return jnp.from_dlpack(prod)
+    capsule = prod.__dlpack__(stream=stream)
     try:
         return raw(capsule, device, stream, None, kind)
     except TypeError:
         # A jaxlib whose private signature changed: use the public API from now on.
         globals()["_RAW_IMPORT"] = None
-        return jnp.from_dlpack(src)
+        return jnp.from_dlpack(prod)
     except Exception:
         # Whatever JAX refuses, it refuses through its own API, with its own message.
-        return jnp.from_dlpack(src)
+        return jnp.from_dlpack(prod)
 
 
 def _raw_device(kind: int, hardware_id: int) -> Any:

@@ -37,7 +37,8 @@ NAME = "torch"
 
 _LATER = ("the dense torch adapter takes strided tensors only; sparse and quantized tensors "
           "go through hb.asarray / hb.convert (hurray_bridge.sparse, hurray_bridge.quant)")
-_READONLY_MESSAGE = "torch tensor shares read-only memory; writing to it is undefined"
+_READONLY_MESSAGE = ("torch tensor shares read-only memory; writing to it is undefined (pass "
+                     "copy=True for a writable copy)")
 _readonly_warned = False  # torch.from_numpy warns once per process too (TORCH_WARN_ONCE)
 
 # DLPack device types: CPU, CUDA, pinned host (CUDA, ROCm), ROCm, CUDA managed.
@@ -146,7 +147,9 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     """A torch tensor as an hb.Tensor over the same memory; zero-copy unless ``copy=True``.
 
     Autograd never travels: a ``requires_grad`` tensor is read through
-    ``detach()`` (same memory). Conj/neg-bit tensors are materialised (a copy).
+    ``detach()`` (same memory), and its hb.Tensor is read-only, since a write would
+    change what autograd computes with (see :func:`from_hurray` for torch itself).
+    Conj/neg-bit tensors are materialised (a copy).
     """
     if not isinstance(obj, torch.Tensor):
         raise UnsupportedError(
@@ -164,7 +167,8 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
         raise _unsupported_dtype(x.dtype)
     if x.is_nested:
         raise UnsupportedError("nested (ragged) torch tensors have no Hurray form")
-    if x.requires_grad:
+    tracked = x.requires_grad
+    if tracked:
         x = x.detach()  # same memory, no autograd history
     copied = False
     # The conj bit exists on complex tensors only (torch asserts so): is_conj() is asked
@@ -205,6 +209,9 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
         t = from_dlpack(x)
         if copied or copy:
             t._copied = True
+        elif tracked:
+            t._readonly = True
+            t._owner = _Tracked(t._owner)
         return t
 
     if dtype is float4_e2m1fn:
@@ -239,7 +246,40 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
                                  True, None if source is None else x)
         t = Tensor._dense(ptr, shape_t, dtype, strides, False, device, x, False, False)
         return t.copy()
+    if tracked and not copied:
+        # Autograd's memory: read-only to every consumer, and marked for torch (from_hurray).
+        return Tensor._dense(ptr, shape_t, dtype, strides, False, device, _Tracked(x), True,
+                             False, source)
     return Tensor._dense(ptr, shape_t, dtype, strides, False, device, x, False, copied, source)
+
+
+class _Tracked:
+    """The owner of an hb.Tensor over a torch tensor that requires grad (detached here).
+
+    Its hb.Tensor is read-only; torch, which has no read-only tensors, gets a copy of
+    it (:func:`from_hurray`) so that no write can change what autograd computes with.
+    """
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+
+def _tracked(t: Tensor) -> bool:
+    """Whether ``t`` (or the hb.Tensor it is a view of) is memory autograd tracks."""
+    o: Any = t
+    for _ in range(16):  # views of views: rewraps, quantized and sparse parts
+        o = o._owner
+        if type(o) is _Tracked:
+            return True
+        if not isinstance(o, Tensor):
+            return False
+    return False
+
+
+_DETACH = ("the source requires grad: its memory goes out read-only (a write would change "
+           "what autograd computes with), and torch has no read-only tensors")
 
 
 # ------------------------------------------------------------------- from Hurray
@@ -353,6 +393,13 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
     """
     if type(t) is not Tensor and not isinstance(t, Tensor):
         raise not_a_tensor(t, NAME)
+    if t._readonly and not copy and _tracked(t) and t._nbytes:
+        if copy is False:
+            raise CopyRequiredError(f"{_DETACH}: a torch tensor of it needs a copy, but "
+                                    "copy=False; pass x.detach() to share the memory (writes "
+                                    "to it then bypass autograd)")
+        warn_copy(NAME, f"{_DETACH}; pass x.detach() to share the memory instead")
+        copy = True
     if (device is None and not copy and t._strides is None and t._device.type == 1
             and (t._desc is None or t.is_dense)):
         # The common hand-off, compact CPU memory of a whole-byte type: torch takes it

@@ -56,9 +56,11 @@ def consume(payload: dict[str, Any]) -> dict[str, Any]:
     arrays = {}
     zero_copy = {}
     for k, t in tensors.items():
-        # hb.Tensor is a DLPack producer; JAX imports 64-byte aligned CPU memory without
-        # a copy (Ray's object store aligns buffers to 64 bytes).
-        a = jnp.from_dlpack(t)
+        # JAX imports 64-byte aligned CPU memory without a copy (Ray's object store aligns
+        # buffers to 64 bytes). The store is read-only, and jnp.from_dlpack(t) asks for a
+        # legacy capsule, which cannot say so: hb.Tensor refuses it (as NumPy would), while
+        # hb.convert knows JAX arrays are immutable and hands the memory over as it is.
+        a = hb.convert(t, "jax")
         arrays[k] = a
         zero_copy[k] = t.nbytes == 0 or a.unsafe_buffer_pointer() == t.data_ptr
     x = arrays["activations"] * arrays["mask"][:, None]

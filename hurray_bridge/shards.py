@@ -30,7 +30,7 @@ from .descriptor import DYNAMIC, Descriptor, Shard, compact_strides, form_name
 from .dtypes import DType
 from .errors import BackendNotAvailableError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
-from .tensor import Buffer, Device, Tensor, _is_compact
+from .tensor import Buffer, Device, Tensor, _is_compact, for_immutable_consumer
 
 __all__ = ["Box", "ShardedTensor", "assemble", "from_jax", "grid_boxes", "split", "to_jax"]
 
@@ -890,7 +890,8 @@ def _import_zero_copy(jax: Any, t: Tensor, jdev: Any, want: Device) -> tuple[Any
     # the device its capsule names (it reports every CPU device as id 0 itself).
     view = Tensor(Descriptor(t.shape, t.dtype, padded=t.descriptor.padded), t.buffers,
                   device=want, owner=t, readonly=t.readonly)
-    arr = jax.dlpack.from_dlpack(view, device=jdev)
+    # JAX arrays are immutable: a read-only shard may go in the legacy capsule JAX asks for.
+    arr = jax.dlpack.from_dlpack(for_immutable_consumer(view), device=jdev)
     if t.nbytes and arr.unsafe_buffer_pointer() != t.data_ptr:
         return None, "JAX copied the buffer on import"
     return arr, None

@@ -428,7 +428,19 @@ class Tensor:
         Versioned (DLPack 1.x) when ``max_version >= (1, 0)``, legacy otherwise.
         A device tensor forwards the request to the object it came from, so
         that producer synchronises with the consumer's ``stream``.
+
+        A legacy capsule has no READ_ONLY flag: one of read-only memory is refused
+        with ``BufferError`` (as NumPy refuses it) unless ``copy=True`` asks for a
+        private copy. ``hb.convert(t, "jax")`` still hands read-only memory to JAX
+        without a copy (JAX arrays are immutable).
         """
+        return self._export(stream, max_version, dl_device, copy, False)
+
+    def _export(self, stream: Any, max_version: Any, dl_device: Any, copy: Any,
+                immutable: bool) -> object:
+        """``__dlpack__``; ``immutable``: the consumer never writes what it imports (JAX,
+        through :func:`for_immutable_consumer`), so a legacy capsule may carry read-only
+        memory."""
         try:
             versioned = max_version is not None and max_version[0] >= 1
         except (TypeError, IndexError, KeyError):
@@ -478,6 +490,8 @@ class Tensor:
             src = self.copy()
             flags |= FLAG_IS_COPIED
         elif self._readonly:
+            if not versioned and not immutable and self._nbytes:
+                raise _legacy_read_only(copy)
             flags |= FLAG_READ_ONLY
         if src._padded:
             if not versioned:
@@ -509,6 +523,51 @@ class Tensor:
             owner=src,
             versioned=versioned,
         )
+
+
+def _legacy_read_only(copy: Any) -> UnsupportedError | CopyRequiredError:
+    """The refusal of a legacy capsule over read-only memory (both are BufferErrors)."""
+    why = ("this hb.Tensor's memory is read-only, and a legacy DLPack capsule (asked for "
+           "without max_version, or with one below (1, 0)) has no READ_ONLY flag to say so: "
+           "the consumer would get write access")
+    fix = ("ask with max_version=(1, 0) or later (READ_ONLY travels with the memory), or "
+           "with copy=True for a private copy; hb.convert(t, 'jax') hands read-only memory "
+           "to JAX without a copy")
+    if copy is None:
+        return UnsupportedError(f"{why}; {fix}")
+    return CopyRequiredError(f"{why}, and copy=False forbids the private copy that would be "
+                             f"safe; {fix}")
+
+
+class _ImmutableConsumer:
+    """An hb.Tensor as a DLPack producer for a consumer that never writes what it imports.
+
+    JAX arrays are immutable and JAX asks only for legacy capsules, which cannot say
+    read-only: for such a consumer, and only through this wrapper, a legacy capsule of
+    read-only memory is safe. The bridge's adapters make one for the consumers they
+    know to be immutable; everything else goes through ``Tensor.__dlpack__``.
+    """
+
+    __slots__ = ("_t",)
+
+    def __init__(self, t: Tensor) -> None:
+        self._t = t
+
+    def __dlpack_device__(self) -> tuple[DLDeviceType, int]:
+        return self._t.__dlpack_device__()
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
+        return self._t._export(stream, max_version, dl_device, copy, True)
+
+
+def for_immutable_consumer(t: Tensor) -> Tensor | _ImmutableConsumer:
+    """``t`` as the producer to hand a consumer whose arrays are immutable (JAX).
+
+    A writable tensor is returned as it is; a read-only one is wrapped so that its
+    legacy export is allowed (see ``Tensor.__dlpack__``).
+    """
+    return _ImmutableConsumer(t) if t._readonly else t
 
 
 _DENSE_LAYOUTS = frozenset({Layout.ROW_MAJOR, Layout.STRIDED})

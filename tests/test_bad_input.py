@@ -740,6 +740,30 @@ CASES += [
 ]
 
 
+# -- read-only memory never goes out writable (docs/spec/buffer-protocol.md §6)
+def _read_only() -> hb.Tensor:
+    return hb.loads(hb.dumps({"w": np.arange(4, dtype=np.float32)}))["w"]  # over bytes
+
+
+def _grad_to_torch_no_copy() -> Any:
+    torch = pytest.importorskip("torch")
+    return hb.convert(torch.ones(3, requires_grad=True), "torch", copy=False)
+
+
+CASES += [
+    Case("dlpack-legacy-read-only", "t.__dlpack__() of read-only t (a legacy request)",
+         lambda: _read_only().__dlpack__(), hb.UnsupportedError,
+         ("read-only", "legacy DLPack capsule", "max_version=(1, 0)", "copy=True")),
+    Case("dlpack-legacy-read-only-copy-false", "t.__dlpack__(copy=False) of read-only t",
+         lambda: _read_only().__dlpack__(copy=False), hb.CopyRequiredError,
+         ("read-only", "copy=False", "max_version=(1, 0)")),
+    Case("convert-requires-grad-torch-copy-false",
+         "hb.convert(torch.ones(3, requires_grad=True), 'torch', copy=False)",
+         _grad_to_torch_no_copy, hb.CopyRequiredError,
+         ("requires grad", "read-only", "copy=False", "x.detach()")),
+]
+
+
 # -- streams whose channel fails part-way (docs/spec/interchange.md §6.5)
 class _FailsAt(io.RawIOBase):
     """A pipe-like reader: ``data[:at]``, then one ``OSError``, then the rest (``at=-1``: never)."""

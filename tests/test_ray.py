@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,27 @@ def cluster() -> Iterator[None]:
 def echo(t: hb.Tensor) -> tuple[hb.Tensor, Any, bool, int]:
     """A task: what the worker received, sent back as it is."""
     return t, snapshot(t), t.readonly, os.getpid()
+
+
+@ray.remote
+def to_torch(t: hb.Tensor) -> dict[str, Any]:
+    """A worker hands what it received to torch: the view, its notice, and the copy."""
+    import torch  # noqa: F401 - the adapter's framework
+
+    from hurray_bridge.adapters import torch as ht
+
+    ht._readonly_warned = False  # the notice is once per process: this worker may have given it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        view = hb.convert(t, "torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a copy asked for is no surprise: no notice
+        own = hb.convert(t, "torch", copy=True)
+    own[0] = -1.0  # the copy is the worker's own
+    return {"readonly": t.readonly, "view_shares": view.data_ptr() == t.data_ptr,
+            "copy_shares": own.data_ptr() == t.data_ptr,
+            "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
+            "first": float(np.asarray(t)[0])}
 
 
 @ray.remote
@@ -98,6 +120,22 @@ def test_object_store_put_get_is_zero_copy_read_only() -> None:
     assert one.data_ptr % 64 == 0
     assert bytes(one.memoryview()) == a.tobytes()
     assert ray.get(total.remote(ref), timeout=TIMEOUT) == float(a.sum())
+
+
+def test_worker_torch_view_of_the_object_store_warns_and_names_copy_true() -> None:
+    # torch has no read-only tensors: the worker's hb.convert(t, "torch") is a writable
+    # view of the shared object store (docs/spec/interchange.md §7.3). The notice must
+    # say so and name the fix; copy=True must give the worker its own memory.
+    pytest.importorskip("torch")
+    a = np.arange(1 << 16, dtype=np.float32)  # 256 KiB: in shared memory, not inline
+    ref = ray.put(hb.asarray(a))
+    seen = ray.get(to_torch.remote(ref), timeout=TIMEOUT)
+    assert seen["readonly"] and seen["view_shares"] and not seen["copy_shares"]
+    assert len(seen["warnings"]) == 1, seen["warnings"]
+    (w,) = seen["warnings"]
+    assert w.startswith("UserWarning: ") and "read-only" in w and "copy=True" in w, w
+    assert seen["first"] == 0.0  # writing the copy left the store alone
+    assert float(np.asarray(ray.get(ref, timeout=TIMEOUT))[0]) == 0.0
 
 
 @pytest.fixture(scope="module")

@@ -237,15 +237,20 @@ def test_negative_strides_never_abort_the_process() -> None:
 
 
 # ---------------------------------------------------------------- autograd bits
-def test_requires_grad_is_detached() -> None:
+def test_requires_grad_is_detached_and_read_only() -> None:
     x = torch.randn(3, 4, requires_grad=True)
     t = ht.to_hurray(x)
     assert t.data_ptr == x.data_ptr() and not t.copied
-    assert not t.owner.requires_grad
-    y = ht.from_hurray(t)
-    assert not y.requires_grad and y.data_ptr() == x.data_ptr()
+    assert t.readonly  # a write would change what autograd computes with
+    assert not t.owner.tensor.requires_grad  # held through detach(): no autograd graph
+    # torch has no read-only tensors: back to torch is a copy (tests/test_readonly_edges.py)
+    with pytest.warns(hb.CopyWarning, match=r"requires grad.*x\.detach\(\)"):
+        y = ht.from_hurray(t)
+    assert not y.requires_grad and y.data_ptr() != x.data_ptr() and torch.equal(y, x.detach())
     p = torch.nn.Parameter(torch.ones(2))
-    assert ht.to_hurray(p).data_ptr == p.data_ptr()
+    assert ht.to_hurray(p).data_ptr == p.data_ptr() and ht.to_hurray(p).readonly
+    assert not ht.to_hurray(x, copy=True).readonly  # a copy is the caller's own
+    assert not ht.to_hurray(x.detach()).readonly
 
 
 def test_conj_bit_is_resolved_by_a_copy() -> None:
