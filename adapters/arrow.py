@@ -33,7 +33,7 @@ from hurray_bridge._registry import asarray, check_copy, get_adapter, warn_copy
 from hurray_bridge.descriptor import compact_strides, form_name
 from hurray_bridge.dtypes import DType, Kind, bool_, native_types
 from hurray_bridge.errors import CopyRequiredError, UnsupportedError
-from hurray_bridge.tensor import CPU, Tensor, from_dlpack
+from hurray_bridge.tensor import CPU, Tensor, from_dlpack, host_copy
 
 __all__ = ["KINDS", "NAME", "dtype_of", "from_hurray", "native_type", "to_hurray"]
 
@@ -327,22 +327,6 @@ def _from_chunked(obj: pa.ChunkedArray, copy: bool | None) -> Tensor:
 
 
 # -------------------------------------------------------------------- from Hurray
-class _HostCopy:
-    """Asks a device tensor for a host copy through its DLPack producer (``dl_device=CPU``)."""
-
-    __slots__ = ("_t",)
-
-    def __init__(self, t: Tensor) -> None:
-        self._t = t
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)
-
-    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
-                   dl_device: Any = None, copy: bool | None = None) -> object:
-        return self._t.__dlpack__(max_version=max_version, dl_device=(1, 0), copy=True)
-
-
 def _copy(t: Tensor) -> Tensor:
     """A compact host copy; for packed bool also with the trailing bits zeroed."""
     c = t.copy()
@@ -524,14 +508,22 @@ def from_hurray(
             )
         if copy is None:
             warn_copy(NAME, f"copied from {t.device} to host memory")
-        t = from_dlpack(_HostCopy(t))
+        t = host_copy(t, "Arrow")  # by its producer (dl_device=CPU)
         copy = None  # that was the copy
     if t.device != CPU:
         # Pinned or managed memory: the host reads it directly; Arrow knows it as CPU memory.
         t = Tensor._dense(t.data_ptr, t.shape, t.dtype, t.strides, False, CPU, t, t.readonly,
                           t.copied)
-    if kind == "array":
-        return _to_array(t, copy)
-    if kind == "tensor":
-        return _to_tensor(t, copy)
-    return _to_fixed_shape(t, copy)
+    try:
+        if kind == "array":
+            return _to_array(t, copy)
+        if kind == "tensor":
+            return _to_tensor(t, copy)
+        return _to_fixed_shape(t, copy)
+    except (pa.ArrowInvalid, OverflowError) as exc:
+        if 0 not in t.shape:
+            raise
+        # Without elements there is no memory to object to: only Arrow's size arithmetic.
+        raise UnsupportedError(
+            f"Arrow cannot hold an empty tensor of shape {list(t.shape)}: its 64-bit offset "
+            f"and stride arithmetic overflows ({exc})") from None

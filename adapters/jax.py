@@ -55,6 +55,7 @@ from hurray_bridge.dtypes import DType, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
 from hurray_bridge.tensor import CPU, Device, Tensor, for_immutable_consumer
 
+from .numpy import check_sizes as check_numpy_sizes
 from .numpy import pack_subbyte, unpack_subbyte
 
 # jnp.from_dlpack of CPU memory (jax 0.10.2: ~40-100 us) spends most of its time
@@ -518,6 +519,26 @@ def _by_copy(t: Tensor, target: Any, copy: bool | None) -> jax.Array:
     return jax.device_put(host, target)
 
 
+_I64_MAX = (1 << 63) - 1
+
+
+def _check_sizes(shape: tuple[int, ...], itemsize: int) -> None:
+    """XLA's own size arithmetic, which arrays without elements meet too: the item size
+    times the dimensions, multiplied left to right, stays within int64 until a zero
+    (jaxlib 0.10.2: "overflow in static extent product"; measured, see
+    tests/test_bad_input.py)."""
+    n = itemsize
+    for d in shape:
+        if not d:
+            return
+        n *= d
+        if n > _I64_MAX:
+            raise UnsupportedError(
+                f"JAX cannot hold shape {list(shape)} of {itemsize}-byte elements: XLA "
+                "multiplies the item size by the dimensions, left to right, in int64, and "
+                f"passes 2**63 - 1 before any zero (arrays without elements too)")
+
+
 def _refuse_or_warn(copy: bool | None, reason: str) -> None:
     if copy is False:
         raise CopyRequiredError(f"JAX would have to copy: {reason}; copy=False")
@@ -568,10 +589,12 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
         home = _home_device(t.device)
         if target == home:
             target = None
-    elif t.device.type != 1:
-        _home_device(t.device)  # a clear error when JAX has no backend for that memory
+    elif t.device.type != 1 or t.device.id:
+        _home_device(t.device)  # a clear error when JAX has no backend (or device) for it
 
+    _check_sizes(t.shape, (dtype.bits + 7) >> 3)
     if name in _IMPORT_BY_COPY:
+        check_numpy_sizes(t.shape, 1)  # the copy goes through NumPy (one byte per element)
         return _by_copy(t, target if target is not None else home, copy)
 
     src: Any = t

@@ -19,9 +19,10 @@ from hurray_bridge._memory import _byte_array, _byte_arrays
 from hurray_bridge._registry import check_copy, not_a_tensor, warn_copy
 from hurray_bridge.dtypes import DType, native_types
 from hurray_bridge.errors import BackendNotAvailableError, CopyRequiredError, UnsupportedError
-from hurray_bridge.tensor import CPU, Tensor
+from hurray_bridge.tensor import CPU, Tensor, host_copy
 
-__all__ = ["dtype_of", "from_hurray", "native_dtype", "pack_subbyte", "to_hurray", "unpack_subbyte"]
+__all__ = ["check_sizes", "dtype_of", "from_hurray", "native_dtype", "pack_subbyte", "to_hurray",
+           "unpack_subbyte"]
 
 NAME = "numpy"
 
@@ -171,6 +172,29 @@ def _unpacked(t: Tensor) -> np.ndarray:
     return codes.view(native_dtype(t.dtype))
 
 
+_INTP_MAX = int(np.iinfo(np.intp).max)
+
+
+def check_sizes(shape: tuple[int, ...], itemsize: int) -> None:
+    """NumPy's own size limits, which hold for arrays without elements too: every
+    dimension, and the product of the non-zero ones times the item size, fit in intp."""
+    n = itemsize
+    for d in shape:
+        if d > _INTP_MAX:
+            raise UnsupportedError(
+                f"NumPy cannot hold shape {list(shape)}: dimension {d} is above {_INTP_MAX} "
+                f"(2**{_INTP_MAX.bit_length()} - 1), NumPy's largest (intp); convert to torch "
+                "or keep the hb.Tensor")
+        if d:
+            n *= d
+    if n > _INTP_MAX:
+        raise UnsupportedError(
+            f"NumPy cannot hold shape {list(shape)} of {itemsize}-byte elements: the product of "
+            f"its non-zero dimensions times the item size is {n}, above "
+            f"2**{_INTP_MAX.bit_length()} - 1 (NumPy's limit, for arrays without elements "
+            "too); convert to torch or keep the hb.Tensor")
+
+
 def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> np.ndarray:
     """An hb.Tensor as a NumPy array: a view of its memory unless a copy is needed or asked."""
     if type(t) is not Tensor and not isinstance(t, Tensor):
@@ -199,11 +223,13 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> n
         raise UnsupportedError(
             f"NumPy has no {t.descriptor.layout.name} arrays; densify the tensor first"
         )
+    check_sizes(t.shape, (t.dtype.bits + 7) >> 3)
     if not t.device.is_host_accessible:
         if copy is False:
             raise CopyRequiredError(f"a {t.device} tensor needs a copy to reach NumPy; copy=False")
-        # The producer copies to host on the consumer's behalf (dl_device=CPU).
-        return np.from_dlpack(t, device="cpu", copy=True)  # type: ignore[arg-type]
+        # The producer copies to host on the consumer's behalf (dl_device=CPU); a
+        # producer that answers with device memory anyway is refused there.
+        return from_hurray(host_copy(t, "NumPy"), copy=False)
     if t.dtype.is_subbyte and not t.descriptor.padded:
         if copy is False:
             raise CopyRequiredError(
@@ -225,8 +251,10 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> n
         out = np.ndarray(shape, dt, buffer=buf)
     else:
         offset = (t.data_ptr - t.buffers[0].ptr)
+        # A size-1 dimension's stride is never used: one beyond intp becomes 0.
         out = np.ndarray(shape, dt, buffer=buf, offset=offset,
-                         strides=tuple(s * isz for s in t.strides))
+                         strides=tuple(s * isz if d != 1 or abs(s * isz) <= _INTP_MAX else 0
+                                       for d, s in zip(shape, t.strides)))
     if copy:
         return out.copy()
     return out

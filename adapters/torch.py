@@ -43,6 +43,7 @@ _readonly_warned = False  # torch.from_numpy warns once per process too (TORCH_W
 
 # DLPack device types: CPU, CUDA, pinned host (CUDA, ROCm), ROCm, CUDA managed.
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_ROCM, _KDL_ROCM_HOST = 1, 2, 3, 10, 11
+_KDL_ONEAPI = 14
 _IS_HIP = torch.version.hip is not None
 _GPU_TYPE = _KDL_ROCM if _IS_HIP else _KDL_CUDA
 _PINNED_TYPE = _KDL_ROCM_HOST if _IS_HIP else _KDL_CUDA_HOST
@@ -359,6 +360,70 @@ def _parse_device(device: Any) -> torch.device | None:
     )
 
 
+_I64_MAX = (1 << 63) - 1
+
+
+def _check_sizes(shape: tuple[int, ...]) -> None:
+    """torch's own size arithmetic (c10), which tensors without elements meet too: int64
+    sizes; the running product of the sizes, left to right, in 64 bits (its storage-size
+    check); int64 contiguous strides, each the product of the later sizes (0 counted as 1)."""
+    big = [d for d in shape if d > _I64_MAX]
+    if big:
+        raise UnsupportedError(
+            f"torch cannot hold shape {list(shape)}: dimension {big[0]} is above 2**63 - 1 "
+            "(torch sizes are int64)")
+    n = 1
+    for d in shape:
+        n *= d
+        if n >> 64:
+            raise UnsupportedError(
+                f"torch cannot hold shape {list(shape)}: the running product of its sizes "
+                "overflows 64 bits before any zero (torch's storage-size check, which tensors "
+                "without elements meet too)")
+    if n > _I64_MAX:
+        raise UnsupportedError(f"torch cannot hold shape {list(shape)}: {n} elements, above "
+                               "2**63 - 1 (torch's numel is int64)")
+    stride = 1
+    for d in reversed(shape[1:]):
+        stride *= d or 1
+        if stride > _I64_MAX:
+            raise UnsupportedError(
+                f"torch cannot hold shape {list(shape)}: its contiguous strides exceed "
+                "2**63 - 1 (torch's strides are int64)")
+
+
+def _require_device(want: torch.device | None, here: torch.device | None, t: Tensor,
+                    device: Any) -> None:
+    """Refuse memory, or a target, that this torch cannot hold, before torch sees it.
+
+    CUDA memory or a CUDA target without a CUDA device: torch itself raises a bare
+    AssertionError ('Torch not compiled with CUDA enabled'). Device types the adapter
+    does not map (OpenCL, Vulkan, Metal, WebGPU, ...; XPU unless torch has one): torch
+    2.13's DLPack import raises internal errors on them, and for a legacy kDLOpenCL
+    capsule calls the producer's deleter twice.
+    """
+    if here is None and not (t.device.type == _KDL_ONEAPI and _has_xpu()):
+        raise UnsupportedError(
+            f"a {t.device} tensor cannot become a torch tensor: the torch adapter takes host, "
+            "CUDA and ROCm memory (and XPU where torch has it); copy it to the host in its "
+            "own framework first")
+    if (((want is None or want.type != "cuda") and (here is None or here.type != "cuda"))
+            or torch.cuda.is_available()):
+        return
+    why = (f"torch {torch.__version__} runs without CUDA here (built without it, or no GPU "
+           "is visible)")
+    if here is not None and here.type == "cuda":
+        raise UnsupportedError(
+            f"a {t.device} tensor cannot become a torch tensor: {why}; copy it to the host in "
+            "its own framework first, or convert it to a framework that reaches that device")
+    raise UnsupportedError(f"device={device!r}: {why}; use device='cpu' (or None)")
+
+
+def _has_xpu() -> bool:
+    xpu = getattr(torch, "xpu", None)
+    return xpu is not None and bool(xpu.is_available())
+
+
 def _same_device(a: torch.device, b: torch.device | None) -> bool:
     if b is None or a.type != b.type:
         return False
@@ -439,6 +504,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
         check_copy(copy)
     want = _parse_device(device)
     here = _torch_device_of(t)
+    _require_device(want, here, t, device)
     move = want is not None and not _same_device(want, here)
     if move and copy is False:
         raise CopyRequiredError(
@@ -447,6 +513,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
     host = t.device.is_host_accessible  # torch sees it as CPU memory
     dtype = t.dtype
     shape = t.shape
+    _check_sizes(shape)
     strides = t.strides
     copied = False  # the result is already a fresh tensor
 

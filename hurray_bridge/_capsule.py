@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import struct
+from math import prod
 from typing import Any
 
 from ._dlpack import (
@@ -537,13 +538,91 @@ def consume_capsule(capsule: object) -> DLView:
             f"DLPack vector types are not supported (dtype code {code}, bits {bits}, "
             f"lanes {lanes}; lanes must be 1)"
         )
-    if 0 in shape or not data:
+    if 0 in shape:
         data = 0  # no elements: never hand on a pointer nobody may dereference
     else:
-        data += offset
+        data = _element_address(managed, data, offset, shape, strides, bits)
     return DLView(
         data, shape, strides, code, bits, lanes, dev_type, dev_id, flags, versioned, managed
     )
+
+
+_I64_MAX = (1 << 63) - 1
+_U64_MAX = (1 << 64) - 1
+_ADDRESS_END = 1 << 64  # one past the last byte of a 64-bit address space
+_I64_MIN = -(1 << 63)
+
+
+def _element_address(managed: _ManagedTensor, data: int, offset: int, shape: tuple[int, ...],
+                     strides: tuple[int, ...] | None, bits: int) -> int:
+    """The address of element ``[0, ..., 0]`` of a tensor with elements, once its bytes are
+    known to lie in the address space (buffer-protocol.md §1); refuses the capsule otherwise.
+
+    Every sum and product here is exact (Python integers): nothing can wrap. An element
+    counts as at least one byte (packed sub-byte data takes less, never more).
+    """
+    if not data:
+        managed.release()
+        extra = f" and byte_offset {offset}" if offset else ""
+        raise FormatError(
+            f"NULL data pointer{extra} for a tensor of {prod(shape)} elements (shape {shape}); "
+            "only a tensor without elements may have NULL data",
+            field="data",
+        )
+    p = data + offset
+    if p >= _ADDRESS_END:
+        managed.release()
+        raise FormatError(
+            f"data 0x{data:x} + byte_offset {offset} = 0x{p:x} is past 2**64 - 1, outside the "
+            "64-bit address space",
+            field="byte_offset",
+        )
+    isz = (bits + 7) >> 3 or 1
+    if not strides:  # NULL (compact row-major), or rank 0
+        lo, hi = 0, prod(shape) - 1  # in elements, from element [0, ..., 0]
+    else:
+        if min(strides) == _I64_MIN:
+            managed.release()
+            i = strides.index(_I64_MIN)
+            raise FormatError(
+                f"strides[{i}] = {_I64_MIN} is outside [-(2**63 - 1), 2**63 - 1] (strides "
+                f"{strides}, shape {shape})",
+                field="strides",
+            )
+        lo = hi = 0
+        for d, s in zip(shape, strides):
+            if s < 0:
+                lo += (d - 1) * s
+            else:
+                hi += (d - 1) * s
+    if strides and prod(shape) > _U64_MAX:  # strides of 0 (a broadcast): few bytes, or not
+        managed.release()
+        raise FormatError(
+            f"shape {shape} has {prod(shape)} elements, more than 2**64 - 1 (the format's "
+            f"element count is 64-bit), though strides {strides} make them share memory",
+            field="shape",
+        )
+    first = p + lo * isz
+    end = p + (hi + 1) * isz
+    span = end - first
+    if span > _I64_MAX or first < 0 or end > _ADDRESS_END:
+        managed.release()
+        field = "shape" if strides is None else "strides"
+        what = f"shape {shape}" + ("" if strides is None else f", strides {strides}")
+        if span > _I64_MAX:
+            why = (f"spans {span} bytes ({isz}-byte elements), more than 2**63 - 1, the "
+                   "most any memory object can hold")
+        elif first < 0:
+            why = (f"reaches {-first} bytes below address 0 from 0x{p:x}: outside the "
+                   "64-bit address space")
+            field = "strides"
+        else:
+            why = (f"ends {end - _ADDRESS_END} bytes past 2**64 (from 0x{p:x}, {span} "
+                   "bytes): outside the 64-bit address space")
+            field = "data" if field == "shape" else field
+        raise FormatError(f"the tensor of {what} {why}", field=field)
+    return p
+
 
 
 def request_capsule(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import sys
 from typing import Any
 
 __all__ = ["ALIGNMENT", "HostAllocation", "alloc_aligned", "buffer_address", "host_array",
@@ -29,6 +30,13 @@ def alloc_aligned(nbytes: int) -> HostAllocation | None:
     """A 64-byte aligned allocation, or ``None`` for 0 bytes (no zero-byte allocation)."""
     if nbytes == 0:
         return None
+    if nbytes > sys.maxsize - ALIGNMENT:
+        from .errors import UnsupportedError
+
+        raise UnsupportedError(
+            f"cannot allocate {nbytes} bytes: more than this machine's address space holds "
+            f"(at most {sys.maxsize} bytes in one object); a broadcast view that large cannot "
+            "be copied")
     return HostAllocation(nbytes)
 
 

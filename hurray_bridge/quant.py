@@ -399,8 +399,12 @@ def _expand(v: Any, q: Quantization, shape: tuple[int, ...]) -> Any:
         return v.reshape([shape[q.axis] if i == q.axis else 1 for i in range(len(shape))])
     assert q.block_size is not None
     v = v.reshape(q.scales_shape(shape))
-    v = np.repeat(v, q.block_size, axis=q.axis)
-    return np.take(v, np.arange(shape[q.axis]), axis=q.axis)
+    # Element i of the axis takes block i // block_size. Indexing, not np.repeat: a
+    # block_size may be anything up to 2**64 - 2 (one block), which repeat cannot take
+    # (and would allocate block_size copies of each scale for).
+    n = shape[q.axis]
+    block = min(q.block_size, max(n, 1))
+    return np.take(v, np.arange(n) // block, axis=q.axis)
 
 
 def dequantize(t: Any, *, dtype: DType | str = "float32") -> Tensor:

@@ -17,14 +17,22 @@ from math import prod
 from typing import Any, NamedTuple
 
 from . import _capsule
-from ._dlpack import FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY, DLDeviceType
+from ._dlpack import (
+    DLPACK_VERSION,
+    FLAG_IS_COPIED,
+    FLAG_IS_SUBBYTE_TYPE_PADDED,
+    FLAG_READ_ONLY,
+    DLDeviceType,
+)
 from ._memory import alloc_aligned, host_view
 from .descriptor import Descriptor, compact_strides, form_name
 from .dtypes import DType, dtype_from_dlpack
 from .errors import CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
 
-__all__ = ["CPU", "Buffer", "Device", "Tensor", "canonical_bytes", "from_dlpack"]
+__all__ = [
+    "CPU", "Buffer", "Device", "Tensor", "canonical_bytes", "from_dlpack", "host_copy",
+]
 
 # Device types whose memory the host can read directly (pinned and managed memory).
 _HOST_ACCESSIBLE = frozenset({1, 3, 11, 13})
@@ -510,6 +518,11 @@ class Tensor:
         strides = src._strides
         if strides is None:
             strides = _COMPACT.get(shape) or _compact(shape)
+            if not src._nbytes and strides and max(strides) > _I64_MAX:
+                # Only an empty shape can get there ([0, 2**40, 2**40]): sizes, not memory.
+                raise UnsupportedError(
+                    f"shape {list(shape)} has compact strides {list(strides)}, beyond DLPack's "
+                    "int64 strides (2**63 - 1); no DLPack consumer can take it")
         return _capsule.make_capsule(
             data=src._data,
             shape=shape,
@@ -649,15 +662,27 @@ def _gather(dst: int, src: int, shape: tuple[int, ...], strides: tuple[int, ...]
     total = prod(shape)
     if np is not None:
         # NumPy is loaded anyway in this process: let it do the strided walk in C.
-        byte_strides = tuple(s * isz for s in strides)
+        # (A size-1 dimension's stride is never used: 0 keeps it within intp.)
+        byte_strides = tuple(s * isz if d != 1 else 0 for d, s in zip(shape, strides))
+        if len(shape) < 64:
+            src_arr = np.lib.stride_tricks.as_strided(
+                np.frombuffer((ctypes.c_ubyte * 1).from_address(src), np.uint8, 1),
+                shape=(*shape, isz),
+                strides=(*byte_strides, 1),
+                writeable=False,
+            )
+            dst_arr = np.frombuffer((ctypes.c_ubyte * (total * isz)).from_address(dst),
+                                    np.uint8)
+            dst_arr.reshape(*shape, isz)[...] = src_arr
+            return
+        # Rank 64 is NumPy's limit too: no room for the byte dimension, so each element
+        # is one opaque isz-byte item.
+        item = np.dtype(f"V{isz}")
         src_arr = np.lib.stride_tricks.as_strided(
-            np.frombuffer((ctypes.c_ubyte * 1).from_address(src), np.uint8, 1),
-            shape=(*shape, isz),
-            strides=(*byte_strides, 1),
-            writeable=False,
-        )
-        dst_arr = np.frombuffer((ctypes.c_ubyte * (total * isz)).from_address(dst), np.uint8)
-        dst_arr.reshape(*shape, isz)[...] = src_arr
+            np.frombuffer((ctypes.c_ubyte * isz).from_address(src), item, 1),
+            shape=shape, strides=byte_strides, writeable=False)
+        dst_arr = np.frombuffer((ctypes.c_ubyte * (total * isz)).from_address(dst), item)
+        dst_arr.reshape(shape)[...] = src_arr
         return
     inner = isz * shape[-1] if strides[-1] == 1 else isz
     run_dims = shape[:-1] if strides[-1] == 1 else shape
@@ -674,9 +699,23 @@ def _gather(dst: int, src: int, shape: tuple[int, ...], strides: tuple[int, ...]
             idx[k] = 0
 
 
+def _release(view: _capsule.DLView) -> None:
+    """Run a refused capsule's deleter now, not whenever the traceback lets go of it."""
+    release = getattr(view.owner, "release", None)
+    if release is not None:
+        release()
+
+
 def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
-    """Build a Tensor over the memory a consumed capsule describes (no copy)."""
-    dtype = dtype_from_dlpack(view.code, view.bits, view.lanes)
+    """Build a Tensor over the memory a consumed capsule describes (no copy).
+
+    A refusal releases the capsule's memory (its deleter runs) before it is raised.
+    """
+    try:
+        dtype = dtype_from_dlpack(view.code, view.bits, view.lanes)
+    except UnsupportedError:
+        _release(view)
+        raise
     padded = bool(view.flags & FLAG_IS_SUBBYTE_TYPE_PADDED) and dtype.is_subbyte
     shape = view.shape
     strides = view.strides
@@ -684,10 +723,20 @@ def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
     if n == 0 or strides is None or _is_compact(shape, strides):
         strides = None
     elif dtype.is_subbyte and not padded:
+        _release(view)
         raise FormatError(
             f"packed {dtype.name} with non-compact strides {strides} is not addressable",
             field="strides",
         )
+    else:
+        # The stride of a size-1 dimension is never multiplied by anything but 0, and
+        # producers put anything there. One whose byte stride no int64 holds would make
+        # every consumer's byte arithmetic overflow: it becomes the compact value.
+        limit = _I64_MAX // (dtype.itemsize or 1)
+        if any(d == 1 and not -limit <= st <= limit for d, st in zip(shape, strides)):
+            compact = compact_strides(shape)
+            strides = tuple(c if d == 1 and not -limit <= st <= limit else st
+                            for d, st, c in zip(shape, strides, compact))
     return Tensor._dense(
         view.data if n else 0,
         shape,
@@ -705,12 +754,35 @@ def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
 _NO_STREAM: Any = object()
 
 
+# Host memory types: one address space per process, so a device_id says nothing there.
+_ONE_HOST = frozenset({1, 3, 11})  # kDLCPU, kDLCUDAHost, kDLROCMHost
+
+
 def _reported_device(reported: Any) -> Device:
-    """What ``__dlpack_device__`` returned, checked: two non-negative integers."""
+    """What ``__dlpack_device__`` returned, checked: two non-negative integers.
+
+    ``device_id`` may be ``None`` for host memory (kDLCPU, kDLCUDAHost, kDLROCMHost),
+    which has one device only: PaddlePaddle 3.3.1 reports its CPU tensors as
+    ``(kDLCPU, None)``, and NumPy and torch accept that. It means device 0. On every
+    other device type ``None`` does not say which device, and is refused.
+    """
     try:
         dev_type, dev_id = reported
-        dev = Device(operator.index(dev_type), operator.index(dev_id))
-    except (TypeError, ValueError):
+        dev_type = operator.index(dev_type)
+        if dev_id is None and dev_type in _ONE_HOST:
+            dev_id = 0
+        elif dev_id is None and dev_type >= 0:
+            kind = str(Device(dev_type)).partition(":")[0]
+            raise FormatError(
+                f"__dlpack_device__ returned {reported!r}: device_id None is accepted only for "
+                "host memory, which has one device (kDLCPU, kDLCUDAHost, kDLROCMHost); on a "
+                f"{kind} device it does not say which one holds the memory: the producer "
+                "must report a device_id",
+                field="device")
+        dev = Device(dev_type, operator.index(dev_id))
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, FormatError):
+            raise
         dev = None
     if dev is None or dev.type < 0 or dev.id < 0:
         raise FormatError(f"__dlpack_device__ returned {reported!r}; expected a (device_type, "
@@ -764,6 +836,7 @@ def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM)
         )
     ):
         # Pinned-host producers (torch) report kDLCUDAHost but put kDLCPU in the capsule.
+        _release(view)
         raise FormatError(
             f"__dlpack_device__ says {dev} but the capsule says "
             f"{Device(view.device_type, view.device_id)}",
@@ -776,3 +849,25 @@ def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM)
     if copy:
         return t.copy()
     return t
+
+
+def host_copy(t: Tensor, consumer: str) -> Tensor:
+    """A host copy of the device tensor ``t``, made by the producer it came from.
+
+    For consumers that read host memory only (NumPy, Arrow). The producer is asked with
+    ``dl_device=(kDLCPU, 0)`` and ``copy=True``, the array API's request for a copy on
+    another device; what it raises passes through. An answer the host cannot read (a
+    producer that ignored ``dl_device``) is refused here, before ``consumer`` sees it.
+    """
+    capsule = t.__dlpack__(max_version=DLPACK_VERSION, dl_device=(1, 0), copy=True)
+    view = _capsule.consume_capsule(capsule)
+    if view.device_type not in _HOST_ACCESSIBLE:
+        _release(view)
+        raise UnsupportedError(
+            f"{consumer} reads host memory only; asked for a host copy of this {t.device} "
+            f"tensor (dl_device=(1, 0), copy=True), its producer answered with "
+            f"{Device(view.device_type, view.device_id)} memory. Copy it to the host in its "
+            "own framework first (x.cpu(), cupy.asnumpy(x)), or convert it to a framework "
+            f"that runs on {t.device}"
+        )
+    return from_dlview(view)

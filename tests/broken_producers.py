@@ -78,7 +78,16 @@ def _ignore(capsule: int | None) -> None:
     """A capsule destructor that never calls the deleter of an unconsumed capsule."""
 
 
-_CALLBACKS = {f: _Fn(f) for f in (_release, _keep, _destroy, _ignore)}
+# Deleter calls for a struct that was not live (a second call, or garbage): Forged's.
+STRAY_RELEASES: list[int] = []
+
+
+def _release_once(p: int | None) -> None:
+    if LIVE.pop(p or 0, None) is None:
+        STRAY_RELEASES.append(p or 0)
+
+
+_CALLBACKS = {f: _Fn(f) for f in (_release, _keep, _destroy, _ignore, _release_once)}
 
 
 def _addr(fn: Any) -> int:
@@ -113,10 +122,8 @@ class HandMade:
         if dl_device is not None and tuple(dl_device) != (1, 0):
             raise BufferError(f"cannot export to device {tuple(dl_device)}: CPU memory only")
         a = self.array
-        versioned = max_version is not None and max_version[0] >= 1
-        if not versioned and not copy and not a.flags.writeable and a.size:
-            self._legacy_read_only()
         a, flags = self._copy(a) if copy else (a, self._shared_flags(a))
+        versioned = max_version is not None and max_version[0] >= 1
         return self._export(a, flags, versioned)
 
     # --- hooks the broken producers override
@@ -125,11 +132,6 @@ class HandMade:
 
     def _shared_flags(self, a: np.ndarray) -> int:
         return 0 if a.flags.writeable else FLAG_READ_ONLY
-
-    def _legacy_read_only(self) -> None:
-        # A legacy capsule cannot say read-only: refuse it, as NumPy does.
-        raise BufferError("read-only memory in a legacy capsule (no READ_ONLY flag): "
-                          "pass max_version=(1, 0) or copy=True")
 
     def _layout(self, a: np.ndarray) -> tuple[int, tuple[int, ...]]:
         data = a.ctypes.data if a.size else 0  # no elements: NULL
@@ -217,22 +219,8 @@ class DropsReadOnly(HandMade):
         return 0
 
 
-class LegacyReadOnly(HandMade):
-    """Read-only memory handed out in a legacy capsule (which has no READ_ONLY flag)."""
-
-    @classmethod
-    def factory(cls, shape: tuple[int, ...], dtype: str) -> HandMade:
-        obj = super().factory(shape, dtype)
-        obj.array.flags.writeable = False
-        return obj
-
-    def _legacy_read_only(self) -> None:
-        pass  # hb.Tensor did this until the legacy export refused read-only memory
-
-
 class ReadOnlyHandMade(HandMade):
-    """The correct producer over read-only arrays: READ_ONLY is set, and a legacy
-    request (which could not carry it) is refused."""
+    """The correct producer over read-only arrays: READ_ONLY is set."""
 
     @classmethod
     def factory(cls, shape: tuple[int, ...], dtype: str) -> HandMade:
@@ -252,5 +240,87 @@ BROKEN: dict[type[HandMade], frozenset[str]] = {
     DeviceLie: frozenset({"dlpack_device", "dl_device"}),
     IgnoresCopy: frozenset({"copy_true"}),
     DropsReadOnly: frozenset({"read_only_flag"}),
-    LegacyReadOnly: frozenset({"read_only_flag"}),
 }
+class Forged:
+    """A hostile producer: its capsule carries exactly the fields it was given.
+
+    Nothing is checked or derived: ``data`` is an address (0 for NULL),
+    ``shape=None`` is a NULL shape pointer, ``strides=None`` NULL strides,
+    ``ndim`` defaults to ``len(shape)`` but may say anything (the shape and
+    strides arrays always hold ``len(shape)`` entries: a consumer that reads
+    ``ndim`` of them while ``ndim`` is outside 0..64 reads past them).
+    ``reported`` is what ``__dlpack_device__`` returns (by default ``device``);
+    ``name`` overrides the capsule name. The caller keeps whatever ``data``
+    points at alive (``keep`` holds it, if given); a custom ``name`` must
+    outlive the capsule (a module constant). Every request gets a capsule with
+    the same fields, whatever it asked for (``dl_device``, ``copy``): a producer
+    that ignores them. The deleter removes the struct from :data:`LIVE`, so
+    ``producer.live()`` counts exports not yet released; a call for a struct
+    that is not live is recorded in :data:`STRAY_RELEASES`.
+    """
+
+    def __init__(self, *, data: int = 0, shape: tuple[int, ...] | None = (),
+                 strides: tuple[int, ...] | None = None, byte_offset: int = 0,
+                 code: int = 2, bits: int = 32, lanes: int = 1,
+                 device: tuple[int, int] = (1, 0), reported: Any = None,
+                 versioned: bool = True, version: tuple[int, int] = (1, 3), flags: int = 0,
+                 ndim: int | None = None, name: bytes | None = None, keep: Any = None) -> None:
+        self.data, self.shape, self.strides, self.byte_offset = data, shape, strides, byte_offset
+        self.code, self.bits, self.lanes = code, bits, lanes
+        self.device = device
+        self.reported = device if reported is None else reported
+        self.versioned, self.version, self.flags = versioned, version, flags
+        self.ndim = len(shape or ()) if ndim is None else ndim
+        self.name = name
+        self.keep = keep
+        self.exports: list[tuple[int, object]] = []  # (struct address, token), in order
+        self.requests: list[dict[str, Any]] = []
+
+    def __repr__(self) -> str:
+        return (f"Forged(data=0x{self.data:x}, shape={self.shape}, strides={self.strides}, "
+                f"byte_offset={self.byte_offset}, dtype=({self.code}, {self.bits}, "
+                f"{self.lanes}), device={self.device}, reported={self.reported!r}, "
+                f"versioned={self.versioned}, version={self.version}, flags={self.flags}, "
+                f"ndim={self.ndim})")
+
+    def live(self) -> int:
+        """How many of this producer's exports have not been released yet."""
+        # By token, not address: a released struct's address is soon another's.
+        return sum(LIVE.get(p, (None,))[-1] is token for p, token in self.exports)
+
+    def __dlpack_device__(self) -> Any:
+        return self.reported
+
+    def __dlpack__(self, **kwargs: Any) -> object:
+        self.requests.append(kwargs)
+        dims = self.shape or ()
+        n = max(len(dims), len(self.strides or ()), 1)
+        shape_arr = (ctypes.c_int64 * n)(*dims)
+        strides_arr = (ctypes.c_int64 * n)(*self.strides) if self.strides is not None else None
+        if self.versioned:
+            m: Any = DLManagedTensorVersioned()
+            m.version.major, m.version.minor = self.version
+            m.flags = self.flags
+            offset = _V_DELETER
+        else:
+            m = DLManagedTensor()
+            offset = _L_DELETER
+        t = m.dl_tensor
+        t.data = self.data or None
+        t.device.device_type, t.device.device_id = self.device
+        t.ndim = self.ndim
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = self.code, self.bits, self.lanes
+        if self.shape is not None:
+            t.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))
+        if strides_arr is not None:
+            t.strides = ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64))
+        t.byte_offset = self.byte_offset
+        p = ctypes.addressof(m)
+        ctypes.c_void_p.from_address(p + offset).value = _addr(_release_once)
+        token = object()
+        LIVE[p] = (m, shape_arr, strides_arr, self.keep, token)
+        self.exports.append((p, token))
+        name = self.name or (V_NAME if self.versioned else L_NAME)
+        return _New(p, name, _addr(_destroy))
+
+

@@ -717,6 +717,119 @@ CASES += [
 ]
 
 
+# -- hostile producers: every field of the capsule forged (tests.broken_producers.Forged)
+_MEM = np.arange(64, dtype=np.float32)  # what the forged capsules point into
+_AT = _MEM.ctypes.data
+_FAKE_GPU = 0x7F3A_C000_0000  # never mapped here: a read of it crashes loudly
+
+
+def _forged(**fields: Any) -> Any:
+    from tests.broken_producers import Forged
+
+    fields.setdefault("data", _AT)
+    return Forged(keep=_MEM, **fields)
+
+
+def _file_tensor(shape: list[int], dtype: Any = F32) -> hb.Tensor:
+    """An empty entry of shape ``shape`` read back from a (valid, few hundred byte) file."""
+    empty = hb.Tensor(D(shape, dtype), [hb.Buffer(hb.BufferRole.DATA, 0, 0)])
+    return hb.loads(hb.dumps({"x": empty}))["x"]
+
+
+def _without_cuda(name: str) -> None:
+    if name == "torch" and pytest.importorskip("torch").cuda.is_available():
+        pytest.skip("this machine has CUDA: the case is about a torch without it")
+    if name == "jax" and any(d.platform == "gpu" for d in pytest.importorskip("jax").devices()):
+        pytest.skip("this machine has a JAX GPU backend: the case is about JAX without one")
+
+
+def _no_cuda(name: str) -> Any:
+    """A CUDA capsule (at an address never mapped here) handed to ``name``."""
+    _without_cuda(name)
+    return hb.convert(_forged(shape=(4,), data=_FAKE_GPU, device=(2, 0)), name)
+
+
+def _torch_to_cuda() -> Any:
+    _without_cuda("torch")
+    return hb.convert(_array(), "torch", device="cuda")
+
+
+CASES += [
+    Case("import-device-id-none-cuda", "__dlpack_device__() -> (2, None)",
+         lambda: hb.from_dlpack(_forged(shape=(4,), device=(2, 0), reported=(2, None))),
+         hb.FormatError, ("device", "(2, None)", "device_id None", "kDLCPU")),
+    Case("import-null-data", "capsule: data NULL, shape (4,)",
+         lambda: hb.from_dlpack(_forged(data=0, shape=(4,))), hb.FormatError,
+         ("data", "NULL", "4 elements")),
+    Case("import-null-data-offset", "capsule: data NULL, byte_offset 64, shape (4,)",
+         lambda: hb.from_dlpack(_forged(data=0, byte_offset=64, shape=(4,))), hb.FormatError,
+         ("data", "NULL", "byte_offset")),
+    Case("import-byte-offset-wraps", "capsule: data + byte_offset >= 2**64",
+         lambda: hb.from_dlpack(_forged(shape=(4,), byte_offset=2**64 - 8)), hb.FormatError,
+         ("byte_offset", "2**64", "address space")),
+    Case("import-strides-overflow", "capsule: shape (3, 3), strides (2**62, 2**62)",
+         lambda: hb.from_dlpack(_forged(shape=(3, 3), strides=(2**62, 2**62))), hb.FormatError,
+         ("strides", "(4611686018427387904, 4611686018427387904)", "2**63 - 1")),
+    Case("import-stride-int64-min", "capsule: shape (2, 2), strides (-2**63, 1)",
+         lambda: hb.from_dlpack(_forged(shape=(2, 2), strides=(-2**63, 1))), hb.FormatError,
+         ("strides[0]", "-9223372036854775808", "-(2**63 - 1)")),
+    Case("import-shape-bytes-overflow", "capsule: shape (2**62, 2**62), float32",
+         lambda: hb.from_dlpack(_forged(shape=(2**62, 2**62))), hb.FormatError,
+         ("shape", "(4611686018427387904, 4611686018427387904)", "2**63 - 1")),
+    Case("import-span-below-zero", "capsule: data 0x10, shape (4,), strides (-8,)",
+         lambda: hb.from_dlpack(_forged(data=0x10, shape=(4,), strides=(-8,))),
+         hb.FormatError, ("strides", "below address 0", "address space")),
+    Case("import-span-past-top", "capsule: data 2**64 - 8, shape (4,), float32",
+         lambda: hb.from_dlpack(_forged(data=2**64 - 8, shape=(4,))), hb.FormatError,
+         ("data", "past 2**64", "address space")),
+    Case("import-broadcast-count-overflow", "capsule: shape (2**40, 2**40), strides (0, 0)",
+         lambda: hb.from_dlpack(_forged(shape=(2**40, 2**40), strides=(0, 0))),
+         hb.FormatError, ("shape", "1208925819614629174706176 elements", "2**64 - 1")),
+    # -- device memory on a machine whose frameworks cannot reach it
+    Case("convert-cuda-capsule-numpy", "hb.convert(a CUDA capsule, 'numpy'), no CUDA",
+         lambda: _no_cuda("numpy"), hb.UnsupportedError,
+         ("cuda:0", "NumPy", "host copy", "dl_device=(1, 0)")),
+    Case("convert-cuda-capsule-arrow", "hb.convert(a CUDA capsule, 'arrow'), no CUDA",
+         lambda: _no_cuda("arrow"), hb.UnsupportedError,
+         ("cuda:0", "Arrow", "host copy", "dl_device=(1, 0)")),
+    Case("convert-cuda-capsule-torch", "hb.convert(a CUDA capsule, 'torch'), no CUDA",
+         lambda: _no_cuda("torch"), hb.UnsupportedError, ("cuda:0", "torch", "without CUDA")),
+    Case("convert-cuda-capsule-jax", "hb.convert(a CUDA capsule, 'jax'), no CUDA",
+         lambda: _no_cuda("jax"), hb.UnsupportedError, ("JAX has no cuda backend",)),
+    Case("convert-opencl-capsule-torch", "hb.convert(a kDLOpenCL capsule, 'torch')",
+         lambda: hb.convert(_forged(shape=(4,), data=_FAKE_GPU, device=(4, 0),
+                                    versioned=False), "torch"),
+         hb.UnsupportedError, ("opencl:0", "cannot become a torch tensor", "host, CUDA")),
+    Case("convert-cpu1-capsule-jax", "hb.convert(a capsule on cpu:1, 'jax'), JAX has cpu:0",
+         lambda: hb.convert(_forged(shape=(4,), device=(1, 1), reported=(1, 0)), "jax"),
+         hb.UnsupportedError, ("JAX has no cpu device with hardware id 1",)),
+    Case("convert-torch-device-cuda", "hb.convert(ndarray, 'torch', device='cuda'), no CUDA",
+         _torch_to_cuda, hb.UnsupportedError, ("device='cuda'", "torch", "without CUDA")),
+    # -- valid files whose empty entries no framework can hold
+    Case("convert-empty-2e62-numpy", "hb.convert(empty file entry [2**62, 0] float32, 'numpy')",
+         lambda: hb.convert(_file_tensor([2**62, 0]), "numpy"), hb.UnsupportedError,
+         ("NumPy", "[4611686018427387904, 0]", "2**63 - 1")),
+    Case("convert-empty-2e63-numpy", "hb.convert(empty file entry [2**63, 0], 'numpy')",
+         lambda: hb.convert(_file_tensor([2**63, 0]), "numpy"), hb.UnsupportedError,
+         ("NumPy", "9223372036854775808", "2**63 - 1")),
+    Case("convert-empty-2e62-jax", "hb.convert(empty file entry [2**62, 0] float32, 'jax')",
+         lambda: hb.convert(_file_tensor([2**62, 0]), "jax"), hb.UnsupportedError,
+         ("JAX", "[4611686018427387904, 0]", "2**63 - 1")),
+    Case("convert-empty-2e63-torch", "hb.convert(empty file entry [2**63, 0], 'torch')",
+         lambda: hb.convert(_file_tensor([2**63, 0]), "torch"), hb.UnsupportedError,
+         ("torch", "9223372036854775808", "int64")),
+    Case("convert-empty-product-torch", "hb.convert(empty entry [2**40, 2**40, 0], 'torch')",
+         lambda: hb.convert(_file_tensor([2**40, 2**40, 0]), "torch"), hb.UnsupportedError,
+         ("torch", "[1099511627776, 1099511627776, 0]", "overflows 64 bits")),
+    Case("convert-empty-stride-arrow", "hb.convert(empty entry [0, 2**62] float32, 'arrow')",
+         lambda: hb.convert(_file_tensor([0, 2**62]), "arrow"), hb.UnsupportedError,
+         ("Arrow", "[0, 4611686018427387904]", "64-bit")),
+    Case("dlpack-empty-strides-overflow", "t.__dlpack__() of empty [0, 2**40, 2**40]",
+         lambda: _file_tensor([0, 2**40, 2**40]).__dlpack__(), hb.UnsupportedError,
+         ("strides", "int64")),
+]
+
+
 # -- the compatibility report (hurray matrix)
 CASES += [
     Case("matrix-repeat-0", "run_matrix(['numpy'], repeat=0)",
@@ -901,3 +1014,120 @@ def test_robustness_doc_lists_every_case() -> None:
 
 if __name__ == "__main__":
     sys.stdout.write(markdown() + "\n")
+# ------------------------------------------------- hostile producers, beyond the table
+@pytest.mark.parametrize("versioned", [True, False])
+@pytest.mark.parametrize("reported", [(1, None), (3, None)])
+def test_dlpack_device_id_none_on_the_host_means_device_0(versioned: bool,
+                                                          reported: tuple[int, None]) -> None:
+    # PaddlePaddle 3.3.1 reports its CPU tensors as (kDLCPU, None); NumPy and torch take it.
+    p = _forged(shape=(2, 3), versioned=versioned, reported=reported)
+    t = hb.from_dlpack(p)
+    assert t.device == hb.Device(reported[0], 0)
+    assert t.data_ptr == _AT  # zero-copy
+    np.testing.assert_array_equal(hb.convert(t, "numpy"), _MEM[:6].reshape(2, 3))
+
+
+_REFUSED = {
+    "null-data": dict(data=0, shape=(4,)),
+    "offset-wraps": dict(shape=(4,), byte_offset=2**64 - 8),
+    "strides-2e62": dict(shape=(3, 3), strides=(2**62, 2**62)),
+    "shape-2e62": dict(shape=(2**62, 2**62)),
+    "below-zero": dict(data=0x10, shape=(4,), strides=(-8,)),
+    "past-top": dict(data=2**64 - 8, shape=(4,)),
+    "unknown-dtype": dict(shape=(4,), code=2, bits=24),
+    "packed-strided": dict(shape=(4,), strides=(2,), code=0, bits=4),
+    "device-lie": dict(shape=(4,), reported=(2, 0)),
+}
+
+
+@pytest.mark.parametrize("fields", _REFUSED.values(), ids=_REFUSED)
+def test_a_refused_import_releases_the_capsule_at_once(fields: dict[str, Any]) -> None:
+    p = _forged(**fields)
+    with pytest.raises(hb.HurrayError) as info:
+        hb.from_dlpack(p)
+    assert p.exports and p.live() == 0, f"the deleter has not run while {info.value!r} is alive"
+
+
+# Run in a child: before the import checks, these killed the interpreter (SIGSEGV on
+# NULL data, SIGABRT from torch's C++ check on strides 2**62).
+_CHILD = r"""
+import pickle, sys, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import hurray_bridge as hb
+from hurray_bridge import _shortcuts
+from tests.broken_producers import Forged
+from tests.test_bad_input import _REFUSED, _MEM, _AT
+
+convert = hb.convert
+if sys.argv[1] == "python":  # the Python front instead of the compiled one
+    convert = _shortcuts.front(hb.convert.__wrapped__, use_compiled=False)
+uses = {
+    "memoryview": lambda t: bytes(t.memoryview()),
+    "pickle": lambda t: pickle.loads(pickle.dumps(t)),
+    "copy": lambda t: t.copy(),
+}
+for name, fields in _REFUSED.items():
+    fields = dict(fields)
+    fields.setdefault("data", _AT)
+    for use in ("import", *uses, "numpy", "torch", "jax", "arrow"):
+        p = Forged(keep=_MEM, **fields)
+        try:
+            if use in uses:
+                uses[use](hb.from_dlpack(p))
+            elif use == "import":
+                hb.asarray(p)
+            else:
+                convert(p, use)
+            print(name, use, "accepted", flush=True)
+        except Exception as e:
+            print(name, use, type(e).__name__, isinstance(e, hb.HurrayError), flush=True)
+"""
+
+
+@pytest.mark.parametrize("front", ["compiled", "python"])
+def test_hostile_capsules_never_reach_a_consumer(front: str) -> None:
+    import subprocess
+
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    pytest.importorskip("pyarrow")
+    r = subprocess.run([sys.executable, "-c", _CHILD, front], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, f"the child died ({r.returncode}): {r.stdout[-2000:]}{r.stderr}"
+    lines = r.stdout.splitlines()
+    assert len(lines) == 8 * len(_REFUSED), r.stdout
+    bad = [line for line in lines if not line.endswith(" True")]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("front", ["compiled", "python"])
+def test_framework_limits_hold_on_the_shortcut_sources_too(front: str) -> None:
+    # torch holds an empty [2**61, 0] float32; NumPy and JAX cannot. The torch -> JAX
+    # shortcut hands it to XLA as it is: its refusal must end in the full path's error.
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    from hurray_bridge import _shortcuts
+
+    convert = hb.convert
+    if front == "python":
+        convert = _shortcuts.front(hb.convert.__wrapped__, use_compiled=False)
+    x = torch.empty((2**61, 0))
+    for target, words in (("numpy", ("NumPy", "2**63 - 1")), ("jax", ("JAX", "int64"))):
+        for _ in range(2):  # the second call may be served by a learned shortcut
+            with pytest.raises(hb.UnsupportedError) as info:
+                convert(x, target)
+            assert all(w in str(info.value) for w in words), str(info.value)
+    assert convert(x, "torch").shape == (2**61, 0)
+
+
+@pytest.mark.parametrize("block_size", [2**64 - 2, 2**40, 3])
+def test_dequantize_takes_any_valid_block_size(block_size: int) -> None:
+    # A valid file: per-block int8 with a block size up to 2**64 - 2 (one block here).
+    q = hb.Quantization(hb.QuantScheme.PER_BLOCK, axis=0, block_size=block_size)
+    scales = np.array([0.5, 0.25, 2.0][: -(-6 // block_size)], np.float32)
+    x = np.arange(6, dtype=np.float32) * scales[np.arange(6) // min(block_size, 6)]
+    t = hb.loads(hb.dumps({"w": hb.quantize(x, "int8", q, scales)}))["w"]
+    np.testing.assert_array_equal(hb.convert(hb.dequantize(t), "numpy"), x)
+
+
