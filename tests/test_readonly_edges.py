@@ -145,6 +145,20 @@ def test_convert_read_only_memory_to_jax_stays_zero_copy(saved: hb.Tensor, route
     assert np.asarray(j).tolist() == list(range(64))
 
 
+def test_sharded_read_only_memory_to_jax_stays_zero_copy(saved: hb.Tensor) -> None:
+    jax = pytest.importorskip("jax")
+    from jax.sharding import SingleDeviceSharding
+
+    from hurray_bridge.shards import to_jax
+
+    st = hb.split(saved, hb.grid_boxes(saved.shape, (1,)))
+    assert all(s.readonly for s in st.shards)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no CopyWarning
+        j = to_jax(st, SingleDeviceSharding(jax.devices()[0]))
+    assert j.addressable_shards[0].data.unsafe_buffer_pointer() == saved.data_ptr
+
+
 # ------------------------------------------------------------ apache-tvm-ffi
 @pytest.mark.parametrize("source", ["file", "bytes"])
 def test_tvm_ffi_never_gets_a_writable_view_of_read_only_memory(source: str,
