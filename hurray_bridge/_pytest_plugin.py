@@ -135,4 +135,5 @@ class HurrayCheck(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, f"{self.producer.spec}::{self.name}"
+        # The failure header: the item's id, so it names the dtype when several are run.
+        return self.path, None, f"{self.producer.name}::{self.name}"

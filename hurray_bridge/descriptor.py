@@ -103,6 +103,26 @@ def form_name(d: Descriptor) -> str:
     return "quantized" if d.quantization is not None else d.layout.name
 
 
+def shape_str(shape: Sequence[int]) -> str:
+    """A shape as errors print it: ``[3, 0, 5]``, a dynamic dimension as ``?``."""
+    return "[" + ", ".join("?" if d == DYNAMIC else str(d) for d in shape) + "]"
+
+
+def check_empty_nnz(layout: Layout, shape: Sequence[int], nnz: int) -> None:
+    """An empty logical shape holds no index, so a sparse tensor of it stores no entry.
+
+    Every stored entry needs an index below each dimension's size; with a dimension of
+    size 0 there is none, duplicates or not. nnz = 0 is valid for any shape (ADR-007 §6).
+    The descriptor, and so the wire decoder, and the sparse importers call this.
+    """
+    if nnz and 0 in shape:
+        raise FormatError(
+            f"{layout.name} shape {shape_str(shape)} is empty (a dimension of size 0 has no "
+            f"index), so it can store no entries: nnz must be 0, got nnz = {nnz} (ADR-007 §6)",
+            field="sparse.nnz",
+        )
+
+
 def compact_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Row-major element strides of a compact tensor of ``shape``."""
     strides = [0] * len(shape)
@@ -363,6 +383,7 @@ class Descriptor:
                 )
             if layout in (Layout.CSR, Layout.CSC) and rank != 2:
                 raise FormatError(f"{layout.name} needs rank 2, got rank {rank}", field="layout")
+            check_empty_nnz(layout, shape, self.sparse.nnz)
             if self.sparse.canonical and DYNAMIC not in shape:
                 cells = _checked_product(shape, "element count")
                 if self.sparse.nnz > cells:
@@ -611,8 +632,7 @@ class Descriptor:
         return (_codec.decode or _load_codec().decode)(data)
 
     def __repr__(self) -> str:
-        dims = ", ".join("?" if d == DYNAMIC else str(d) for d in self.shape)
-        parts = [f"shape=[{dims}]", f"dtype={self.dtype.name}"]
+        parts = [f"shape={shape_str(self.shape)}", f"dtype={self.dtype.name}"]
         if self.layout != Layout.ROW_MAJOR:
             parts.append(f"layout={self.layout.name}")
         if self.strides is not None:

@@ -44,7 +44,7 @@ from typing import Any
 
 from ._memory import alloc_aligned, host_view
 from ._registry import _ALIASES, ADAPTERS, CopyWarning, asarray, get_adapter, warn_copy
-from .descriptor import Descriptor, Sparse
+from .descriptor import Descriptor, Sparse, check_empty_nnz
 from .dtypes import DType, Kind
 from .errors import BackendNotAvailableError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
@@ -226,6 +226,7 @@ def _check(layout: Layout, shape: tuple[int, ...], nnz: int, indices: Any, indpt
     ``trust_canonical`` takes a framework's own "sorted and unique" flag instead of
     re-checking the order (the ranges are checked all the same).
     """
+    check_empty_nnz(layout, shape, nnz)  # before the indices, to name the real defect
     ops = _Ops(indices)
     if layout == _COO:
         rank = len(shape)

@@ -57,6 +57,7 @@ __all__ = [
     "assert_round_trip",
     "check_producer",
     "load_factory",
+    "numpy_dtype",
 ]
 
 # ----------------------------------------------------------------------------- results
@@ -452,7 +453,11 @@ class _Ctx:
     @property
     def form(self) -> str:
         if self.shaped:
-            return f"factory(shape, dtype_name), base shape {self.base_shape}"
+            form = f"factory(shape, dtype_name), base shape {self.base_shape}"
+            if self.dlpack_dtype != self.dtype:
+                form += (f"; {self.dtype} travels through DLPack as {self.dlpack_dtype} (one "
+                         f"byte per element): the capsules are checked for {self.dlpack_dtype}")
+            return form
         return "factory() making a fixed object"
 
     def base(self) -> Any:
@@ -474,8 +479,15 @@ class _Ctx:
         return self.base_shape if self.shaped else None
 
     @property
+    def dlpack_dtype(self) -> str:
+        """The element type the capsules must carry: 1-bit ``bool`` cannot travel through
+        DLPack (kDLBool is one byte per element), so a factory asked for bool exports
+        bool8."""
+        return _DLPACK_FORM.get(self.dtype, self.dtype)
+
+    @property
     def expect_dtype(self) -> str | None:
-        return self.dtype if self.shaped else None
+        return self.dlpack_dtype if self.shaped else None
 
     def same_object(self) -> bool:
         if self._same_object is None:
@@ -509,6 +521,24 @@ class _Ctx:
         except (_Fail, Exception) as exc:
             return str(exc) if isinstance(exc, _Fail) else _short(exc)
         return None
+
+
+# Element types with no DLPack form of their own -> the one their library exports.
+_DLPACK_FORM = {"bool": "bool8"}
+
+
+def numpy_dtype(dtype_name: str) -> Any:
+    """The NumPy dtype a NumPy-based factory makes for a Hurray element-type name.
+
+    ``dtype_name`` is what the checks pass to a factory: a Hurray name, which is not
+    always a NumPy one (``bool8`` is NumPy's ``bool``, an alias NumPy 2 removed;
+    ``bfloat16`` and ``float8_*`` come from ml_dtypes). 1-bit ``bool`` gives NumPy's
+    ``bool`` too, as DLPack carries it. Imports NumPy (and ml_dtypes where needed).
+    """
+    from ._registry import get_adapter
+
+    name = dtype_from_name(dtype_name).name
+    return get_adapter("numpy").native_dtype(dtype_from_name(_DLPACK_FORM.get(name, name)))
 
 
 def _request(obj: Any, **kwargs: Any) -> object:
@@ -870,7 +900,7 @@ def _shaped_check(ctx: _Ctx, shapes: Sequence[tuple[int, ...]], what: str) -> st
         label = "rank 64" if len(shape) > 8 else str(shape)
         cap = _request(obj)
         raw = _peek(cap)
-        found, seen = _validate(raw, shape, ctx.dtype)
+        found, seen = _validate(raw, shape, ctx.dlpack_dtype)
         if raw.ndim < 0 or raw.shape is None or raw.ndim > MAX_NDIM:
             problems += [f"{label}: {p}" for p in found]
             continue
@@ -946,7 +976,33 @@ def _read_only_flag(ctx: _Ctx) -> str:
     if flag != claim:
         said = "read-only" if claim else "writable"
         raise _Fail(f"the memory is {said} ({how}) but READ_ONLY is {state}")
-    return f"READ_ONLY {state}, matching {how}"
+    note = f"READ_ONLY {state}, matching {how}"
+    if claim:
+        note += "; " + _legacy_of_read_only(obj, raw, how)
+    return note
+
+
+def _legacy_of_read_only(obj: Any, raw: _Raw, how: str) -> str:
+    """What a legacy request (no READ_ONLY flag to carry) gets of read-only memory: a
+    refusal or a private copy pass; the memory itself fails (``raw``: its versioned export,
+    still held, so a copy cannot land at the same address)."""
+    try:
+        cap, _w = _legacy(obj)
+    except BufferError as exc:
+        return f"legacy request refused ({type(exc).__name__})"
+    except Exception as exc:
+        return f"legacy request raised {_short(exc, 60)} (see legacy_capsule)"
+    if capsule_name(cap) != _L_NAME:
+        _take(cap)
+        return "a legacy request gets a versioned capsule (see legacy_capsule)"
+    lraw, _lview = _take(cap)
+    if lraw.elements and lraw.pointer == raw.pointer:
+        raise _Fail(f"the memory is read-only ({how}) but a legacy request (no max_version) "
+                    f"gets a '{_L_NAME}' capsule of that same memory, which has no READ_ONLY "
+                    "flag: legacy-only consumers (apache-tvm-ffi, jax.numpy.from_dlpack) get "
+                    "write access. Refuse it with BufferError (as NumPy does), or hand out a "
+                    "private copy")
+    return "a legacy request gets a private copy"
 
 
 def _copy_reference(obj: Any) -> tuple[_Raw, DLView, bytes | None]:

@@ -18,6 +18,7 @@ from .descriptor import (
     _DESCRIPTOR_SETTERS,
     DYNAMIC,
     MAX_RANK,
+    BufferSpec,
     Descriptor,
     Quantization,
     Shard,
@@ -107,6 +108,28 @@ def canonical_offsets(lengths: Sequence[int]) -> list[int]:
     return offsets
 
 
+def _placed(i: int, spec: BufferSpec, off: object) -> BufferEntry:
+    """The table entry for an offset a caller chose: an aligned u64, 0 for an empty buffer."""
+    if isinstance(off, bool) or not isinstance(off, int):
+        raise FormatError(
+            f"offset of buffers[{i}] ({spec.role.name}) must be an integer, got {off!r}",
+            field="buffers.offset",
+        )
+    if not spec.nbytes:
+        off = 0  # rule 3: an empty buffer occupies nothing; its offset is written as 0
+    elif not 0 <= off <= DYNAMIC:
+        raise FormatError(
+            f"offset {off} of buffers[{i}] ({spec.role.name}) is outside [0, 2**64 - 1]",
+            field="buffers.offset",
+        )
+    elif off % ALIGNMENT:
+        raise FormatError(
+            f"offset {off} of the {spec.role.name} buffer is not 64-byte aligned",
+            field="buffers.offset",
+        )
+    return BufferEntry(spec.role, off, spec.nbytes)
+
+
 def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
     """Encode ``d``; ``offsets`` place its buffers in a carrier's data region.
 
@@ -120,6 +143,7 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
             f"rank {d.rank} exceeds the maximum rank {MAX_RANK} (ADR-008)", field="rank"
         )
     specs = () if d.is_dynamic else d.buffer_layout()
+    explicit = offsets is not None
     if offsets is None:
         offsets = canonical_offsets([s.nbytes for s in specs])
     elif len(offsets) != len(specs):
@@ -172,13 +196,30 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
         parts.append(_SHARD.pack(sh.replica_id, 0, sh.device_type, sh.device_id))
         parts.append(_U64[d.rank].pack(*sh.offsets))
         parts.append(_U64[d.rank].pack(*sh.global_shape))
-    for spec, off in zip(specs, offsets):
-        if off < 0 or off > DYNAMIC or (spec.nbytes and off % ALIGNMENT):
+    if explicit:
+        entries = [_placed(i, spec, off) for i, (spec, off) in enumerate(zip(specs, offsets))]
+        # Rules 4-5 on write as on read, by the decoder's own check: the encoder never
+        # writes a table its decoder refuses.
+        try:
+            _check_buffer_table(d, entries, specs)
+        except FormatError as exc:
             raise FormatError(
-                f"offset {off} of the {spec.role.name} buffer is not 64-byte aligned",
+                f"{exc.args[0]}; give offsets that keep every non-empty buffer inside "
+                "2**64 - 1 bytes and apart from the others (wire.canonical_offsets() packs "
+                "them)",
                 field="buffers.offset",
-            )
-        parts.append(_ENTRY.pack(int(spec.role), _ZERO7, off if spec.nbytes else 0, spec.nbytes))
+            ) from None
+        offsets = [e.offset for e in entries]
+    elif specs and (end := max(o + s.nbytes for o, s in zip(offsets, specs))) > DYNAMIC:
+        # Canonical offsets are aligned, in order and apart; only their end can pass
+        # 2**64 - 1, when the padded sizes add up to more than that.
+        raise FormatError(
+            f"the buffers need {end} bytes of data region once each is padded to 64 bytes, "
+            "more than 2**64 - 1",
+            field="buffers.offset",
+        )
+    for spec, off in zip(specs, offsets):
+        parts.append(_ENTRY.pack(int(spec.role), _ZERO7, off, spec.nbytes))
     out = b"".join(parts)
     assert len(out) == total
     return out
@@ -511,14 +552,18 @@ def decode_prefix(
     return d, tuple(entries), total
 
 
-def _check_buffer_table(d: Descriptor, entries: list[BufferEntry]) -> None:
+def _check_buffer_table(
+    d: Descriptor, entries: list[BufferEntry], specs: Sequence[BufferSpec] | None = None
+) -> None:
+    """metadata.md §8 rules 1-5, entry by entry (``specs``: ``d.buffer_layout()`` if known)."""
     if d.is_dynamic:
         if entries:
             raise FormatError(
                 "a descriptor with dynamic dimensions has no buffer table", field="n_buffers"
             )
         return
-    specs = d.buffer_layout()
+    if specs is None:
+        specs = d.buffer_layout()
     if len(entries) != len(specs):
         raise FormatError(
             f"{len(entries)} buffers, the descriptor calls for {len(specs)}", field="n_buffers"
@@ -543,12 +588,20 @@ def _check_buffer_table(d: Descriptor, entries: list[BufferEntry]) -> None:
                 f"offset {entry.offset} is not a multiple of {ALIGNMENT}", field=f"{name}.offset"
             )
         if entry.offset + entry.length > DYNAMIC:
-            raise FormatError("offset + length overflows 64 bits", field=f"{name}.offset")
+            raise FormatError(
+                f"offset {entry.offset} + length {entry.length} exceeds 2**64 - 1 "
+                "(overflows 64 bits)",
+                field=f"{name}.offset",
+            )
         spans.append((entry.offset, entry.offset + entry.length, name))
     spans.sort()
-    for (_, end, a), (start, _, b) in itertools.pairwise(spans):
+    for (a_start, end, a), (start, b_end, b) in itertools.pairwise(spans):
         if start < end:
-            raise FormatError(f"{b} overlaps {a}", field=f"{b}.offset")
+            raise FormatError(
+                f"{b} [{start}, {b_end}) overlaps {a} [{a_start}, {end}); buffers of "
+                "non-zero length must not overlap",
+                field=f"{b}.offset",
+            )
 
 
 def decode(data: bytes | bytearray | memoryview) -> Descriptor:

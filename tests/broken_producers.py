@@ -122,8 +122,10 @@ class HandMade:
         if dl_device is not None and tuple(dl_device) != (1, 0):
             raise BufferError(f"cannot export to device {tuple(dl_device)}: CPU memory only")
         a = self.array
-        a, flags = self._copy(a) if copy else (a, self._shared_flags(a))
         versioned = max_version is not None and max_version[0] >= 1
+        if not versioned and not copy and not a.flags.writeable and a.size:
+            self._legacy_read_only()
+        a, flags = self._copy(a) if copy else (a, self._shared_flags(a))
         return self._export(a, flags, versioned)
 
     # --- hooks the broken producers override
@@ -132,6 +134,11 @@ class HandMade:
 
     def _shared_flags(self, a: np.ndarray) -> int:
         return 0 if a.flags.writeable else FLAG_READ_ONLY
+
+    def _legacy_read_only(self) -> None:
+        # A legacy capsule cannot say read-only: refuse it, as NumPy does.
+        raise BufferError("read-only memory in a legacy capsule (no READ_ONLY flag): "
+                          "pass max_version=(1, 0) or copy=True")
 
     def _layout(self, a: np.ndarray) -> tuple[int, tuple[int, ...]]:
         data = a.ctypes.data if a.size else 0  # no elements: NULL
@@ -219,8 +226,22 @@ class DropsReadOnly(HandMade):
         return 0
 
 
+class LegacyReadOnly(HandMade):
+    """Read-only memory handed out in a legacy capsule (which has no READ_ONLY flag)."""
+
+    @classmethod
+    def factory(cls, shape: tuple[int, ...], dtype: str) -> HandMade:
+        obj = super().factory(shape, dtype)
+        obj.array.flags.writeable = False
+        return obj
+
+    def _legacy_read_only(self) -> None:
+        pass  # hb.Tensor did this until the legacy export refused read-only memory
+
+
 class ReadOnlyHandMade(HandMade):
-    """The correct producer over read-only arrays: READ_ONLY is set."""
+    """The correct producer over read-only arrays: READ_ONLY is set, and a legacy
+    request (which could not carry it) is refused."""
 
     @classmethod
     def factory(cls, shape: tuple[int, ...], dtype: str) -> HandMade:
@@ -229,18 +250,6 @@ class ReadOnlyHandMade(HandMade):
         return obj
 
 
-# producer class -> the checks it must fail (exactly these)
-BROKEN: dict[type[HandMade], frozenset[str]] = {
-    HandMade: frozenset(),
-    ReadOnlyHandMade: frozenset(),
-    WrongCapsuleName: frozenset({"versioned_capsule"}),
-    LeakyDestructor: frozenset({"unconsumed_capsule"}),
-    LeakyDeleter: frozenset({"deleter_once", "unconsumed_capsule"}),
-    GarbageEmptyStrides: frozenset({"empty_tensors"}),
-    DeviceLie: frozenset({"dlpack_device", "dl_device"}),
-    IgnoresCopy: frozenset({"copy_true"}),
-    DropsReadOnly: frozenset({"read_only_flag"}),
-}
 class Forged:
     """A hostile producer: its capsule carries exactly the fields it was given.
 
@@ -324,3 +333,16 @@ class Forged:
         return _New(p, name, _addr(_destroy))
 
 
+# producer class -> the checks it must fail (exactly these)
+BROKEN: dict[type[HandMade], frozenset[str]] = {
+    HandMade: frozenset(),
+    ReadOnlyHandMade: frozenset(),
+    WrongCapsuleName: frozenset({"versioned_capsule"}),
+    LeakyDestructor: frozenset({"unconsumed_capsule"}),
+    LeakyDeleter: frozenset({"deleter_once", "unconsumed_capsule"}),
+    GarbageEmptyStrides: frozenset({"empty_tensors"}),
+    DeviceLie: frozenset({"dlpack_device", "dl_device"}),
+    IgnoresCopy: frozenset({"copy_true"}),
+    DropsReadOnly: frozenset({"read_only_flag"}),
+    LegacyReadOnly: frozenset({"read_only_flag"}),
+}

@@ -849,3 +849,97 @@ def test_make_sparse_from_torch_components_and_canonical_argument() -> None:
     assert hs.is_sparse_native(torch.eye(2).to_sparse())
     assert not hs.is_sparse_native(torch.eye(2))
     assert not hs.is_sparse_native(np.eye(2))
+
+
+# ============================================ an empty shape stores no entries
+def _empty_shape_bytes(layout: hb.Layout, empty_dim: int) -> bytes:
+    """The wire bytes of a (0, 5) or (5, 0) sparse descriptor claiming nnz = 3.
+
+    Encoded from the valid (1, 5) / (5, 1) descriptor, then the shape and the buffer
+    lengths patched to what the empty shape implies, so that nnz is the only defect.
+    """
+    import struct
+
+    shape = [5, 5]
+    shape[empty_dim] = 1
+    d = hb.Descriptor(tuple(shape), hb.float32, layout, sparse=hb.Sparse(3))
+    raw = bytearray(d.to_bytes())
+    struct.pack_into("<Q", raw, 32 + 8 * empty_dim, 0)
+    specs = d.buffer_layout()
+    table = len(raw) - 24 * len(specs)
+    for i, spec in enumerate(specs):
+        length = spec.nbytes
+        if spec.role == hb.BufferRole.VALUES:
+            length = 0  # what the pre-fix descriptor computed for an empty shape
+        elif spec.role == hb.BufferRole.INDPTR and empty_dim == (0 if layout == CSR else 1):
+            length = 8  # one INDPTR entry for zero rows (CSR) / columns (CSC)
+        struct.pack_into("<Q", raw, table + 24 * i + 16, length)
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("layout", [COO, CSR, CSC])
+@pytest.mark.parametrize("empty_dim", [0, 1])
+def test_an_empty_shape_admits_only_nnz_0_on_build_and_decode(layout: hb.Layout,
+                                                              empty_dim: int) -> None:
+    shape = [0, 5] if empty_dim == 0 else [5, 0]
+    with pytest.raises(hb.FormatError) as e:
+        hb.Descriptor(shape, hb.float32, layout, sparse=hb.Sparse(3))
+    assert e.value.field == "sparse.nnz"
+    assert str(shape) in str(e.value) and "nnz = 3" in str(e.value)
+    # Whatever the other dimension: a dynamic one does not make room for entries.
+    with pytest.raises(hb.FormatError) as e:
+        hb.Descriptor([0, hb.DYNAMIC], hb.float32, layout, sparse=hb.Sparse(1))
+    assert e.value.field == "sparse.nnz"
+    # nnz = 0 stays valid (ADR-007 §6).
+    ok = hb.Descriptor(shape, hb.float32, layout, sparse=hb.Sparse(0))
+    assert hb.Descriptor.from_bytes(ok.to_bytes()) == ok
+    raw = _empty_shape_bytes(layout, empty_dim)
+    for decode in (hb.Descriptor.from_bytes, hb.wire.decode_prefix):
+        with pytest.raises(hb.FormatError, match="nnz") as e:
+            decode(raw)
+        assert e.value.field == "sparse.nnz"
+
+
+def test_an_empty_shape_admits_only_nnz_0_on_import() -> None:
+    """Natives that claim entries in an empty shape: refused naming nnz and the shape."""
+    cases = {
+        "torch COO": lambda: torch.sparse_coo_tensor(
+            torch.tensor([[0, 0, 0], [1, 2, 3]]), torch.ones(3), (0, 5), check_invariants=False),
+        "torch CSR": lambda: torch.sparse_csr_tensor(
+            torch.tensor([0]), torch.tensor([1, 2, 3]), torch.ones(3), (0, 5),
+            check_invariants=False),
+        "arrow COO": lambda: pa.SparseCOOTensor.from_numpy(
+            np.ones((3, 1), np.float32), np.array([[0, 1], [0, 2], [0, 3]]), shape=(0, 5)),
+        "arrow CSR": lambda: pa.SparseCSRMatrix.from_numpy(
+            np.ones((3, 1), np.float32), np.array([0, 3]), np.array([1, 2, 3]), shape=(1, 0)),
+    }
+    for name, make in cases.items():
+        with pytest.raises(hb.FormatError, match=r"nnz") as e:
+            hb.asarray(make())
+        assert e.value.field == "sparse.nnz", name
+        assert "[0, 5]" in str(e.value) or "[1, 0]" in str(e.value), name
+    with pytest.raises(hb.FormatError, match=r"\[0, 5\]") as e:
+        hs.make_sparse("coo", (0, 5), np.ones(3, np.float32), np.array([[0, 0, 0], [1, 2, 3]]))
+    assert e.value.field == "sparse.nnz"
+    with pytest.raises(hb.FormatError, match=r"\[1, 0\]") as e:
+        hs.make_sparse("csr", (1, 0), np.ones(3, np.float32), np.array([0, 1, 2]),
+                       np.array([0, 3]))
+    assert e.value.field == "sparse.nnz"
+
+
+def test_the_c_decoder_refuses_entries_in_an_empty_shape_too(
+        tmp_path: Any) -> None:
+    """The C library (compiled into _speedups as well) applies the same rule, same field."""
+    import shutil
+
+    from .test_c_library import _make, _ok, _run
+
+    if shutil.which("make") is None or (shutil.which("cc") or shutil.which("gcc")) is None:
+        pytest.skip("no C compiler or make to build the C library with")
+    _make(tmp_path, "test")
+    cases = [_empty_shape_bytes(layout, dim) for layout in (COO, CSR, CSC) for dim in (0, 1)]
+    ok = hb.Descriptor([0, 5], hb.float32, CSR, sparse=hb.Sparse(0)).to_bytes()
+    out = _ok(_run(tmp_path / "test_hurray", "decode",
+                   stdin="".join(raw.hex() + "\n" for raw in [*cases, ok]))).splitlines()
+    assert out[:-1] == ["err sparse.nnz"] * len(cases)
+    assert out[-1].startswith("ok ")

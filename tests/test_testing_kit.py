@@ -134,6 +134,10 @@ DEVIATIONS: dict[tuple[str, str], tuple[str, str]] = {
                 "dl_device=(2, 0) instead of BufferError"),
     ("arrow_array", "rank_0"): ("skip", "pyarrow.Array is one-dimensional"),
     ("arrow_array", "rank_64"): ("skip", "pyarrow.Array is one-dimensional"),
+    ("arrow_array", "read_only_flag"): (
+        "fail", "pyarrow answers a legacy request (no max_version) for its immutable memory "
+                "with a 'dltensor' capsule of that memory, which cannot say read-only; it only "
+                "warns DeprecationWarning (pyarrow/array.pxi)"),
     ("hb_readonly", "legacy_capsule"): (
         "skip", "hb.Tensor refuses a legacy export of read-only memory with BufferError, as "
                 "NumPy does (docs/spec/buffer-protocol.md §6.1)"),
@@ -202,7 +206,10 @@ def test_broken_producers_fail_exactly_their_checks(cls: type[HandMade]) -> None
         assert {r.name for r in report.passed} == {"factory", "legacy_capsule"}
         assert all("needs a consumable capsule" in r.why for r in report.skipped)
     else:
-        assert not report.skipped, str(report)
+        # Read-only memory refuses a legacy request (it could not say read-only): a skip.
+        ro = not cls.factory((2, 3), "float32").array.flags.writeable
+        refused = ["legacy_capsule"] if ro and cls is not broken_producers.LegacyReadOnly else []
+        assert [r.name for r in report.skipped] == refused, str(report)
 
 
 def test_broken_reasons_name_the_defect() -> None:
@@ -215,6 +222,38 @@ def test_broken_reasons_name_the_defect() -> None:
     assert "leak" in why["LeakyDestructor"]["unconsumed_capsule"]
     assert "does not release it" in why["LeakyDeleter"]["deleter_once"]
     assert "READ_ONLY is clear" in why["DropsReadOnly"]["read_only_flag"]
+    assert "legacy request" in why["LegacyReadOnly"]["read_only_flag"]
+
+
+def test_read_only_memory_in_a_legacy_capsule_fails_the_read_only_check() -> None:
+    """What hb.Tensor did before its legacy export refused read-only memory: the same
+    memory, READ_ONLY in the versioned capsule, none in the legacy one."""
+    from hurray_bridge.tensor import for_immutable_consumer
+
+    def old_hb(shape: tuple[int, ...], dtype: str) -> Any:
+        return for_immutable_consumer(_hb_readonly(shape, dtype))  # legacy export allowed
+
+    report = check_producer(old_hb, readonly=True)
+    assert [r.name for r in report.failed] == ["read_only_flag"], str(report)
+    why = report.result("read_only_flag").why
+    assert "legacy request" in why and "write access" in why and "BufferError" in why
+    # Today's hb.Tensor refuses it: the check passes and says so.
+    ok = check_producer(_hb_readonly, checks=["read_only_flag", "legacy_capsule"])
+    assert ok.result("read_only_flag").status == "pass", str(ok)
+    assert "legacy request refused" in ok.result("read_only_flag").why
+    assert ok.result("legacy_capsule").status == "skip"
+
+
+def test_a_legacy_private_copy_of_read_only_memory_passes() -> None:
+    class CopiesForLegacy(broken_producers.ReadOnlyHandMade):
+        def __dlpack__(self, **kw: Any) -> object:
+            if kw.get("max_version") is None:
+                kw["copy"] = True  # a private copy for a consumer that cannot be told
+            return super().__dlpack__(**kw)
+
+    report = check_producer(CopiesForLegacy.factory, checks=["read_only_flag"])
+    assert report.ok, str(report)
+    assert "private copy" in report.result("read_only_flag").why
 
 
 def test_readonly_override() -> None:
@@ -280,6 +319,39 @@ def test_object_without_dlpack_fails_factory() -> None:
     report = check_producer(lambda shape, dtype: [1, 2, 3])
     assert "has no __dlpack__" in report.result("factory").why
     assert report.result("factory").status == "fail"
+
+
+def _docs_factory() -> Callable[[tuple[int, ...], str], Any]:
+    """The factory of docs/testing.md §1, with mylib.Array standing for NumPy itself."""
+    text = (REPO / "docs" / "testing.md").read_text(encoding="utf-8")
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "def make_tensor(shape, dtype_name):" in code
+    code = code.replace("import mylib\n", "").replace("mylib.Array(", "(")
+    scope: dict[str, Any] = {}
+    exec(compile(code, "docs/testing.md", "exec"), scope)  # our own documentation
+    factory: Callable[[tuple[int, ...], str], Any] = scope["make_tensor"]
+    return factory
+
+
+@pytest.mark.parametrize("dtype", ["bool", "bool8", "int8", "uint64", "float16", "complex64"])
+def test_docs_numpy_factory_passes_for_every_byte_dtype(dtype: str) -> None:
+    # bool: the 1-bit type cannot travel through DLPack; the capsules are checked for
+    # bool8, what the factory's library (NumPy's bool) exports. bool8: NumPy 2 removed
+    # that alias, so the factory must not pass the name to NumPy as it is.
+    report = check_producer(_docs_factory(), dtype=dtype)
+    assert report.dtype == dtype
+    assert report.ok, str(report)
+    if dtype == "bool":
+        assert "bool8" in report.result("factory").why
+    assert not report.skipped, str(report)
+
+
+def test_numpy_dtype_helper() -> None:
+    assert kit.numpy_dtype("bool") == np.bool_ == kit.numpy_dtype("bool8")
+    assert kit.numpy_dtype("float32") == np.float32
+    assert kit.numpy_dtype("bfloat16").name == "bfloat16"  # ml_dtypes
+    with pytest.raises(hb.UnsupportedError, match="float99"):
+        kit.numpy_dtype("float99")
 
 
 def test_unknown_dtype_and_check_are_refused() -> None:
@@ -496,6 +568,23 @@ def test_plugin_skips_and_dtypes_and_selection(producers: pytest.Pytester) -> No
     result = producers.runpytest("--hurray-producer", "goodprod:make", "-k", "rank",
                                  *_plugin_args())
     result.assert_outcomes(passed=2, deselected=len(CHECKS) - 2 + 1)
+
+
+def test_plugin_failure_headers_name_the_dtype(producers: pytest.Pytester) -> None:
+    result = producers.runpytest("--hurray-producer", "brokenprod:IgnoresCopy.factory",
+                                 "--hurray-dtype", "int8", "--hurray-dtype", "float64",
+                                 *_plugin_args())
+    result.assert_outcomes(passed=2 * (len(CHECKS) - 1), failed=2)
+    result.stdout.fnmatch_lines([
+        "_* brokenprod:IgnoresCopy.factory[[]int8[]]::copy_true _*",
+        "*hurray check 'copy_true' failed for brokenprod:IgnoresCopy.factory (int8):",
+        "_* brokenprod:IgnoresCopy.factory[[]float64[]]::copy_true _*",
+        "*hurray check 'copy_true' failed for brokenprod:IgnoresCopy.factory (float64):",
+    ], consecutive=False)
+    # One dtype: the header stays the plain id.
+    result = producers.runpytest("--hurray-producer", "brokenprod:IgnoresCopy.factory",
+                                 *_plugin_args())
+    result.stdout.fnmatch_lines(["_* brokenprod:IgnoresCopy.factory::copy_true _*"])
 
 
 def test_plugin_is_inert_without_the_option(producers: pytest.Pytester) -> None:

@@ -139,9 +139,13 @@ def test_trailing_bytes_rejected_by_strict_decoder_but_not_by_prefix_decoder() -
 
 def test_overlapping_buffers_rejected() -> None:
     d = hb.Descriptor([4, 5], hb.float32, hb.Layout.CSR, sparse=hb.Sparse(3, hb.int32))
-    raw = encode(d, offsets=[0, 0, 64])
-    with pytest.raises(hb.FormatError, match="overlaps"):
-        hb.Descriptor.from_bytes(raw)
+    # The encoder refuses overlapping offsets: write [128, 0, 64], then move VALUES to 0.
+    raw = bytearray(encode(d, offsets=[128, 0, 64]))
+    table = len(raw) - 3 * 24
+    struct.pack_into("<Q", raw, table + 8, 0)
+    with pytest.raises(hb.FormatError, match="overlaps") as e:
+        hb.Descriptor.from_bytes(bytes(raw))
+    assert e.value.field == "buffers[1].offset"  # the later of the two, sorted by offset
     assert hb.Descriptor.from_bytes(encode(d, offsets=[128, 0, 64])) == d
 
 
@@ -200,3 +204,107 @@ def test_fuzz_finding_any_minor_version_is_read_and_rewritten_as_1_0() -> None:
     raw[5] = 8
     d = hb.Descriptor.from_bytes(bytes(raw))
     assert d == hb.Descriptor([0], hb.float32) and d.to_bytes()[5] == 0
+
+
+def test_encoder_refuses_what_its_decoder_refuses() -> None:
+    """metadata.md §8 rules 4-5 hold on write too: no overlap, offset + length <= 2**64 - 1."""
+    csr = hb.Descriptor([4, 5], hb.float32, hb.Layout.CSR, sparse=hb.Sparse(3, hb.int32))
+    # VALUES (12 bytes) and INDPTR (20 bytes) both at 0; then INDICES inside INDPTR's span.
+    for offsets in ([0, 0, 64], [0, 64, 64], [128, 64, 64]):
+        with pytest.raises(hb.FormatError, match="overlaps") as e:
+            encode(csr, offsets=offsets)
+        assert e.value.field == "buffers.offset"
+    # Adjacent, out of table order, with gaps: all fine, and decoded back as written.
+    for offsets in ([128, 0, 64], [0, 64, 128], [4096, 64, 0]):
+        raw = encode(csr, offsets=offsets)
+        d, table, _ = decode_prefix(raw)
+        assert d == csr and [b.offset for b in table] == offsets
+    # The last aligned offset at which 128 bytes still end by 2**64 - 1, and the next one.
+    dense = hb.Descriptor([32], hb.float32)
+    last = (2**64 - 1 - 128) // ALIGNMENT * ALIGNMENT
+    assert decode_prefix(encode(dense, offsets=[last]))[1][0].offset == last
+    with pytest.raises(hb.FormatError, match=r"2\*\*64 - 1") as e:
+        encode(dense, offsets=[last + ALIGNMENT])
+    assert e.value.field == "buffers.offset"
+    for bad in (-64, 2**64, 2**65):
+        with pytest.raises(hb.FormatError) as e:
+            encode(dense, offsets=[bad])
+        assert e.value.field == "buffers.offset"
+    for bad in (64.0, "64", None, True):
+        with pytest.raises(hb.FormatError, match="integer") as e:
+            encode(dense, offsets=[bad])  # type: ignore[list-item]
+        assert e.value.field == "buffers.offset"
+    # Canonical placement too: 2**64 - 10 data bytes fit, but padded to 64 they push the
+    # scales past 2**64 - 1 (the old encoder called that offset "not 64-byte aligned").
+    huge = hb.Descriptor([2**64 - 10], hb.uint8,
+                         quantization=hb.Quantization(hb.QuantScheme.PER_TENSOR, hb.float32))
+    with pytest.raises(hb.FormatError, match=r"2\*\*64 - 1") as e:
+        encode(huge)
+    assert e.value.field == "buffers.offset"
+    # An empty buffer's offset is written as 0 whatever it was (rule 3), and overlaps nothing.
+    empty = hb.Descriptor([0, 5], hb.float32, hb.Layout.CSR, sparse=hb.Sparse(0, hb.int32))
+    raw = encode(empty, offsets=[2**64 - 1, 0, 12345])
+    assert [b.offset for b in decode_prefix(raw)[1]] == [0, 0, 0]
+
+
+def test_the_worked_example_of_the_spec_is_the_encoders_output() -> None:
+    """metadata.md §11: the hex dump, its stated length and the golden vector agree."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    text = (root / "docs" / "spec" / "metadata.md").read_text(encoding="utf-8")
+    section = text[text.index("## 11. Worked example"):]
+    stated = int(re.search(r"is\s+(\d+) bytes", section).group(1))  # type: ignore[union-attr]
+    dump = re.search(r"```\n([0-9a-f]+)\n```", section).group(1)  # type: ignore[union-attr]
+    raw = hb.Descriptor([3, 0, 5], hb.float32).to_bytes()
+    assert bytes.fromhex(dump) == raw
+    assert stated == len(raw) == 80
+    assert (root / "tests" / "vectors" / "shape_3_0_5.bin").read_bytes() == raw
+
+
+def _patched(raw: bytes, *edits: tuple[int, bytes], cut: int = 0) -> bytes:
+    """``raw`` with bytes replaced at offsets, the last ``cut`` bytes dropped and
+    ``total_size`` made to agree with the shorter length."""
+    out = bytearray(raw)
+    for at, value in edits:
+        out[at:at + len(value)] = value
+    if cut:
+        del out[-cut:]
+        struct.pack_into("<Q", out, 16, len(out))
+    return bytes(out)
+
+
+def test_checks_run_section_by_section_as_the_spec_says() -> None:
+    """metadata.md §9: a section's own checks come before anything of a later section,
+    and the rules that span sections (step 16) after every section was read."""
+    csr = hb.Descriptor([4, 5], hb.float32, hb.Layout.CSR, sparse=hb.Sparse(3, hb.int32))
+    raw = csr.to_bytes()
+    sparse_at = 32 + 8 * 2
+    table_at = len(raw) - 3 * 24
+
+    def field(data: bytes) -> str | None:
+        with pytest.raises(hb.FormatError) as e:
+            decode_prefix(data)
+        return e.value.field
+
+    # step 14 of the sparse section before step 13 of the buffer table
+    assert field(_patched(raw, (sparse_at + 10, b"\x01"), cut=24)) == "sparse.reserved"
+    # a section-local rule of step 16 (the nnz range) before step 14 of a later section
+    assert field(_patched(raw, (sparse_at, struct.pack("<Q", 2**64 - 1)),
+                          (table_at + 1, b"\x01"))) == "sparse.nnz"
+    # a rule that spans sections (nnz against the shape: an empty shape) after all of them
+    assert field(_patched(raw, (32, struct.pack("<Q", 0)),
+                          (table_at + 1, b"\x01"))) == "buffers[0].reserved"
+    assert field(_patched(raw, (32, struct.pack("<Q", 0)))) == "sparse.nnz"
+    # the shard section: the fixed part, then offsets, then global_shape, each truncated
+    sharded = hb.Descriptor([2], hb.int8, shard=hb.Shard([4], [2])).to_bytes()
+    assert len(sharded) == 32 + 8 + 16 + 16 + 24
+    assert field(_patched(sharded, cut=24 + 16 + 8)) == "shard"
+    assert field(_patched(sharded, cut=24 + 16)) == "shard.offsets"
+    assert field(_patched(sharded, cut=24 + 8)) == "shard.global_shape"
+    assert field(_patched(sharded, cut=24)) == "buffers[0]"
+    # DYNAMIC in the offsets is named as the spec's step 16 says
+    assert field(_patched(sharded, (32 + 8 + 16, struct.pack("<Q", hb.DYNAMIC)))) == (
+        "shard.global_shape")
+    assert field(_patched(sharded, (32 + 8 + 12, struct.pack("<i", -1)))) == "shard.device_id"

@@ -532,6 +532,16 @@ static hry_status check_core(const hry_descriptor *d, hry_error *err, hry_buffer
             return hry__fail(err, HRY_E_FORMAT, "layout", "%s needs rank 2, got rank %u",
                              LAYOUT_NAMES[d->layout], rank);
         }
+        /* an empty shape has no index to store an entry at (ADR-007 section 6) */
+        for (uint32_t i = 0; d->sparse.nnz && i < rank; i++) {
+            if (d->shape[i] == 0) {
+                return hry__fail(err, HRY_E_FORMAT, "sparse.nnz",
+                                 "%s shape is empty (dimension %u has size 0, so no index), "
+                                 "so it can store no entries: nnz must be 0, got nnz = %llu",
+                                 LAYOUT_NAMES[d->layout], i,
+                                 (unsigned long long)d->sparse.nnz);
+            }
+        }
         if (d->sparse.canonical && !dynamic) {
             uint64_t cells;
             if (checked_product(d->shape, rank, &cells)) {
