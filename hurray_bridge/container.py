@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 from ._memory import alloc_aligned, buffer_address
 from ._registry import asarray
+from ._trailing import placed_pieces, set_trailing_bits
 from .descriptor import Descriptor
 from .errors import FormatError, UnsupportedError
 from .layout import Layout
@@ -495,6 +496,18 @@ def _verify_data(view: memoryview, h: _Header, entries: Sequence[EntryInfo]) -> 
         if _any_nonzero(view[base + stop:base + off]):
             raise _entry_error(i, entries[i].name, None, "the padding before this buffer must "
                                "be zero", field=f"buffers[{j}].offset")
+    for e in entries:  # element-types.md §4.1 rule 6: packed sub-byte data ends in zero bits
+        first = e.buffers[0] if e.buffers else None
+        if first is not None and first.length and e.descriptor.trailing_bits:
+            last = view[base + first.offset + first.length - 1]
+            if set_trailing_bits(e.descriptor, last):
+                mask = 0xFF & ~(0xFF >> e.descriptor.trailing_bits)
+                raise _entry_error(
+                    e.position, e.name, None,
+                    f"the last byte of its packed {e.descriptor.dtype.name} {first.role.name} "
+                    f"buffer is 0x{last:02x}: the trailing bits after the last element "
+                    f"(mask 0x{mask:02x}) must be zero; load the file and save it again "
+                    "(hb.save writes them as zero)", field="buffers[0].trailing_bits")
 
 
 def _any_nonzero(view: memoryview) -> bool:
@@ -803,8 +816,8 @@ def loads(buffer: Any, *, copy: bool = False, verify: bool = False) -> TensorFil
 class _PlanEntry(NamedTuple):
     name_bytes: bytes
     descriptor_bytes: bytes
-    sources: tuple[memoryview, ...]  # one per buffer, in table order
-    offsets: tuple[int, ...]
+    sources: tuple[memoryview | bytes, ...]  # the bytes to write, in table order: one
+    offsets: tuple[int, ...]  # piece per buffer, or two (_trailing.written_pieces)
 
 
 @dataclass
@@ -928,7 +941,8 @@ def _plan(items: Sequence[tuple[str, Descriptor, Sequence[memoryview]]],
             else:
                 offsets.append(0)
         desc = encode(d, offsets)
-        entries.append(_PlanEntry(nb, desc, tuple(sources), tuple(offsets)))
+        # Each buffer as the pieces to write: packed sub-byte data ends with zero bits.
+        entries.append(_PlanEntry(nb, desc, *placed_pieces(d, sources, offsets)))
         table += _ENTRY.size + _pad8(len(nb)) + len(desc)
     index_end = HEADER_SIZE + table + len(meta)
     data_offset = _align(index_end, max(PAGE_ALIGNMENT, alignment)) if cursor else index_end
@@ -1159,7 +1173,7 @@ def _write_plan(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool,
     total = plan.data_length
     crcs = [0] * len(plan.entries)
 
-    def checksum(i: int, chunk: memoryview) -> None:
+    def checksum(i: int, chunk: memoryview | bytes) -> None:
         crcs[i] = zlib.crc32(chunk, crcs[i])
 
     # zlib.crc32 and os.write both release the GIL: for a large file a helper

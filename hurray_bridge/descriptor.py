@@ -519,6 +519,19 @@ class Descriptor:
         return n
 
     @property
+    def trailing_bits(self) -> int:
+        """Bits of the primary buffer's last byte that lie after the last element (0 … 7).
+
+        Non-zero only for packed sub-byte data whose elements end inside a byte. They
+        are the high bits of that byte (the packing is LSB-first), written as zero and
+        ignored on read (element-types.md §4.1 rule 6).
+        """
+        if not self.dtype.is_subbyte or self.padded:
+            return 0
+        self._require_static("trailing_bits")
+        return -self._data_elements() * self.dtype.bits % 8
+
+    @property
     def nbytes(self) -> int:
         """Byte length of the primary buffer (data, or values for sparse layouts)."""
         self._require_static("nbytes")

@@ -24,7 +24,6 @@ Lifetime (docs/spec/interchange.md §7.2):
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from ._memory import ALIGNMENT, buffer_address
+from ._trailing import placed_pieces
 from .descriptor import Descriptor
 from .errors import FormatError, UnsupportedError
 from .tensor import CPU, Buffer, Tensor
@@ -125,11 +125,13 @@ def share(tensor: Any, *, readonly: bool = False) -> SharedTensorHandle:
         return SharedTensorHandle(None, desc_bytes, 0, readonly, os.getpid())
     shm = shared_memory.SharedMemory(create=True, size=end)
     try:
-        base, _, _, view = buffer_address(shm.buf)
+        _, _, _, view = buffer_address(shm.buf)
         try:
-            for b, off in zip(t.buffers, offsets):
-                if b.nbytes:
-                    ctypes.memmove(base + off, b.ptr, b.nbytes)
+            # Packed sub-byte data goes in with its last byte's trailing bits zero.
+            views = [t.memoryview(b.role) for b in t.buffers]
+            for piece, at in zip(*placed_pieces(t.descriptor, views, offsets)):
+                if len(piece):
+                    view[at:at + len(piece)] = piece
         finally:
             view.release()
     except BaseException:

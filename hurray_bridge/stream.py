@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 from ._memory import alloc_aligned, host_view
+from ._trailing import written_pieces
 from .descriptor import DYNAMIC, Descriptor
 from .errors import DynamicShapeError, FormatError, UnsupportedError
 from .layout import Layout
@@ -245,9 +246,11 @@ class StreamWriter:
         header = _MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_TENSOR, len(specs), rank, self._seq,
                                       payload, 0)
         self._write(header + shape_bytes + _ZEROS[: _pad(lead)])
-        for buf in t.buffers:
+        views = [t.memoryview(buf.role) for buf in t.buffers]
+        for buf, pieces in zip(t.buffers, written_pieces(t.descriptor, views)):
             if buf.nbytes:
-                self._write(t.memoryview(buf.role))
+                for piece in pieces:  # packed sub-byte data: its last byte's trailing bits zero
+                    self._write(piece)
                 self._write(_ZEROS[: _pad(buf.nbytes)])
 
     def close(self) -> None:

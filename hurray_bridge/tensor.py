@@ -364,9 +364,14 @@ class Tensor:
             )
         from pickle import PickleBuffer
 
+        from ._trailing import written_pieces
         from .wire import encode
 
         views = [self.memoryview(b.role) for b in self.buffers]
+        # Packed sub-byte data leaves with zero trailing bits: a buffer whose last byte has
+        # one set travels as a copy (of that buffer only) with the byte masked.
+        views = [v if len(p) == 1 else memoryview(bytearray().join(p))
+                 for v, p in zip(views, written_pieces(self.descriptor, views))]
         payload: list[Any] = (
             [PickleBuffer(v) for v in views]
             if protocol >= 5

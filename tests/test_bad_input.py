@@ -963,6 +963,58 @@ CASES += [
 ]
 
 
+# -- format rules on build, decode, import and write (metadata.md §8, memory-layout.md §5.1)
+_CSR = hb.Layout.CSR
+
+
+def _empty_csr_bytes() -> bytes:
+    """A [0, 5] CSR descriptor claiming nnz = 3: a valid [1, 5] one, shape and lengths patched."""
+    import struct
+
+    raw = bytearray(D([1, 5], F32, _CSR, sparse=hb.Sparse(3)).to_bytes())
+    struct.pack_into("<Q", raw, 32, 0)  # shape[0]
+    table = len(raw) - 3 * 24
+    struct.pack_into("<Q", raw, table + 16, 0)  # VALUES: what an empty shape implied
+    struct.pack_into("<Q", raw, table + 24 + 16, 8)  # INDPTR: one entry for zero rows
+    return bytes(raw)
+
+
+def _dirty_bool_file() -> bytes:
+    """A file holding bool [3] = [1, 0, 1] whose data byte has trailing bits set (0xfd)."""
+    raw = hb.dumps({"x": hb.pack_subbyte(np.array([True, False, True]))}, checksums=False)
+    at = len(raw) - 1  # the one data byte is the file's last
+    assert raw[at] == 0x05
+    return raw[:at] + b"\xfd"
+
+
+CASES += [
+    Case("descriptor-sparse-empty-shape-nnz", "Descriptor([0, 5], float32, CSR, Sparse(3))",
+         lambda: D([0, 5], F32, _CSR, sparse=hb.Sparse(3)), hb.FormatError,
+         ("sparse.nnz", "[0, 5]", "nnz must be 0", "nnz = 3")),
+    Case("decode-sparse-empty-shape-nnz", "from_bytes([0, 5] CSR descriptor with nnz 3)",
+         lambda: D.from_bytes(_empty_csr_bytes()), hb.FormatError,
+         ("sparse.nnz", "[0, 5]", "nnz must be 0", "nnz = 3")),
+    Case("make-sparse-empty-shape-nnz", "make_sparse('coo', (0, 5), 3 values, (2, 3) indices)",
+         lambda: hb.sparse.make_sparse("coo", (0, 5), np.ones(3, np.float32),
+                                       np.array([[0, 0, 0], [1, 2, 3]])), hb.FormatError,
+         ("sparse.nnz", "[0, 5]", "nnz must be 0", "nnz = 3")),
+    Case("encode-overlapping-offsets", "wire.encode(CSR [4, 5] nnz 3, offsets=[0, 0, 64])",
+         lambda: hb.wire.encode(D([4, 5], F32, _CSR, sparse=hb.Sparse(3, hb.int32)),
+                                [0, 0, 64]), hb.FormatError,
+         ("buffers.offset", "buffers[1]", "overlaps buffers[0]", "canonical_offsets")),
+    Case("encode-offset-past-2e64", "wire.encode(float32 [32], offsets=[2**64 - 128])",
+         lambda: hb.wire.encode(D([32], F32), [2**64 - 128]), hb.FormatError,
+         ("buffers.offset", "offset 18446744073709551488 + length 128", "2**64 - 1")),
+    Case("loads-verify-trailing-bits", "loads(file: packed bool [3] as 0xfd, verify=True)",
+         lambda: hb.loads(_dirty_bool_file(), verify=True), hb.FormatError,
+         ("entries[0].buffers[0].trailing_bits", "0xfd", "mask 0xf8", "must be zero",
+          "save it again")),
+    Case("encode-offset-float", "wire.encode(float32 [4], offsets=[64.0])",
+         lambda: hb.wire.encode(D([4], F32), [64.0]), hb.FormatError,  # type: ignore[list-item]
+         ("buffers.offset", "buffers[0]", "must be an integer", "64.0")),
+]
+
+
 # ----------------------------------------------------------------------- the test
 def _param(c: Case) -> Any:
     pending = c.xfail and c.xfail.split(" ", 1)[0] in PENDING

@@ -252,3 +252,152 @@ def test_device_and_sparse_inputs_are_refused() -> None:
                      [hb.Buffer(hb.BufferRole.DATA, 0x1000, 4)], device=hb.Device(2, 0))
     with pytest.raises(hb.UnsupportedError, match="host memory"):
         hb.pack_subbyte(fake)
+
+
+# ====================================================== trailing bits on every write path
+def _dirty(d: hb.Descriptor, data: bytes, *more: bytes) -> hb.Tensor:
+    """An hb.Tensor over ``data`` (and further buffers) exactly as given: dirty bits kept."""
+    arrays = [np.frombuffer(bytearray(b), np.uint8) for b in (data, *more)]
+    bufs = [hb.Buffer(spec.role, a.ctypes.data if a.size else 0, a.size)
+            for spec, a in zip(d.buffer_layout(), arrays, strict=True)]
+    assert all(b.nbytes == spec.nbytes for b, spec in zip(bufs, d.buffer_layout(), strict=True))
+    return hb.Tensor(d, bufs, owner=tuple(arrays))
+
+
+def _written(t: hb.Tensor, path: str, tmp: Any) -> list[bytes]:
+    """Every buffer of ``t`` as it comes back from one write path."""
+    import io
+    import pickle
+
+    from hurray_bridge import shm
+
+    def bufs(x: hb.Tensor) -> list[bytes]:
+        return [bytes(x.memoryview(b.role)) for b in x.buffers]
+
+    if path == "dumps":
+        return bufs(hb.loads(hb.dumps({"x": t}))["x"])
+    if path == "save":
+        p = tmp / "x.hurray"
+        hb.save(p, {"x": t})
+        with hb.load(p) as f:
+            return bufs(f["x"])
+    if path.startswith("pickle"):
+        proto = int(path[-1])
+        if proto == 5:  # out of band, as multiprocessing and Ray send it
+            oob: list[Any] = []
+            head = pickle.dumps(t, protocol=5, buffer_callback=oob.append)
+            return bufs(pickle.loads(head, buffers=[b.raw() for b in oob]))
+        return bufs(pickle.loads(pickle.dumps(t, protocol=proto)))
+    if path == "stream":
+        f = io.BytesIO()
+        with hb.StreamWriter(f, t.descriptor) as w:
+            w.write(t)
+        f.seek(0)
+        (back,) = list(hb.StreamReader(f))
+        return bufs(back)
+    if path == "shm":
+        h = shm.share(t)
+        try:
+            return bufs(shm.attach(h))
+        finally:
+            h.unlink()
+    raise AssertionError(path)
+
+
+WRITE_PATHS = ["dumps", "save", "pickle4", "pickle5", "stream", "shm"]
+# (descriptor, the source's buffers with set trailing bits, what must be written)
+DIRTY = {
+    "bool-3": (hb.Descriptor([3], hb.bool), [b"\xff"], [b"\x07"]),
+    "int4-3": (hb.Descriptor([3], hb.int4), [b"\x21\xf3"], [b"\x21\x03"]),
+    "uint2-2x3": (hb.Descriptor([2, 3], hb.uint2), [b"\xe4\xfd"], [b"\xe4\x0d"]),
+    "float4-1": (hb.Descriptor([1], hb.float4_e2m1fn), [b"\x95"], [b"\x05"]),
+    "int4-quantized": (
+        hb.Descriptor([5], hb.int4, quantization=hb.Quantization(hb.QuantScheme.PER_TENSOR)),
+        [b"\x10\x32\xa4", b"\x00\x00\x80\x3f"], [b"\x10\x32\x04", b"\x00\x00\x80\x3f"]),
+    "int4-coo-values": (
+        hb.Descriptor([8], hb.int4, hb.Layout.COO, sparse=hb.Sparse(1, hb.int8)),
+        [b"\xf7", b"\x05"], [b"\x07", b"\x05"]),
+    "bool-tiled": (hb.Descriptor([2, 3], hb.bool, hb.Layout.TILED, tile=[3]),
+                   [b"\xff"], [b"\x3f"]),
+}
+
+
+@pytest.mark.parametrize("path", WRITE_PATHS)
+@pytest.mark.parametrize("case", DIRTY)
+def test_trailing_bits_are_written_as_zero(case: str, path: str, tmp_path: Any) -> None:
+    d, source, expected = DIRTY[case]
+    t = _dirty(d, *source)
+    assert _written(t, path, tmp_path) == expected
+    # The source itself is never touched: it may be read-only, or somebody else's.
+    assert [bytes(t.memoryview(b.role)) for b in t.buffers] == source
+
+
+@pytest.mark.parametrize("path", WRITE_PATHS)
+def test_real_producers_with_set_trailing_bits(path: str, tmp_path: Any) -> None:
+    pa = pytest.importorskip("pyarrow")
+    t = hb.asarray(pa.array([True] * 8)[:3])  # zero-copy: the bitmap byte is 0xff
+    assert t.dtype is hb.bool and bytes(t.memoryview()) == b"\xff"
+    assert _written(t, path, tmp_path) == [b"\x07"]
+    jnp = pytest.importorskip("jax.numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hb.CopyWarning)
+        j = hb.asarray(jnp.array([1, 2, 3], dtype=jnp.int4))
+    if not j.descriptor.padded:  # JAX's CPU buffers are packed; the high nibble is unset
+        (data,) = _written(j, path, tmp_path)
+        assert data[0] == 0x21 and data[1] == 0x03
+
+
+def test_clean_buffers_are_written_from_the_source_without_a_copy() -> None:
+    """Only the last byte is ever rewritten; clean buffers go out as they are."""
+    from hurray_bridge._trailing import written_pieces
+
+    n = 1 << 20
+    big = np.full(n, 0xFF, np.uint8)
+    d = hb.Descriptor([8 * n - 3], hb.bool)
+    t = hb.Tensor(d, [hb.Buffer(hb.BufferRole.DATA, big.ctypes.data, n)], owner=big)
+    (pieces,) = written_pieces(d, [t.memoryview()])
+    head, tail = pieces
+    assert len(head) == n - 1 and bytes(tail) == b"\x1f"
+    assert np.frombuffer(head, np.uint8).ctypes.data == big.ctypes.data  # a view, no copy
+    clean = hb.Tensor(hb.Descriptor([8 * n], hb.bool),
+                      [hb.Buffer(hb.BufferRole.DATA, big.ctypes.data, n)], owner=big)
+    view = clean.memoryview()
+    assert written_pieces(clean.descriptor, [view]) == [(view,)]
+    # pickle protocol 5 keeps a clean buffer out of band, over the same memory
+    import pickle
+
+    oob: list[Any] = []
+    pickle.dumps(clean, protocol=5, buffer_callback=oob.append)
+    assert np.frombuffer(oob[0].raw(), np.uint8).ctypes.data == big.ctypes.data
+
+
+def test_verify_reports_set_trailing_bits(tmp_path: Any) -> None:
+    """A file that carries them (an older writer's, say) fails verify; a plain load reads it."""
+    import subprocess
+    import sys
+
+    from hurray_bridge import container
+
+    good = hb.dumps({"a": np.zeros(4, np.float32),
+                     "flags": hb.pack_subbyte(np.array([True, False, True]))}, checksums=False)
+    clean = tmp_path / "good.hurray"
+    clean.write_bytes(good)
+    fi = container.verify(clean)
+    (flags,) = [e for e in fi.entries if e.name == "flags"]
+    at = fi.data_offset + flags.buffers[0].offset
+    assert good[at] == 0x05
+    bad = good[:at] + b"\xf5" + good[at + 1:]
+    p = tmp_path / "bad.hurray"
+    p.write_bytes(bad)
+    with pytest.raises(hb.FormatError, match="trailing bits") as e:
+        container.verify(p)
+    assert e.value.field == f"entries[{flags.position}].buffers[0].trailing_bits"
+    assert "'flags'" in str(e.value) and "0xf5" in str(e.value)
+    for load in (lambda: hb.loads(bad, verify=True), lambda: hb.load(p, verify=True)):
+        with pytest.raises(hb.FormatError, match="trailing bits"):
+            load()
+    # Readers ignore them otherwise (element-types.md §4.1 rule 6).
+    assert bytes(hb.unpack_subbyte(hb.loads(bad)["flags"]).memoryview()) == b"\x01\x00\x01"
+    out = subprocess.run([sys.executable, "-m", "hurray_bridge", "verify", str(p)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "trailing bits" in out.stderr + out.stdout
