@@ -401,3 +401,26 @@ def test_verify_reports_set_trailing_bits(tmp_path: Any) -> None:
     out = subprocess.run([sys.executable, "-m", "hurray_bridge", "verify", str(p)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "trailing bits" in out.stderr + out.stdout
+
+
+def test_the_c_library_verifies_trailing_bits_too(tmp_path: Any) -> None:
+    """The C library's file check reports the same field (its writer is covered by
+    tests/test_c_library.py::test_c_to_python, whose files Python verifies)."""
+    import shutil
+
+    from .test_c_library import _make, _ok, _run
+
+    if shutil.which("make") is None or (shutil.which("cc") or shutil.which("gcc")) is None:
+        pytest.skip("no C compiler or make to build the C library with")
+    build = tmp_path / "build"
+    _make(build, "test")
+    good = hb.dumps({"x": hb.pack_subbyte(np.array([True, False, True]))}, checksums=False)
+    assert good[-1] == 0x05  # the one data byte is the file's last
+    paths = []
+    for k, data in enumerate([good, good[:-1] + b"\xfd"]):
+        p = tmp_path / f"f{k}.hurray"
+        p.write_bytes(data)
+        paths.append(str(p))
+    out = _ok(_run(build / "test_hurray", "check-files",
+                   stdin="".join(p + "\n" for p in paths))).splitlines()
+    assert out == ["ok", "err entries[0].buffers[0].trailing_bits"]

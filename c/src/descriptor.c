@@ -333,6 +333,18 @@ static int data_elements(const hry_descriptor *d, uint64_t *out)
     }
 }
 
+unsigned hry__trailing_bits(const hry_descriptor *d)
+{
+    const hry_dtype_info *t = hry_dtype(d->dtype);
+    uint64_t n;
+    if (t == NULL || t->bits >= 8 || d->padded || data_elements(d, &n)) {
+        return 0;
+    }
+    /* (n * bits) mod 8 without forming n * bits: bits is 1, 2 or 4 */
+    unsigned used = (unsigned)((n % 8) * t->bits % 8);
+    return used ? 8 - used : 0;
+}
+
 /* The buffer layout of a static descriptor whose sections are valid. Returns 1 when a
  * length overflows 64 bits (the caller reports field "shape"). */
 static int layout_of(const hry_descriptor *d, hry_buffer_spec *specs, uint32_t *count)

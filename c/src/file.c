@@ -786,6 +786,25 @@ hry_status hry_file_verify(const hry_file *f, hry_error *err)
         }
     }
     free(s);
+    /* element-types.md section 4.1 rule 6: packed sub-byte data ends in zero bits */
+    for (uint32_t i = 0; st == HRY_OK && i < f->info.n_entries; i++) {
+        const hry_entry *e = &f->entries[i];
+        const hry_buffer_entry *b = &e->buffers.entry[0];
+        hry_descriptor d;
+        if (e->buffers.count == 0 || b->length == 0 ||
+                hry_decode(e->descriptor_bytes, e->descriptor_length, &d, NULL, NULL) != HRY_OK) {
+            continue; /* the index was checked when the file was opened */
+        }
+        unsigned k = hry__trailing_bits(&d);
+        uint8_t last = data[b->offset + b->length - 1];
+        uint8_t mask = (uint8_t)(0xFFu & ~(0xFFu >> k));
+        if (k && (last & mask)) {
+            st = entry_fail(err, i, e->name, "buffers[0].trailing_bits", HRY_E_FORMAT,
+                            "the last byte of its packed %s %s buffer is 0x%02x: the trailing "
+                            "bits after the last element (mask 0x%02x) must be zero",
+                            hry_dtype(d.dtype)->name, hry_role_name(b->role), last, mask);
+        }
+    }
     if (st == HRY_OK) {
         hry__ok(err);
     }

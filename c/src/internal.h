@@ -92,4 +92,9 @@ static inline int hry__little_endian(void)
  * nothing above U+10FFFF). */
 int hry__utf8_valid(const uint8_t *s, size_t n, size_t *bad_at);
 
+/* Bits of the primary buffer's last byte after the last element (0 ... 7): non-zero only
+ * for packed sub-byte data that ends inside a byte, whose high bits a writer writes as
+ * zero (element-types.md section 4.1 rule 6). d is a valid static descriptor. */
+unsigned hry__trailing_bits(const hry_descriptor *d);
+
 #endif

@@ -32,7 +32,26 @@ typedef struct wentry {
     uint32_t n;
     const uint8_t *src[HRY_MAX_BUFFERS];
     uint64_t length[HRY_MAX_BUFFERS], offset[HRY_MAX_BUFFERS];
+    uint8_t keep;                     /* bits of buffer 0's last byte that hold elements */
 } wentry;
+
+/* Buffer j of e as the pieces to write (every writer below goes through this): the
+ * source itself, or -- when it is packed sub-byte data whose last byte has a trailing bit
+ * set -- all of it but that byte, then the byte masked (element-types.md section 4.1
+ * rule 6: trailing bits are written as zero). The source is never modified. Returns the
+ * length of the first piece (from e->src[j]); *last gets the masked byte and the result
+ * is length - 1 when there is a second piece. */
+static uint64_t pieces(const wentry *e, uint32_t j, int *has_last, uint8_t *last)
+{
+    uint64_t n = e->length[j];
+    *has_last = 0;
+    if (j == 0 && n && (e->src[0][n - 1] & (uint8_t)~e->keep)) {
+        *has_last = 1;
+        *last = e->src[0][n - 1] & e->keep;
+        return n - 1;
+    }
+    return n;
+}
 
 struct hry_writer {
     uint32_t alignment;
@@ -237,6 +256,7 @@ hry_status hry_writer_add(hry_writer *w, const char *name, size_t name_length,
         e->offset[j] = at & ~(a - 1);
     }
     e->n = n;
+    e->keep = (uint8_t)(0xFFu >> hry__trailing_bits(d));
     size_t written;
     if ((st = hry_encode(d, e->offset, n, e->desc, sizeof e->desc, &written, err)) != HRY_OK) {
         free(e);
@@ -344,8 +364,14 @@ static void compute_crcs(const hry_writer *w, uint32_t *crcs)
         const wentry *e = w->entries[i];
         uint32_t crc = 0;
         for (uint32_t j = 0; j < e->n; j++) {
-            if (e->length[j]) {
-                crc = hry_crc32(crc, e->src[j], (size_t)e->length[j]);
+            int has_last;
+            uint8_t last;
+            uint64_t n = pieces(e, j, &has_last, &last);
+            if (n) {
+                crc = hry_crc32(crc, e->src[j], (size_t)n);
+            }
+            if (has_last) {
+                crc = hry_crc32(crc, &last, 1);
             }
         }
         crcs[i] = crc;
@@ -383,8 +409,14 @@ hry_status hry_writer_serialize(hry_writer *w, void *out, size_t cap, hry_error 
     for (uint32_t i = 0; i < w->n_entries; i++) {
         const wentry *e = w->entries[i];
         for (uint32_t j = 0; j < e->n; j++) {
-            if (e->length[j]) {
-                memcpy(data + e->offset[j], e->src[j], (size_t)e->length[j]);
+            int has_last;
+            uint8_t last;
+            uint64_t n = pieces(e, j, &has_last, &last);
+            if (n) {
+                memcpy(data + e->offset[j], e->src[j], (size_t)n);
+            }
+            if (has_last) {
+                data[e->offset[j] + n] = last;
             }
         }
     }
@@ -530,12 +562,24 @@ hry_status hry_writer_save(hry_writer *w, const char *path, unsigned flags, hry_
                 pos += k;
             }
             const uint8_t *src = e->src[j];
-            for (uint64_t k = 0; k < e->length[j]; k += 4u << 20) {
-                uint64_t n = e->length[j] - k < (4u << 20) ? e->length[j] - k : (4u << 20);
+            int has_last;
+            uint8_t last;
+            uint64_t body = pieces(e, j, &has_last, &last);
+            for (uint64_t k = 0; k < body; k += 4u << 20) {
+                uint64_t n = body - k < (4u << 20) ? body - k : (4u << 20);
                 if (w->checksums) {
                     crcs[i] = hry_crc32(crcs[i], src + k, (size_t)n);
                 }
                 if (write_all(fd, src + k, n) != 0) {
+                    st = io_fail(err, "cannot write", tmp);
+                    goto done;
+                }
+            }
+            if (has_last) {
+                if (w->checksums) {
+                    crcs[i] = hry_crc32(crcs[i], &last, 1);
+                }
+                if (write_all(fd, &last, 1) != 0) {
                     st = io_fail(err, "cannot write", tmp);
                     goto done;
                 }
