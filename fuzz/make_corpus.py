@@ -5,6 +5,7 @@
 plus one descriptor of every layout and section. ``corpus/container``: the
 golden files (``tests/vectors/files/*.hurray``) plus two small files with
 every kind of entry. ``corpus/stream``: streams of each kind the writer makes.
+``corpus/capsule``: one forged DLPack capsule of each kind (``fuzz_capsule.seeds``).
 Seed names say what they are; files the fuzzer adds (named by their SHA-1)
 are kept as they are.
 """
@@ -102,6 +103,15 @@ def streams() -> dict[str, bytes]:
     }
 
 
+def capsules() -> dict[str, bytes]:
+    sys.path.insert(0, str(HERE))
+    import fuzz_capsule
+
+    from hurray_bridge.dtypes import all_dtypes
+
+    return fuzz_capsule.seeds(sorted({d.dlpack for d in all_dtypes() if d.dlpack is not None}))
+
+
 def main() -> None:
     corpus = HERE / "corpus"
     seeds = {
@@ -110,6 +120,7 @@ def main() -> None:
         "container": {p.stem: p.read_bytes()
                       for p in (ROOT / "tests/vectors/files").glob("*.hurray")} | files(),
         "stream": streams(),
+        "capsule": capsules(),
     }
     for target, items in seeds.items():
         d = corpus / target

@@ -737,8 +737,10 @@ def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
         # The stride of a size-1 dimension is never multiplied by anything but 0, and
         # producers put anything there. One whose byte stride no int64 holds would make
         # every consumer's byte arithmetic overflow: it becomes the compact value.
+        # (Only a size-1 dimension can hold such a stride: the import bounded the span.)
         limit = _I64_MAX // (dtype.itemsize or 1)
-        if any(d == 1 and not -limit <= st <= limit for d, st in zip(shape, strides)):
+        if (max(strides) > limit or min(strides) < -limit) and any(
+                d == 1 and not -limit <= st <= limit for d, st in zip(shape, strides)):
             compact = compact_strides(shape)
             strides = tuple(c if d == 1 and not -limit <= st <= limit else st
                             for d, st, c in zip(shape, strides, compact))

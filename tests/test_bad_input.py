@@ -1040,32 +1040,6 @@ def test_bad_input(case: Case) -> None:
         assert word in msg, f"{word!r} not in the message: {msg}"
 
 
-def markdown() -> str:
-    rows = [
-        "| Case | Input | Expected error | Message excerpt | Status |",
-        "|---|---|---|---|---|",
-    ]
-    for c in CASES:
-        err = c.error.__name__ if c.builtin else f"`hb.{c.error.__name__}`"
-        if c.builtin:
-            err = f"`{err}` (documented built-in)"
-        words = " … ".join(w.replace("|", "\\|") for w in c.words)
-        pending = c.xfail and c.xfail.split(" ", 1)[0] in PENDING
-        status = f"xfail (strict): {c.xfail}" if pending else "passes"
-        inp = c.input.replace("|", "\\|")
-        rows.append(f"| `{c.id}` | `{inp}` | {err} | {words} | {status} |")
-    return "\n".join(rows)
-
-
-def test_robustness_doc_lists_every_case() -> None:
-    text = DOC.read_text(encoding="utf-8")
-    missing = [c.id for c in CASES if f"`{c.id}`" not in text]
-    assert not missing, (f"docs/impl/robustness.md lacks {missing}; regenerate the table with "
-                         "python -m tests.test_bad_input")
-
-
-if __name__ == "__main__":
-    sys.stdout.write(markdown() + "\n")
 # ------------------------------------------------- hostile producers, beyond the table
 @pytest.mark.parametrize("versioned", [True, False])
 @pytest.mark.parametrize("reported", [(1, None), (3, None)])
@@ -1183,3 +1157,29 @@ def test_dequantize_takes_any_valid_block_size(block_size: int) -> None:
     np.testing.assert_array_equal(hb.convert(hb.dequantize(t), "numpy"), x)
 
 
+def markdown() -> str:
+    rows = [
+        "| Case | Input | Expected error | Message excerpt | Status |",
+        "|---|---|---|---|---|",
+    ]
+    for c in CASES:
+        err = c.error.__name__ if c.builtin else f"`hb.{c.error.__name__}`"
+        if c.builtin:
+            err = f"`{err}` (documented built-in)"
+        words = " … ".join(w.replace("|", "\\|") for w in c.words)
+        pending = c.xfail and c.xfail.split(" ", 1)[0] in PENDING
+        status = f"xfail (strict): {c.xfail}" if pending else "passes"
+        inp = c.input.replace("|", "\\|")
+        rows.append(f"| `{c.id}` | `{inp}` | {err} | {words} | {status} |")
+    return "\n".join(rows)
+
+
+def test_robustness_doc_lists_every_case() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    missing = [c.id for c in CASES if f"`{c.id}`" not in text]
+    assert not missing, (f"docs/impl/robustness.md lacks {missing}; regenerate the table with "
+                         "python -m tests.test_bad_input")
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown() + "\n")
