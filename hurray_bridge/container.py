@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import errno
 import functools
+import io
 import itertools
 import mmap as _mmap
 import os
@@ -562,6 +563,24 @@ def _tensors_over(entries: Sequence[EntryInfo], base: int, owner: object,
     return out
 
 
+def _file_reader(f: io.BufferedIOBase, data_start: int) -> Callable[[int, memoryview], None]:
+    """``read(offset, dest)`` for :func:`_copy_tensors`: fill ``dest`` from ``data_start + offset``.
+
+    A file that ends early was cut (or changed) after its index was read.
+    """
+    def read(offset: int, dest: memoryview) -> None:
+        f.seek(data_start + offset)
+        got = 0
+        while got < len(dest):
+            n = f.readinto(dest[got:])
+            if not n:
+                raise FormatError("truncated: the file ended while a buffer was read "
+                                  "(did it change?)", field="file_size")
+            got += n
+
+    return read
+
+
 def _copy_tensors(entries: Sequence[EntryInfo],
                   read: Callable[[int, memoryview], None]) -> dict[str, Tensor]:
     """Tensors in fresh 64-byte aligned memory; ``read(offset, dest)`` fills each buffer."""
@@ -743,17 +762,7 @@ def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = Fals
             if verify:
                 _verify_mapped(f, h, entries)
 
-            def read(offset: int, dest: memoryview) -> None:
-                f.seek(h.data_offset + offset)
-                got = 0
-                while got < len(dest):
-                    n = f.readinto(dest[got:])
-                    if not n:
-                        raise FormatError("truncated: the file ended while a buffer was read "
-                                          "(did it change?)", field="file_size")
-                    got += n
-
-            tensors = _copy_tensors(entries, read)
+            tensors = _copy_tensors(entries, _file_reader(f, h.data_offset))
             return TensorFile(tensors, meta, BUFFER_ALIGNMENT)
         if h.data_length == 0 and not verify:
             # Nothing to map: every tensor is empty and points nowhere.

@@ -379,6 +379,7 @@ def load_open(f: Any, path: str, *, mmap: bool = True, verify: bool = False) -> 
         EntryInfo,
         TensorFile,
         _copy_tensors,
+        _file_reader,
         _map,
         _Mapping,
         _pow2_alignment,
@@ -394,17 +395,8 @@ def load_open(f: Any, path: str, *, mmap: bool = True, verify: bool = False) -> 
                          (BufferEntry(BufferRole.DATA, e.begin, e.end - e.begin),), None)
                for i, e in enumerate(idx.entries)]
     if not mmap:
-        def read(offset: int, dest: memoryview) -> None:
-            f.seek(idx.data_start + offset)
-            got = 0
-            while got < len(dest):
-                n = f.readinto(dest[got:])
-                if not n:
-                    raise FormatError("truncated: the file ended while a tensor was read "
-                                      "(did it change?)", field="file_size")
-                got += n
-
-        return TensorFile(_copy_tensors(entries, read), dict(idx.metadata), BUFFER_ALIGNMENT)
+        return TensorFile(_copy_tensors(entries, _file_reader(f, idx.data_start)),
+                          dict(idx.metadata), BUFFER_ALIGNMENT)
     if idx.file_size == idx.data_start:  # no tensor bytes: nothing to map
         return TensorFile(_tensors_over(entries, 0, None, True), dict(idx.metadata),
                           BUFFER_ALIGNMENT)

@@ -80,16 +80,6 @@ static hry_status entry_fail(hry_error *err, uint32_t i, const char *name, const
     return hry__fail(err, status, field, "%s", msg);
 }
 
-static hry_status io_fail(hry_error *err, const char *what, const char *path)
-{
-    int e = errno;
-    hry__fail(err, HRY_E_IO, "", "%s %.200s: %s", what, path, strerror(e));
-    if (err != NULL) {
-        err->os_errno = e;
-    }
-    return HRY_E_IO;
-}
-
 /* ------------------------------------------------------------------ header */
 
 static hry_status parse_header(const uint8_t *h, uint64_t actual, hry_file_info *info,
@@ -642,7 +632,7 @@ static hry_status read_at(int fd, uint8_t *buf, size_t n, uint64_t at, hry_error
             if (errno == EINTR) {
                 continue;
             }
-            return io_fail(err, "cannot read", "the file");
+            return hry__io_fail(err, "cannot read", "the file");
         }
         if (r == 0) {
             return hry__fail(err, HRY_E_FORMAT, "file_size",
@@ -662,18 +652,18 @@ hry_status hry_file_open(const char *path, unsigned flags, hry_file **out, hry_e
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        return io_fail(err, "cannot open", path);
+        return hry__io_fail(err, "cannot open", path);
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        hry_status s = io_fail(err, "cannot stat", path);
+        hry_status s = hry__io_fail(err, "cannot stat", path);
         close(fd);
         return s;
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
         errno = EINVAL;
-        return io_fail(err, "not a regular file:", path);
+        return hry__io_fail(err, "not a regular file:", path);
     }
     uint64_t size = (uint64_t)sb.st_size;
     hry_file *f = file_new();
@@ -711,7 +701,7 @@ hry_status hry_file_open(const char *path, unsigned flags, hry_file **out, hry_e
         else {
             void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
             if (m == MAP_FAILED) {
-                st = io_fail(err, "cannot map", path);
+                st = hry__io_fail(err, "cannot map", path);
             }
             else {
                 f->map = m;

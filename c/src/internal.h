@@ -13,6 +13,8 @@
 /* Fill *err (when not NULL) and return status. */
 hry_status hry__fail(hry_error *err, hry_status status, const char *field, const char *fmt, ...)
     HRY_PRINTF(4, 5);
+/* An I/O failure: HRY_E_IO naming the action, the path and errno (kept in err->os_errno). */
+hry_status hry__io_fail(hry_error *err, const char *what, const char *path);
 /* Clear *err to HRY_OK (when not NULL). */
 void hry__ok(hry_error *err);
 

@@ -1,6 +1,7 @@
 /* UTF-8 validation and a set of byte strings (duplicate names and keys). */
 #include "strset.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,4 +146,14 @@ int hry__strset_find(const hry__strset *s, const uint8_t *p, size_t n, uint32_t 
         j = (j + 1) & (s->cap - 1);
     }
     return 0;
+}
+
+hry_status hry__io_fail(hry_error *err, const char *what, const char *path)
+{
+    int e = errno;
+    hry__fail(err, HRY_E_IO, "", "%s %.200s: %s", what, path, strerror(e));
+    if (err != NULL) {
+        err->os_errno = e;
+    }
+    return HRY_E_IO;
 }

@@ -426,16 +426,6 @@ hry_status hry_writer_serialize(hry_writer *w, void *out, size_t cap, hry_error 
 
 /* ------------------------------------------------------------------ saving */
 
-static hry_status io_fail(hry_error *err, const char *what, const char *path)
-{
-    int e = errno;
-    hry__fail(err, HRY_E_IO, "", "%s %.200s: %s", what, path, strerror(e));
-    if (err != NULL) {
-        err->os_errno = e;
-    }
-    return HRY_E_IO;
-}
-
 static int write_all(int fd, const uint8_t *p, uint64_t n)
 {
     while (n) {
@@ -494,7 +484,7 @@ hry_status hry_writer_save(hry_writer *w, const char *path, unsigned flags, hry_
     size_t base_len = strlen(base);
     if (base_len == 0) {
         errno = EISDIR;
-        return io_fail(err, "cannot write", path);
+        return hry__io_fail(err, "cannot write", path);
     }
     if (base_len > 200) {
         base_len = 200;
@@ -531,7 +521,7 @@ hry_status hry_writer_save(hry_writer *w, const char *path, unsigned flags, hry_
     uint32_t *crcs = NULL;
     uint8_t *head = NULL;
     if (fd < 0) {
-        st = io_fail(err, "cannot create a temporary file for", path);
+        st = hry__io_fail(err, "cannot create a temporary file for", path);
         goto done;
     }
     crcs = calloc(w->n_entries ? w->n_entries : 1, sizeof *crcs);
@@ -542,7 +532,7 @@ hry_status hry_writer_save(hry_writer *w, const char *path, unsigned flags, hry_
     /* the data first, checksummed as it goes; the head, which holds the checksums, last */
     uint64_t d_off = data_offset(w), pos = 0;
     if (lseek(fd, (off_t)d_off, SEEK_SET) < 0) {
-        st = io_fail(err, "cannot seek in", tmp);
+        st = hry__io_fail(err, "cannot seek in", tmp);
         goto done;
     }
     static const uint8_t zeros[4096];
@@ -556,7 +546,7 @@ hry_status hry_writer_save(hry_writer *w, const char *path, unsigned flags, hry_
                 uint64_t gap = e->offset[j] - pos;
                 uint64_t k = gap < sizeof zeros ? gap : sizeof zeros;
                 if (write_all(fd, zeros, k) != 0) {
-                    st = io_fail(err, "cannot write", tmp);
+                    st = hry__io_fail(err, "cannot write", tmp);
                     goto done;
                 }
                 pos += k;
@@ -571,7 +561,7 @@ hry_status hry_writer_save(hry_writer *w, const char *path, unsigned flags, hry_
                     crcs[i] = hry_crc32(crcs[i], src + k, (size_t)n);
                 }
                 if (write_all(fd, src + k, n) != 0) {
-                    st = io_fail(err, "cannot write", tmp);
+                    st = hry__io_fail(err, "cannot write", tmp);
                     goto done;
                 }
             }
@@ -580,7 +570,7 @@ hry_status hry_writer_save(hry_writer *w, const char *path, unsigned flags, hry_
                     crcs[i] = hry_crc32(crcs[i], &last, 1);
                 }
                 if (write_all(fd, &last, 1) != 0) {
-                    st = io_fail(err, "cannot write", tmp);
+                    st = hry__io_fail(err, "cannot write", tmp);
                     goto done;
                 }
             }
@@ -594,20 +584,20 @@ hry_status hry_writer_save(hry_writer *w, const char *path, unsigned flags, hry_
         goto done;
     }
     if (lseek(fd, 0, SEEK_SET) < 0 || write_all(fd, head, hsize) != 0) {
-        st = io_fail(err, "cannot write", tmp);
+        st = hry__io_fail(err, "cannot write", tmp);
         goto done;
     }
     if (do_sync && fsync(fd) != 0) {
-        st = io_fail(err, "cannot fsync", tmp);
+        st = hry__io_fail(err, "cannot fsync", tmp);
         goto done;
     }
 done:
     if (fd >= 0) {
         if (close(fd) != 0 && st == HRY_OK) {
-            st = io_fail(err, "cannot close", tmp);
+            st = hry__io_fail(err, "cannot close", tmp);
         }
         if (st == HRY_OK && rename(tmp, path) != 0) {
-            st = io_fail(err, "cannot rename the temporary file onto", path);
+            st = hry__io_fail(err, "cannot rename the temporary file onto", path);
         }
         if (st != HRY_OK) {
             unlink(tmp);
