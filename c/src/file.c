@@ -582,6 +582,22 @@ static hry_file *file_new(void)
     return f;
 }
 
+/* The last step of every opener: verify on request, then hand f out, or free it on any failure. */
+static hry_status finish_open(hry_file *f, hry_status st, unsigned flags, hry_file **out,
+                              hry_error *err)
+{
+    if (st == HRY_OK && (flags & HRY_OPEN_VERIFY)) {
+        st = hry_file_verify(f, err);
+    }
+    if (st != HRY_OK) {
+        file_free(f);
+        return st;
+    }
+    hry__ok(err);
+    *out = f;
+    return HRY_OK;
+}
+
 hry_status hry_file_open_memory(const void *data, size_t len, unsigned flags, hry_file **out,
                                 hry_error *err)
 {
@@ -611,16 +627,7 @@ hry_status hry_file_open_memory(const void *data, size_t len, unsigned flags, hr
         f->info.base = b;
         st = parse_index(f, err);
     }
-    if (st == HRY_OK && (flags & HRY_OPEN_VERIFY)) {
-        st = hry_file_verify(f, err);
-    }
-    if (st != HRY_OK) {
-        file_free(f);
-        return st;
-    }
-    hry__ok(err);
-    *out = f;
-    return HRY_OK;
+    return finish_open(f, st, flags, out, err);
 }
 
 static hry_status read_at(int fd, uint8_t *buf, size_t n, uint64_t at, hry_error *err)
@@ -717,16 +724,7 @@ hry_status hry_file_open(const char *path, unsigned flags, hry_file **out, hry_e
         }
     }
     close(fd); /* the mapping stays valid without the descriptor */
-    if (st == HRY_OK && (flags & HRY_OPEN_VERIFY)) {
-        st = hry_file_verify(f, err);
-    }
-    if (st != HRY_OK) {
-        file_free(f);
-        return st;
-    }
-    hry__ok(err);
-    *out = f;
-    return HRY_OK;
+    return finish_open(f, st, flags, out, err);
 }
 
 hry_status hry_file_verify(const hry_file *f, hry_error *err)
