@@ -585,21 +585,10 @@ def test_a_killed_save_leaves_the_old_file(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "k.hurray"
     hb.save(path, {"old": np.arange(10)})
     before = path.read_bytes()
-    child = f"""
-import os, sys, time
-import numpy as np
-import hurray_bridge as hb
-from hurray_bridge import container
-real = os.write
-def slow(fd, data):
-    n = real(fd, data)
-    print("writing", flush=True)
-    time.sleep(60)
-    return n
-container.os.write = slow
-hb.save({str(path)!r}, {{"new": np.ones(1 << 20)}})
-"""
-    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    from tests.test_container_files import SLOW_SAVE  # the same slow child the temp-file tests use
+
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_SAVE, str(path)],
+                            stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
         proc.send_signal(signal.SIGKILL)
