@@ -156,7 +156,7 @@ def _torch_types() -> dict[str, Callable[[type], Entry | None]]:
         max_rank = ht.MAX_RANK
 
         def torch_to_jax(x: Any) -> Any:
-            # jnp.from_dlpack's own calls, as the full path makes them (adapters/jax.py
+            # jnp.from_dlpack's own calls, as the full path makes them (adapters/jax/__init__.py
             # _import). The full path detaches requires_grad tensors (torch's export
             # refuses them), materialises conj/neg bits (it exports them raw), copies CPU
             # memory that is misaligned or strided in a way JAX refuses, and takes the

@@ -531,7 +531,7 @@ class _FakeCudaProducer:
 
 
 class _FakeGpu:
-    """A fake JAX CUDA backend and device, installed in adapters/jax.py: what the raw
+    """A fake JAX CUDA backend and device, installed in adapters/jax/__init__.py: what the raw
     import asks of them (backend name, hardware id) and what it hands jaxlib ends up
     in ``seen``. The device names ``stream`` for external ready events."""
 

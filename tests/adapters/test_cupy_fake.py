@@ -7,7 +7,7 @@ Three parts:
    (a producer at an address that is never dereferenced): device, pointer,
    the stream the bridge asks for on import (-1) and the consumer's stream it
    forwards on export, what it refuses to do with device memory.
-3. ``adapters/cupy.py`` itself, imported over a small fake ``cupy`` module that
+3. ``adapters/cupy/__init__.py`` itself, imported over a small fake ``cupy`` module that
    records what the adapter asks of CuPy (streams, devices, copies). Real CuPy
    behaviour is covered by ``gpu_tests/``; these tests pin the adapter's logic.
 """
@@ -275,7 +275,7 @@ class _FakeStream:
 
 
 def _fake_cupy(state: _State) -> dict[str, types.ModuleType]:
-    """A ``cupy`` with just the surface adapters/cupy.py uses, recording every request."""
+    """A ``cupy`` with just the surface adapters/cupy/__init__.py uses, recording every request."""
     cupy = types.ModuleType("cupy")
     cuda = types.ModuleType("cupy.cuda")
     runtime = types.ModuleType("cupy.cuda.runtime")

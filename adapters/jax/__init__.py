@@ -55,8 +55,8 @@ from hurray_bridge.dtypes import DType, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
 from hurray_bridge.tensor import CPU, Device, Tensor, for_immutable_consumer
 
-from .numpy import check_sizes as check_numpy_sizes
-from .numpy import pack_subbyte, unpack_subbyte
+from hurray_bridge.adapters.numpy import check_sizes as check_numpy_sizes
+from hurray_bridge.adapters.numpy import pack_subbyte, unpack_subbyte
 
 # jnp.from_dlpack of CPU memory (jax 0.10.2: ~40-100 us) spends most of its time
 # around the import itself: it asks the CPU device for a stream, which raises
@@ -196,7 +196,7 @@ def _cpu_alignment() -> int:
     Measured once with ``copy=False`` imports (which fail rather than copy) at
     pointers with exactly 1, 2, 4 ... 256 bytes of alignment.
     """
-    from .numpy import to_hurray as np_to_hurray
+    from hurray_bridge.adapters.numpy import to_hurray as np_to_hurray
 
     raw = np.zeros(1024, np.uint8)
     base = -raw.ctypes.data % 512  # offset of a 512-aligned address inside raw
@@ -504,7 +504,7 @@ def _by_copy(t: Tensor, target: Any, copy: bool | None) -> jax.Array:
     elif form == "packed":
         codes = unpack_subbyte(np.frombuffer(t.memoryview(), np.uint8), n, bits).reshape(t.shape)
     else:
-        from .numpy import from_hurray as np_from_hurray
+        from hurray_bridge.adapters.numpy import from_hurray as np_from_hurray
 
         # Padded form: the high bits are to be ignored (element-types.md §4.3);
         # ml_dtypes float4 reads them (0x37 is -6, not 6), so mask.
