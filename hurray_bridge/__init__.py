@@ -15,8 +15,9 @@ from . import (
     sparse,
     stream,
 )
-from ._registry import CopyWarning, asarray, convert, get_adapter
+from ._registry import get_adapter
 from .container import dumps, load, loads, save
+from .conversion import asarray, convert
 from .descriptor import DYNAMIC, MAX_RANK, BufferSpec, Descriptor, Quantization, Shard, Sparse
 from .dtypes import (
     DType,
@@ -50,6 +51,7 @@ from .dtypes import bool_ as bool
 from .errors import (
     BackendNotAvailableError,
     CopyRequiredError,
+    CopyWarning,
     DynamicShapeError,
     FormatError,
     HurrayError,

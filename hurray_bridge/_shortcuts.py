@@ -368,13 +368,19 @@ compiled = _Dispatcher is not None
 _FRONTS: list[Any] = []
 
 
-def front(general: Callable[..., Any], *, use_compiled: bool = True) -> Callable[..., Any]:
-    """``general`` with the shortcut table in front of it, compiled when available."""
+def front(general: Callable[..., Any], *, use_compiled: bool = True,
+          name: str | None = None) -> Callable[..., Any]:
+    """``general`` with the shortcut table in front of it, compiled when available.
+
+    The front takes ``general``'s docstring and signature, and ``name`` (default:
+    ``general``'s) as its ``__name__``."""
     if use_compiled and _Dispatcher is not None:
         out: Callable[..., Any] = _Dispatcher(general, TABLE)
     else:
         out = _python_front(general, TABLE)
     functools.update_wrapper(out, general)  # name, docstring, signature (__wrapped__)
+    if name is not None:
+        out.__name__ = out.__qualname__ = name
     _FRONTS.append(out)
     return out
 

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ._memory import alloc_aligned, buffer_address
-from ._registry import asarray
 from ._trailing import placed_pieces, set_trailing_bits
+from .conversion import asarray
 from .descriptor import Descriptor
 from .errors import FormatError, UnsupportedError
 from .layout import Layout
@@ -553,8 +553,8 @@ def _tensors_over(entries: Sequence[EntryInfo], base: int, owner: object,
                 if d.strides is not None:  # the buffer is the span; [0, ..., 0] may be inside
                     ptr += d.dtype.itemsize * sum((n - 1) * -st for n, st in
                                                   zip(d.shape, d.strides, strict=True) if st < 0)
-            t = Tensor._dense(ptr, d.shape, d.dtype, d.strides, d.padded, CPU, owner,
-                              readonly, False)
+            t = Tensor._dense(ptr, d.shape, d.dtype, strides=d.strides, padded=d.padded,
+                              device=CPU, owner=owner, readonly=readonly, copied=False)
             t._desc = d
             out[e.name] = t
             continue

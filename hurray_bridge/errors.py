@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "BackendNotAvailableError",
     "CopyRequiredError",
+    "CopyWarning",
     "DynamicShapeError",
     "FormatError",
     "HurrayError",
@@ -49,6 +50,10 @@ class CopyRequiredError(HurrayError, BufferError):
     """``copy=False`` was requested but the hand-off needs a copy."""
 
 
+class CopyWarning(UserWarning):
+    """A conversion with ``copy=None`` had to copy the data (it says why)."""
+
+
 class BackendNotAvailableError(HurrayError, ImportError):
     """A framework (or an optional helper package) is not installed.
 
@@ -64,3 +69,9 @@ class BackendNotAvailableError(HurrayError, ImportError):
         super().__init__(msg, name=framework)
         self.framework = framework
         self.extra = extra
+
+
+def not_a_tensor(t: object, target: str) -> UnsupportedError:
+    """The error every adapter's ``from_hurray`` raises for an argument that is no hb.Tensor."""
+    return UnsupportedError(f"from_hurray() takes an hb.Tensor, got {type(t).__name__} "
+                            f"{t!r:.60}; hb.convert(x, {target!r}) takes native objects")

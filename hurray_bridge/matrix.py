@@ -29,9 +29,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ._registry import ADAPTERS, CopyWarning, asarray, convert, get_adapter
+from ._registry import ADAPTERS, get_adapter
+from .conversion import asarray, convert
 from .dtypes import DType, all_dtypes
-from .errors import BackendNotAvailableError, FormatError, HurrayError, UnsupportedError
+from .errors import (
+    BackendNotAvailableError,
+    CopyWarning,
+    FormatError,
+    HurrayError,
+    UnsupportedError,
+)
 from .tensor import canonical_bytes
 
 __all__ = ["FORMATS", "Cell", "Report", "available_frameworks", "build_report",
@@ -100,7 +107,8 @@ def _sample(dtype: DType, n: int) -> Any:
 
         packed = np_adapter.pack_subbyte((np.arange(n) % 3 == 0).astype(np.uint8), 1)
         ptr = packed.__array_interface__["data"][0] if n else 0
-        return Tensor._dense(ptr, (n,), dtype, None, False, CPU, packed, False, False)
+        return Tensor._dense(ptr, (n,), dtype, strides=None, padded=False, device=CPU,
+                             owner=packed, readonly=False, copied=False)
     nd = np_adapter.native_dtype(dtype)
     if dtype.kind.name == "BOOL":
         return (np.arange(n) % 3 == 0).astype(nd)

@@ -31,7 +31,9 @@ import sys
 from math import prod
 from typing import Any, NamedTuple
 
-from ._registry import _ALIASES, ADAPTERS, asarray, get_adapter, warn_copy
+from ._copy_policy import warn_copy
+from ._registry import _ALIASES, ADAPTERS, get_adapter
+from .conversion import asarray
 from .descriptor import Quantization
 from .dtypes import DType, Kind, bool8, bool_, dtype_from_name, float32, float64, int64
 from .errors import CopyRequiredError, FormatError, UnsupportedError
@@ -164,8 +166,8 @@ def components(t: Tensor) -> QuantizedArray:
     want = q.scales_shape(d.shape)
 
     def view(role: BufferRole, dtype: DType) -> Tensor:
-        return Tensor._dense(t.buffer(role).ptr, want, dtype, None, False, t.device, t,
-                             t.readonly, t.copied)
+        return Tensor._dense(t.buffer(role).ptr, want, dtype, strides=None, padded=False,
+                             device=t.device, owner=t, readonly=t.readonly, copied=t.copied)
 
     zp = None if q.zero_point_dtype is None else view(BufferRole.ZERO_POINTS, q.zero_point_dtype)
     return QuantizedArray(dense, view(BufferRole.SCALES, q.scale_dtype), zp, q)
@@ -240,14 +242,15 @@ def _from_torch(x: Any, copy: bool | None) -> Tensor:
         )
     if copy:
         data = asarray(x.int_repr())  # a compact copy of the storage
-        data = Tensor._dense(data.data_ptr, data.shape, data.dtype, None, False, CPU,
-                             data.owner, False, True)
+        data = Tensor._dense(data.data_ptr, data.shape, data.dtype, strides=None, padded=False,
+                             device=CPU, owner=data.owner, readonly=False, copied=True)
     else:
         # int_repr() would copy; the storage is readable in place at data_ptr().
         shape = tuple(x.shape)
         strides = None if x.is_contiguous() else tuple(x.stride())
         ptr = x.data_ptr() if x.numel() else 0
-        data = Tensor._dense(ptr, shape, storage, strides, False, CPU, x, False, False)
+        data = Tensor._dense(ptr, shape, storage, strides=strides, padded=False, device=CPU,
+                             owner=x, readonly=False, copied=False)
     return quantized(data, asarray(scales), asarray(zps), quantization=q)
 
 
@@ -356,8 +359,9 @@ def _codes(t: Tensor) -> Any:
     if not t.descriptor.padded:
         raw = np.frombuffer(t.memoryview(), np.uint8) if n else np.zeros(0, np.uint8)
         return _unpack_into(raw, n, bits, np.empty(n, np.uint8)).reshape(t.shape)
-    raw = Tensor._dense(t.data_ptr, t.shape, dtype_from_name("uint8"), t.strides, False,
-                        t.device, t, t.readonly, t.copied)
+    raw = Tensor._dense(t.data_ptr, t.shape, dtype_from_name("uint8"), strides=t.strides,
+                        padded=False, device=t.device, owner=t, readonly=t.readonly,
+                        copied=t.copied)
     # Padded: the value is in the low bits; the high bits are ignored on read (ADR-011).
     return get_adapter("numpy").from_hurray(raw, copy=False) & np.uint8((1 << bits) - 1)
 
@@ -567,7 +571,8 @@ def _subbyte_tensor(codes: Any, dtype: DType, padded: bool) -> Tensor:
         out = aligned_zeros((-(-n * dtype.bits // 8),), np.uint8)
         _pack_into(np.ascontiguousarray(codes).reshape(-1), dtype.bits, out)
     ptr = out.__array_interface__["data"][0] if n else 0
-    return Tensor._dense(ptr, shape, dtype, None, padded, CPU, out, False, False)
+    return Tensor._dense(ptr, shape, dtype, strides=None, padded=padded, device=CPU, owner=out,
+                         readonly=False, copied=False)
 
 
 # ============================================================================ sub-byte
@@ -627,14 +632,15 @@ def pack_subbyte(t: Any) -> Tensor:
     else:
         raise UnsupportedError(f"pack_subbyte() packs sub-byte types and bool8, not {d.name}")
     np = _np()
-    raw = Tensor._dense(t.data_ptr, t.shape, dtype_from_name("uint8"), t.strides, False,
-                        t.device, t, t.readonly, t.copied)
+    raw = Tensor._dense(t.data_ptr, t.shape, dtype_from_name("uint8"), strides=t.strides,
+                        padded=False, device=t.device, owner=t, readonly=t.readonly,
+                        copied=t.copied)
     codes = get_adapter("numpy").from_hurray(raw, copy=False)
     if target is bool_:
         codes = codes != 0  # any non-zero byte is true; bool8 should only hold 0 and 1
     out = _subbyte_tensor(np.asarray(codes, np.uint8), target, False)
-    return Tensor._dense(out.data_ptr, out.shape, target, None, False, CPU, out.owner, False,
-                         True)
+    return Tensor._dense(out.data_ptr, out.shape, target, strides=None, padded=False, device=CPU,
+                         owner=out.owner, readonly=False, copied=True)
 
 
 def unpack_subbyte(t: Any) -> Tensor:
@@ -672,8 +678,10 @@ def unpack_subbyte(t: Any) -> Tensor:
         _unpack_into(np.frombuffer(t.memoryview(), np.uint8), n, d.bits, out.reshape(-1))
     ptr = out.__array_interface__["data"][0] if n else 0
     if d is bool_:
-        return Tensor._dense(ptr, t.shape, bool8, None, False, CPU, out, False, True)
-    return Tensor._dense(ptr, t.shape, d, None, True, CPU, out, False, True)
+        return Tensor._dense(ptr, t.shape, bool8, strides=None, padded=False, device=CPU,
+                             owner=out, readonly=False, copied=True)
+    return Tensor._dense(ptr, t.shape, d, strides=None, padded=True, device=CPU, owner=out,
+                         readonly=False, copied=True)
 
 
 def _require_dense_host(t: Tensor, who: str) -> None:

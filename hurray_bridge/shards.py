@@ -412,7 +412,7 @@ def _strided_tensor(
 
 
 def _dense_source(obj: Any) -> Tensor:
-    from ._registry import asarray
+    from .conversion import asarray
 
     t = asarray(obj)
     if not t.is_dense:
@@ -599,7 +599,8 @@ def _extract_dense(
         return _extract_packed(pieces, target, dtype)
     alloc = alloc_aligned(n * dtype.itemsize)
     if alloc is None:
-        return Tensor._dense(0, out_shape, dtype, None, padded, Device(1, 0), None, False, True)
+        return Tensor._dense(0, out_shape, dtype, strides=None, padded=padded, device=Device(1, 0),
+                             owner=None, readonly=False, copied=True)
     out_strides = compact_strides(out_shape)
     isz = dtype.itemsize
     for box, t in pieces:
@@ -613,8 +614,8 @@ def _extract_dense(
         dst = alloc.ptr + sum((c - o) * s for c, o, s in
                               zip(common.offsets, target.offsets, out_strides)) * isz
         _copy_strided(dst, out_strides, src, src_strides, common.sizes, isz)
-    return Tensor._dense(alloc.ptr, out_shape, dtype, None, padded, Device(1, 0), alloc, False,
-                         True)
+    return Tensor._dense(alloc.ptr, out_shape, dtype, strides=None, padded=padded,
+                         device=Device(1, 0), owner=alloc, readonly=False, copied=True)
 
 
 def _extract_packed(pieces: list[tuple[Box, Tensor]], target: Box, dtype: DType) -> Tensor:
@@ -638,8 +639,9 @@ def _extract_packed(pieces: list[tuple[Box, Tensor]], target: Box, dtype: DType)
     alloc = alloc_aligned(packed.nbytes)
     if alloc is not None:
         ctypes.memmove(alloc.ptr, packed.ctypes.data, packed.nbytes)
-    return Tensor._dense(alloc.ptr if alloc else 0, target.sizes, dtype, None, False,
-                         Device(1, 0), alloc, False, True)
+    return Tensor._dense(alloc.ptr if alloc else 0, target.sizes, dtype, strides=None,
+                         padded=False, device=Device(1, 0), owner=alloc, readonly=False,
+                         copied=True)
 
 
 def _pieces(sharded: ShardedTensor) -> list[tuple[Box, Tensor]]:
@@ -749,8 +751,9 @@ def _from_jax_shard(data: Any, dtype: DType, padded: bool) -> Tensor:
     # no DLPack equivalent", jax 0.10): take the buffer pointer, keep the array as owner.
     n = _volume(data.shape)
     ptr = data.unsafe_buffer_pointer() if n else 0
-    return Tensor._dense(ptr, tuple(data.shape), dtype, None, padded, dev, data, True, False,
-                         data if not dev.is_host_accessible else None)
+    return Tensor._dense(ptr, tuple(data.shape), dtype, strides=None, padded=padded, device=dev,
+                         owner=data, readonly=True, copied=False,
+                         source=data if not dev.is_host_accessible else None)
 
 
 def from_jax(x: Any) -> ShardedTensor:
@@ -808,7 +811,9 @@ def to_jax(sharded: ShardedTensor, sharding: Any, *, copy: bool | None = None) -
     back two devices. ``copy=False`` raises instead; ``copy=True`` always copies.
     """
     jax = _jax()
-    from ._registry import CopyWarning, get_adapter, user_stacklevel
+    from ._copy_policy import user_stacklevel
+    from ._registry import get_adapter
+    from .errors import CopyWarning
 
     if not isinstance(sharded, ShardedTensor):
         raise UnsupportedError(

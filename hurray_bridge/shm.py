@@ -109,7 +109,7 @@ def share(tensor: Any, *, readonly: bool = False) -> SharedTensorHandle:
     """
     from multiprocessing import shared_memory
 
-    from ._registry import asarray
+    from .conversion import asarray
 
     t = asarray(tensor)
     if not t.device.is_host_accessible:

@@ -42,11 +42,19 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
+from ._copy_policy import warn_copy
 from ._memory import alloc_aligned, host_view
-from ._registry import _ALIASES, ADAPTERS, CopyWarning, asarray, get_adapter, warn_copy
+from ._registry import _ALIASES, ADAPTERS, get_adapter
+from .conversion import asarray
 from .descriptor import Descriptor, Sparse, check_empty_nnz
 from .dtypes import DType, Kind
-from .errors import BackendNotAvailableError, CopyRequiredError, FormatError, UnsupportedError
+from .errors import (
+    BackendNotAvailableError,
+    CopyRequiredError,
+    CopyWarning,
+    FormatError,
+    UnsupportedError,
+)
 from .layout import BufferRole, Layout
 from .tensor import CPU, Buffer, Tensor
 
@@ -141,8 +149,8 @@ def parts(t: Tensor) -> SparseParts:
     nnz, idt = sp.nnz, sp.index_dtype
 
     def view(role: BufferRole, shape: tuple[int, ...], dtype: DType, padded: bool) -> Tensor:
-        return Tensor._dense(by_role[role].ptr, shape, dtype, None, padded, t.device, t,
-                             t.readonly, t.copied)
+        return Tensor._dense(by_role[role].ptr, shape, dtype, strides=None, padded=padded,
+                             device=t.device, owner=t, readonly=t.readonly, copied=t.copied)
 
     values = view(BufferRole.VALUES, (nnz,), d.dtype, d.padded)
     if d.layout == _COO:
@@ -403,15 +411,17 @@ def make_sparse(layout: Layout | str, shape: Sequence[int], values: Any, indices
 def _view(t: Tensor, shape: tuple[int, ...]) -> Tensor:
     """The first elements of a compact host tensor under another shape (no copy)."""
     n = prod(shape)
-    return Tensor._dense(t.data_ptr if n else 0, shape, t.dtype, None, t.descriptor.padded,
-                         t.device, t, t.readonly, t.copied)
+    return Tensor._dense(t.data_ptr if n else 0, shape, t.dtype, strides=None,
+                         padded=t.descriptor.padded, device=t.device, owner=t, readonly=t.readonly,
+                         copied=t.copied)
 
 
 def _readonly(t: Tensor) -> Tensor:
     if t.readonly:
         return t
-    return Tensor._dense(t.data_ptr, t.shape, t.dtype, t.strides, t.descriptor.padded,
-                         t.device, t.owner, True, t.copied)
+    return Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=t.strides,
+                         padded=t.descriptor.padded, device=t.device, owner=t.owner, readonly=True,
+                         copied=t.copied)
 
 
 # ========================================================================= to Hurray
@@ -522,8 +532,8 @@ def _stacked(coords: Sequence[Any], nnz: int) -> Tensor | None:
     if any(c.__array_interface__["data"][0] != base + j * step for j, c in enumerate(coords)):
         return None
     ro = any(not c.flags.writeable for c in coords)
-    return Tensor._dense(base, (len(coords), nnz), head.dtype, None, False, CPU, tuple(coords),
-                         ro, False)
+    return Tensor._dense(base, (len(coords), nnz), head.dtype, strides=None, padded=False,
+                         device=CPU, owner=tuple(coords), readonly=ro, copied=False)
 
 
 def _from_torch(x: Any, copy: bool | None) -> Tensor:
@@ -578,8 +588,9 @@ def _torch_comp(c: Any, copy: bool | None) -> Tensor:
         _need_copy(copy, f"a strided torch sparse component (strides {c.stride()}) must be "
                          "made compact")
         t = asarray(c.contiguous())
-        return Tensor._dense(t.data_ptr, t.shape, t.dtype, None, False, t.device, t.owner,
-                             False, True, c.contiguous())
+        return Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=None, padded=False,
+                             device=t.device, owner=t.owner, readonly=False, copied=True,
+                             source=c.contiguous())
     return asarray(c, copy=copy)
 
 
@@ -1137,8 +1148,9 @@ def densify(t: Any) -> Tensor:
                 f"this {d.layout.name} tensor repeats indices, whose values must be summed, "
                 f"but NumPy cannot add {d.dtype.name} values ({exc})") from exc
     res = asarray(out)
-    return Tensor._dense(res.data_ptr, res.shape, res.dtype, None, res.descriptor.padded, CPU,
-                         res.owner, False, True)
+    return Tensor._dense(res.data_ptr, res.shape, res.dtype, strides=None,
+                         padded=res.descriptor.padded, device=CPU, owner=res.owner, readonly=False,
+                         copied=True)
 
 
 def aligned_zeros(shape: Sequence[int], dtype: Any) -> Any:

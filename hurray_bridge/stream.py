@@ -188,7 +188,7 @@ class StreamWriter:
             self._f.flush()
 
     def _conform(self, obj: Any) -> Tensor:
-        from ._registry import asarray
+        from .conversion import asarray
 
         t = asarray(obj)
         if not t.device.is_host_accessible:

@@ -188,6 +188,7 @@ class Tensor:
         ptr: int,
         shape: tuple[int, ...],
         dtype: DType,
+        *,
         strides: tuple[int, ...] | None,
         padded: bool,
         device: Device,
@@ -408,17 +409,9 @@ class Tensor:
                 ctypes.memmove(alloc.ptr, self._base0, n_bytes)
             else:
                 _gather(alloc.ptr, self.data_ptr, self._shape, self._strides, self._dtype.itemsize)
-        return Tensor._dense(
-            alloc.ptr if alloc else 0,
-            self._shape,
-            self._dtype,
-            None,
-            self._padded,
-            CPU,
-            alloc,
-            False,
-            True,
-        )
+        return Tensor._dense(alloc.ptr if alloc else 0, self._shape, self._dtype, strides=None,
+                             padded=self._padded, device=CPU, owner=alloc, readonly=False,
+                             copied=True)
 
     # --------------------------------------------------------------- DLPack
     def __dlpack_device__(self) -> tuple[DLDeviceType, int]:
@@ -744,18 +737,10 @@ def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
             compact = compact_strides(shape)
             strides = tuple(c if d == 1 and not -limit <= st <= limit else st
                             for d, st, c in zip(shape, strides, compact))
-    return Tensor._dense(
-        view.data if n else 0,
-        shape,
-        dtype,
-        strides,
-        padded,
-        Device(view.device_type, view.device_id),
-        view.owner,
-        bool(view.flags & FLAG_READ_ONLY),
-        bool(view.flags & FLAG_IS_COPIED),
-        source,
-    )
+    return Tensor._dense(view.data if n else 0, shape, dtype, strides=strides, padded=padded,
+                         device=Device(view.device_type, view.device_id), owner=view.owner,
+                         readonly=bool(view.flags & FLAG_READ_ONLY),
+                         copied=bool(view.flags & FLAG_IS_COPIED), source=source)
 
 
 _NO_STREAM: Any = object()

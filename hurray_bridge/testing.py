@@ -45,9 +45,10 @@ from ._dlpack import (
     DLManagedTensor,
     DLManagedTensorVersioned,
 )
-from ._registry import CopyWarning, adapter_for, asarray, convert
+from ._registry import adapter_for
+from .conversion import asarray, convert
 from .dtypes import DType, dtype_from_dlpack, dtype_from_name
-from .errors import CopyRequiredError, FormatError, UnsupportedError
+from .errors import CopyRequiredError, CopyWarning, FormatError, UnsupportedError
 from .tensor import Device, Tensor, canonical_bytes, from_dlpack, from_dlview
 
 __all__ = [

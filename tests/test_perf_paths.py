@@ -197,7 +197,8 @@ def test_descriptor_from_bytes_binds_the_codec_once() -> None:
 def test_lazy_buffer_table(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> None:
     base = np.zeros(64, np.float32)
     ptr = base.ctypes.data + 32 * 4
-    t = hb.Tensor._dense(ptr, shape, hb.float32, strides, False, hb.CPU, base, False, False)
+    t = hb.Tensor._dense(ptr, shape, hb.float32, strides=strides, padded=False, device=hb.CPU,
+                         owner=base, readonly=False, copied=False)
     n = int(np.prod(shape))
     (b,) = t.buffers
     assert type(b) is hb.Buffer and b.role is BufferRole.DATA
@@ -281,8 +282,8 @@ def test_numpy_fast_path_keeps_the_source_alive() -> None:
 
     a = np.arange(8, dtype=np.float32)
     owner = Owner()
-    t = hb.Tensor._dense(a.ctypes.data, (8,), hb.float32, None, False, hb.CPU, (a, owner),
-                         False, False)
+    t = hb.Tensor._dense(a.ctypes.data, (8,), hb.float32, strides=None, padded=False,
+                         device=hb.CPU, owner=(a, owner), readonly=False, copied=False)
     ref = weakref.ref(owner)
     out = hn.from_hurray(t)
     del t, owner, a
@@ -311,7 +312,8 @@ def test_torch_fast_path_matches_general(dtype: str, shape: tuple[int, ...],
     src = torch.ones(shape, dtype=ht.native_dtype(hb.dtypes.dtype_from_name(dtype)))
     t = ht.to_hurray(src)
     if readonly:
-        t = hb.Tensor._dense(t.data_ptr, t.shape, t.dtype, None, False, hb.CPU, t, True, False)
+        t = hb.Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=None, padded=False,
+                             device=hb.CPU, owner=t, readonly=True, copied=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         fast = ht.from_hurray(t)
@@ -337,8 +339,8 @@ def test_torch_fast_path_lifetime_and_no_capsule() -> None:
 
     a = np.arange(8, dtype=np.float32)
     owner = Owner()
-    t = hb.Tensor._dense(a.ctypes.data, (2, 4), hb.float32, None, False, hb.CPU, (a, owner),
-                         False, False)
+    t = hb.Tensor._dense(a.ctypes.data, (2, 4), hb.float32, strides=None, padded=False,
+                         device=hb.CPU, owner=(a, owner), readonly=False, copied=False)
     exports = len(_capsule._EXPORTS)
     ref = weakref.ref(owner)
     out = ht.from_hurray(t)
@@ -455,8 +457,8 @@ def test_jax_raw_import_releases_the_producer() -> None:
 
     a = _aligned_f32(16)
     owner = Owner()
-    t = hb.Tensor._dense(a.ctypes.data, (16,), hb.float32, None, False, hb.CPU, (a, owner),
-                         False, False)
+    t = hb.Tensor._dense(a.ctypes.data, (16,), hb.float32, strides=None, padded=False,
+                         device=hb.CPU, owner=(a, owner), readonly=False, copied=False)
     ref = weakref.ref(owner)
     y = hj.from_hurray(t)
     del t, owner

@@ -28,8 +28,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from hurray_bridge._copy_policy import check_copy, warn_copy
 from hurray_bridge._memory import HostAllocation, alloc_aligned
-from hurray_bridge._registry import asarray, check_copy, get_adapter, warn_copy
+from hurray_bridge._registry import get_adapter
+from hurray_bridge.conversion import asarray
 from hurray_bridge.descriptor import compact_strides, form_name
 from hurray_bridge.dtypes import DType, Kind, bool_, native_types
 from hurray_bridge.errors import CopyRequiredError, UnsupportedError
@@ -164,7 +166,8 @@ def _flat(arr: pa.Array, copy: bool | None, what: str, owner: object,
         arr = arr.storage  # bool8: an extension type over int8
     n = len(arr)
     if n == 0:
-        return Tensor._dense(0, (0,), dtype, None, False, CPU, None, True, bool(copy))
+        return Tensor._dense(0, (0,), dtype, strides=None, padded=False, device=CPU, owner=None,
+                             readonly=True, copied=bool(copy))
     data = arr.buffers()[1]
     _require_cpu(data)
     if dtype is bool_:
@@ -178,11 +181,13 @@ def _flat(arr: pa.Array, copy: bool | None, what: str, owner: object,
                 )
             alloc = _repack_bits(data.address, off, n)
             assert alloc is not None
-            return Tensor._dense(alloc.ptr, (n,), dtype, None, False, CPU, alloc, False, True)
+            return Tensor._dense(alloc.ptr, (n,), dtype, strides=None, padded=False, device=CPU,
+                                 owner=alloc, readonly=False, copied=True)
         ptr = data.address + off // 8
     else:
         ptr = data.address + arr.offset * dtype.itemsize
-    t = Tensor._dense(ptr, (n,), dtype, None, False, CPU, owner, True, False)
+    t = Tensor._dense(ptr, (n,), dtype, strides=None, padded=False, device=CPU, owner=owner,
+                      readonly=True, copied=False)
     return t.copy() if copy else t
 
 
@@ -227,8 +232,8 @@ def _from_fixed_shape(arr: pa.ExtensionArray, copy: bool | None) -> Tensor:
         strides = (size, *(phys_strides[p] for p in perm))
     if flat.nbytes == 0:
         strides = None
-    return Tensor._dense(flat.data_ptr, shape, flat.dtype, strides, False, CPU, flat.owner,
-                         flat.readonly, flat.copied)
+    return Tensor._dense(flat.data_ptr, shape, flat.dtype, strides=strides, padded=False,
+                         device=CPU, owner=flat.owner, readonly=flat.readonly, copied=flat.copied)
 
 
 def _from_tensor(obj: pa.Tensor, copy: bool | None) -> Tensor:
@@ -239,8 +244,8 @@ def _from_tensor(obj: pa.Tensor, copy: bool | None) -> Tensor:
         t = get_adapter("numpy").to_hurray(obj.to_numpy())
     if not t.readonly and not obj.is_mutable:
         # pyarrow <= 25 exports legacy capsules, which cannot say READ_ONLY.
-        t = Tensor._dense(t.data_ptr, t.shape, t.dtype, t.strides, False, t.device, t.owner,
-                          True, t.copied)
+        t = Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=t.strides, padded=False,
+                          device=t.device, owner=t.owner, readonly=True, copied=t.copied)
     return t.copy() if copy else t
 
 
@@ -262,8 +267,8 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
             if not data.is_cpu:
                 _require_cpu(data)
             pdtype, isz = plain
-            return Tensor._dense(data.address + obj.offset * isz, (n,), pdtype, None, False, CPU,
-                                 obj, True, False)
+            return Tensor._dense(data.address + obj.offset * isz, (n,), pdtype, strides=None,
+                                 padded=False, device=CPU, owner=obj, readonly=True, copied=False)
     dtype = _tables()[2].get(type(obj))
     if dtype is not None:  # a primitive, bool or bool8 array
         _refuse_nulls(obj, "this Arrow array")
@@ -322,8 +327,8 @@ def _from_chunked(obj: pa.ChunkedArray, copy: bool | None) -> Tensor:
     t = to_hurray(combined, copy=None)
     # Nothing else sees that memory (only this tensor holds ``combined``): it is a
     # private copy, so writable like any other copy.
-    return Tensor._dense(t.data_ptr, t.shape, t.dtype, t.strides, False, CPU, t.owner,
-                         False, True)
+    return Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=t.strides, padded=False, device=CPU,
+                         owner=t.owner, readonly=False, copied=True)
 
 
 # -------------------------------------------------------------------- from Hurray
@@ -512,8 +517,8 @@ def from_hurray(
         copy = None  # that was the copy
     if t.device != CPU:
         # Pinned or managed memory: the host reads it directly; Arrow knows it as CPU memory.
-        t = Tensor._dense(t.data_ptr, t.shape, t.dtype, t.strides, False, CPU, t, t.readonly,
-                          t.copied)
+        t = Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=t.strides, padded=False,
+                          device=CPU, owner=t, readonly=t.readonly, copied=t.copied)
     try:
         if kind == "array":
             return _to_array(t, copy)

@@ -25,10 +25,16 @@ from typing import Any
 import cupy
 import numpy as np
 
-from hurray_bridge._registry import get_adapter, not_a_tensor, warn_copy
+from hurray_bridge._copy_policy import warn_copy
+from hurray_bridge._registry import get_adapter
 from hurray_bridge.descriptor import form_name
 from hurray_bridge.dtypes import DLPACK_CODE, DType, all_dtypes
-from hurray_bridge.errors import BackendNotAvailableError, CopyRequiredError, UnsupportedError
+from hurray_bridge.errors import (
+    BackendNotAvailableError,
+    CopyRequiredError,
+    UnsupportedError,
+    not_a_tensor,
+)
 from hurray_bridge.tensor import Device, Tensor, from_dlpack
 
 __all__ = ["NAME", "device_id_of", "dtype_of", "from_hurray", "native_dtype", "to_hurray"]

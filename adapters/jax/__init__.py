@@ -49,14 +49,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from hurray_bridge import _capsule
-from hurray_bridge._registry import check_copy, not_a_tensor, warn_copy
+from hurray_bridge._copy_policy import check_copy, warn_copy
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, native_types
-from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
+from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, for_immutable_consumer
 
-from hurray_bridge.adapters.numpy import check_sizes as check_numpy_sizes
-from hurray_bridge.adapters.numpy import pack_subbyte, unpack_subbyte
+from ..numpy import check_sizes as check_numpy_sizes
+from ..numpy import pack_subbyte, unpack_subbyte
 
 # jnp.from_dlpack of CPU memory (jax 0.10.2: ~40-100 us) spends most of its time
 # around the import itself: it asks the CPU device for a stream, which raises
@@ -196,7 +196,7 @@ def _cpu_alignment() -> int:
     Measured once with ``copy=False`` imports (which fail rather than copy) at
     pointers with exactly 1, 2, 4 ... 256 bytes of alignment.
     """
-    from hurray_bridge.adapters.numpy import to_hurray as np_to_hurray
+    from ..numpy import to_hurray as np_to_hurray
 
     raw = np.zeros(1024, np.uint8)
     base = -raw.ctypes.data % 512  # offset of a 512-aligned address inside raw
@@ -336,8 +336,8 @@ def _host_copy(x: jax.Array, dtype: DType, why: str, copy: bool | None) -> Tenso
     # np.asarray keeps a permuted device layout as NumPy strides: make it row-major.
     a = np.ascontiguousarray(np.asarray(x))  # sub-byte types come out padded (ml_dtypes)
     ptr = a.__array_interface__["data"][0] if a.size else 0
-    return Tensor._dense(ptr, a.shape, dtype, None, dtype.is_subbyte, CPU, a,
-                         not a.flags.writeable, True)
+    return Tensor._dense(ptr, a.shape, dtype, strides=None, padded=dtype.is_subbyte, device=CPU,
+                         owner=a, readonly=not a.flags.writeable, copied=True)
 
 
 def _to_hurray_gpu(x: jax.Array, dtype: DType, copy: bool | None) -> Tensor:
@@ -362,9 +362,9 @@ def _to_hurray_gpu(x: jax.Array, dtype: DType, copy: bool | None) -> Tensor:
         raise UnsupportedError(f"packed {dtype.name} on {dev} in a non-row-major layout cannot "
                                "be described; make it row-major on the device first")
     # JAX exports legacy capsules, which cannot say read-only; its arrays are immutable.
-    return Tensor._dense(view.data if view.data else 0, shape, dtype, strides, False, dev,
-                         _JaxOwner(src, view.owner), True, bool(copy),
-                         None if dev.is_host_accessible else src)
+    return Tensor._dense(view.data if view.data else 0, shape, dtype, strides=strides,
+                         padded=False, device=dev, owner=_JaxOwner(src, view.owner), readonly=True,
+                         copied=bool(copy), source=None if dev.is_host_accessible else src)
 
 
 def to_hurray(x: Any, *, copy: bool | None = None) -> Tensor:
@@ -398,8 +398,8 @@ def to_hurray(x: Any, *, copy: bool | None = None) -> Tensor:
             hold = None  # a non-default layout: jaxlib's buffer protocol refuses it
         if hold is not None:
             ptr = x.unsafe_buffer_pointer() if hold.nbytes else 0
-            t = Tensor._dense(ptr, shape, dtype, None, False, CPU, _JaxOwner(x, hold), True,
-                              False)
+            t = Tensor._dense(ptr, shape, dtype, strides=None, padded=False, device=CPU,
+                              owner=_JaxOwner(x, hold), readonly=True, copied=False)
             return t.copy() if copy else t
     if name not in _NO_DLPACK:
         # JAX's __dlpack__ with stream=None blocks until the value is ready.
@@ -408,8 +408,9 @@ def to_hurray(x: Any, *, copy: bool | None = None) -> Tensor:
         if strides is not None and dtype.is_subbyte:
             t = _host_copy(x, dtype, f"packed {name} in a non-row-major layout", copy)
             return t
-        t = Tensor._dense(view.data if view.data else 0, shape, dtype, strides, False, CPU,
-                          _JaxOwner(x, view.owner), True, False)
+        t = Tensor._dense(view.data if view.data else 0, shape, dtype, strides=strides,
+                          padded=False, device=CPU, owner=_JaxOwner(x, view.owner), readonly=True,
+                          copied=False)
         return t.copy() if copy else t
 
     # int4/uint4/int2/uint2: no way to pin the buffer; x itself is the owner.
@@ -423,7 +424,8 @@ def to_hurray(x: Any, *, copy: bool | None = None) -> Tensor:
         n *= d
     padded = not _host_subbyte_packed(dtype)
     ptr = x.unsafe_buffer_pointer() if n else 0
-    t = Tensor._dense(ptr, shape, dtype, None, padded, CPU, _JaxOwner(x, None), True, False)
+    t = Tensor._dense(ptr, shape, dtype, strides=None, padded=padded, device=CPU,
+                      owner=_JaxOwner(x, None), readonly=True, copied=False)
     return t.copy() if copy else t
 
 
@@ -504,7 +506,7 @@ def _by_copy(t: Tensor, target: Any, copy: bool | None) -> jax.Array:
     elif form == "packed":
         codes = unpack_subbyte(np.frombuffer(t.memoryview(), np.uint8), n, bits).reshape(t.shape)
     else:
-        from hurray_bridge.adapters.numpy import from_hurray as np_from_hurray
+        from ..numpy import from_hurray as np_from_hurray
 
         # Padded form: the high bits are to be ignored (element-types.md §4.3);
         # ml_dtypes float4 reads them (0x37 is -6, not 6), so mask.

@@ -15,10 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from hurray_bridge._copy_policy import check_copy, warn_copy
 from hurray_bridge._memory import _byte_array, _byte_arrays
-from hurray_bridge._registry import check_copy, not_a_tensor, warn_copy
 from hurray_bridge.dtypes import DType, native_types
-from hurray_bridge.errors import BackendNotAvailableError, CopyRequiredError, UnsupportedError
+from hurray_bridge.errors import (
+    BackendNotAvailableError,
+    CopyRequiredError,
+    UnsupportedError,
+    not_a_tensor,
+)
 from hurray_bridge.tensor import CPU, Tensor, host_copy
 
 __all__ = ["check_sizes", "dtype_of", "from_hurray", "native_dtype", "pack_subbyte", "to_hurray",
@@ -154,8 +159,8 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
         else:
             strides = tuple(s // isz for s in a.strides)
         ptr = a.__array_interface__["data"][0]
-    t = Tensor._dense(ptr, a.shape, dtype, strides, dtype.bits < 8, CPU, a,
-                      not flags.writeable, copied)
+    t = Tensor._dense(ptr, a.shape, dtype, strides=strides, padded=dtype.bits < 8, device=CPU,
+                      owner=a, readonly=not flags.writeable, copied=copied)
     return t.copy() if copy else t
 
 

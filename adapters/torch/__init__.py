@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
+from hurray_bridge._copy_policy import check_copy, user_stacklevel, warn_copy
 from hurray_bridge._memory import host_array
-from hurray_bridge._registry import check_copy, not_a_tensor, user_stacklevel, warn_copy
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types, uint8
-from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
+from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, from_dlpack
 
 __all__ = ["dtype_of", "from_hurray", "native_dtype", "to_hurray"]
@@ -243,15 +243,18 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     if copy and not copied:
         if on_gpu:
             x = x.clone(memory_format=torch.contiguous_format)
-            return Tensor._dense(x.data_ptr(), shape_t, dtype, None, False, device, x, False,
-                                 True, None if source is None else x)
-        t = Tensor._dense(ptr, shape_t, dtype, strides, False, device, x, False, False)
+            return Tensor._dense(x.data_ptr(), shape_t, dtype, strides=None, padded=False,
+                                 device=device, owner=x, readonly=False, copied=True,
+                                 source=None if source is None else x)
+        t = Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
+                          owner=x, readonly=False, copied=False)
         return t.copy()
     if tracked and not copied:
         # Autograd's memory: read-only to every consumer, and marked for torch (from_hurray).
-        return Tensor._dense(ptr, shape_t, dtype, strides, False, device, _Tracked(x), True,
-                             False, source)
-    return Tensor._dense(ptr, shape_t, dtype, strides, False, device, x, False, copied, source)
+        return Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
+                             owner=_Tracked(x), readonly=True, copied=False, source=source)
+    return Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
+                         owner=x, readonly=False, copied=copied, source=source)
 
 
 class _Tracked:
@@ -287,8 +290,8 @@ _DETACH = ("the source requires grad: its memory goes out read-only (a write wou
 def _rewrap(t: Tensor, shape: tuple[int, ...], dtype: DType,
             strides: tuple[int, ...] | None, device: Device) -> Tensor:
     """Another hb.Tensor over ``t``'s memory (kept alive through ``t``), for torch to import."""
-    return Tensor._dense(t.data_ptr, shape, dtype, strides, False, device, t, t.readonly,
-                         t.copied)
+    return Tensor._dense(t.data_ptr, shape, dtype, strides=strides, padded=False, device=device,
+                         owner=t, readonly=t.readonly, copied=t.copied)
 
 
 def _sync_stream(t: Tensor) -> None:

@@ -595,8 +595,8 @@ def test_fixed_shape_tensor_empty(shape: tuple) -> None:
 def test_fixed_shape_tensor_of_bits() -> None:
     vals = [bool(b) for b in np.random.default_rng(11).integers(0, 2, 4 * 6)]
     flat = _bool_tensor(vals)
-    t = hb.Tensor._dense(flat.data_ptr, (4, 2, 3), hb.bool, None, False, hb.CPU, flat, True,
-                         False)
+    t = hb.Tensor._dense(flat.data_ptr, (4, 2, 3), hb.bool, strides=None, padded=False,
+                         device=hb.CPU, owner=flat, readonly=True, copied=False)
     arr = A.from_hurray(t, kind="fixed_shape_tensor")
     assert arr.type.value_type == pa.bool_()
     assert _addr(arr.storage.values) == flat.data_ptr
@@ -604,8 +604,9 @@ def test_fixed_shape_tensor_of_bits() -> None:
     back = A.to_hurray(arr)
     assert back.shape == (4, 2, 3) and back.data_ptr == flat.data_ptr
     # Rows of 3 bits: the second row starts at bit 3, off a byte, so a slice copies.
-    odd = A.from_hurray(hb.Tensor._dense(flat.data_ptr, (8, 3), hb.bool, None, False, hb.CPU,
-                                         flat, True, False), kind="fixed_shape_tensor")
+    odd = A.from_hurray(hb.Tensor._dense(flat.data_ptr, (8, 3), hb.bool, strides=None,
+                                         padded=False, device=hb.CPU, owner=flat, readonly=True,
+                                         copied=False), kind="fixed_shape_tensor")
     with pytest.raises(hb.CopyRequiredError):
         A.to_hurray(odd[1:], copy=False)
     assert _unpack_bits(_bytes(A.to_hurray(odd[1:])), 21) == vals[3:]

@@ -158,8 +158,8 @@ def test_export_to_own_device_is_forwarded() -> None:
 
 def _sourceless_cuda_tensor(shape: tuple[int, ...] = (4, 3)) -> Tensor:
     # A CUDA tensor the bridge did not import from a producer (no one to forward to).
-    return Tensor._dense(FAKE_CUDA_ADDRESS, shape, hb.float32, None, False, CUDA,
-                         object(), False, False)
+    return Tensor._dense(FAKE_CUDA_ADDRESS, shape, hb.float32, strides=None, padded=False,
+                         device=CUDA, owner=object(), readonly=False, copied=False)
 
 
 def test_sourceless_cuda_tensor_refuses_host_export_with_copy_false() -> None:

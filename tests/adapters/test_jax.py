@@ -182,8 +182,8 @@ def test_jax_cannot_import_float4_over_dlpack() -> None:
     buf = _aligned(packed.size)
     buf[:] = packed
     # Writable: a read-only tensor's legacy export is refused before JAX could see it.
-    t = Tensor._dense(buf.ctypes.data, (7,), hb.float4_e2m1fn, None, False, CPU, buf, False,
-                      False)
+    t = Tensor._dense(buf.ctypes.data, (7,), hb.float4_e2m1fn, strides=None, padded=False,
+                      device=CPU, owner=buf, readonly=False, copied=False)
     with pytest.raises(Exception, match=r"default layout|Unsupported layout"):
         jnp.from_dlpack(t)
     padded = _aligned(7)
@@ -389,8 +389,8 @@ def test_from_hurray_subbyte_copies(d: hb.DType, shape: tuple[int, ...]) -> None
     packed_bytes = hnp.pack_subbyte(a.view(np.uint8), d.bits)
     buf = _aligned(packed_bytes.size)
     buf[:] = packed_bytes
-    packed = Tensor._dense(buf.ctypes.data if n else 0, shape, d, None, False, CPU, buf, False,
-                           False)
+    packed = Tensor._dense(buf.ctypes.data if n else 0, shape, d, strides=None, padded=False,
+                           device=CPU, owner=buf, readonly=False, copied=False)
     for t in (padded, packed):
         with pytest.warns(hb.CopyWarning, match=d.name):
             y = hj.from_hurray(t)
@@ -427,7 +427,8 @@ def test_from_hurray_one_bit_bool_is_unpacked() -> None:
     packed = hnp.pack_subbyte(bits, 1)
     buf = _aligned(packed.size)
     buf[:] = packed
-    t = Tensor._dense(buf.ctypes.data, (11,), hb.bool, None, False, CPU, buf, True, False)
+    t = Tensor._dense(buf.ctypes.data, (11,), hb.bool, strides=None, padded=False, device=CPU,
+                      owner=buf, readonly=True, copied=False)
     with pytest.warns(hb.CopyWarning, match="unpacked to bool"):
         y = hj.from_hurray(t)
     assert y.dtype == jnp.bool_ and np.asarray(y).tolist() == bits.astype(bool).tolist()
@@ -563,7 +564,8 @@ if given is not None:
         buf = _aligned(8192)
         buf[:] = np.arange(8192, dtype=np.uint8)
         ptr = buf.ctypes.data + 4096  # room behind element 0 for negative strides
-        t = Tensor._dense(ptr, view.shape, hb.int16, strides, False, CPU, buf, False, False)
+        t = Tensor._dense(ptr, view.shape, hb.int16, strides=strides, padded=False, device=CPU,
+                          owner=buf, readonly=False, copied=False)
         want = np.lib.stride_tricks.as_strided(
             buf[4096:].view(np.int16), view.shape, view.strides, writeable=False)
         predicted = hj._strides_importable(view.shape, strides)
@@ -593,7 +595,8 @@ def test_copy_true_always_copies() -> None:
 
 def test_empty_tensors_allocate_nothing(no_copy_warnings: None) -> None:
     for shape in ((0,), (3, 0, 5), (0, 0)):
-        t = Tensor._dense(0, shape, hb.float32, None, False, CPU, None, False, False)
+        t = Tensor._dense(0, shape, hb.float32, strides=None, padded=False, device=CPU, owner=None,
+                          readonly=False, copied=False)
         y = hj.from_hurray(t)
         assert y.shape == shape and y.dtype == jnp.float32
         assert y.unsafe_buffer_pointer() == 0  # JAX took the NULL pointer as it is
@@ -714,8 +717,8 @@ def test_exiting_while_xla_releases_our_exports_does_not_abort() -> None:
 def test_memory_jax_has_no_backend_for() -> None:
     if GPU:
         pytest.skip("this machine has a JAX GPU backend")
-    t = Tensor._dense(0xDEAD0000, (4,), hb.float32, None, False, hb.Device(2, 0), object(),
-                      False, False)
+    t = Tensor._dense(0xDEAD0000, (4,), hb.float32, strides=None, padded=False,
+                      device=hb.Device(2, 0), owner=object(), readonly=False, copied=False)
     with pytest.raises(hb.UnsupportedError, match="no cuda backend"):
         hj.from_hurray(t)
 
@@ -841,8 +844,8 @@ class TestGPU:
     def _device_bytes(t: hb.Tensor) -> bytes:
         """The raw bytes of a CUDA tensor, read through torch (not through JAX)."""
         torch = pytest.importorskip("torch")
-        raw = Tensor._dense(t.data_ptr, (t.nbytes,), hb.uint8, None, False, t.device, t, True,
-                            False)
+        raw = Tensor._dense(t.data_ptr, (t.nbytes,), hb.uint8, strides=None, padded=False,
+                            device=t.device, owner=t, readonly=True, copied=False)
         return bytes(torch.from_dlpack(raw).cpu().numpy())
 
     def test_to_hurray_gpu_keeps_source(self) -> None:
@@ -854,8 +857,8 @@ class TestGPU:
         assert hj.from_hurray(t) is x
         assert self._device_bytes(t) == np.arange(24, dtype=np.float32).tobytes()
         # A tensor that is not our own export: imported through the forwarded capsule.
-        other = Tensor._dense(t.data_ptr, t.shape, t.dtype, None, False, t.device, t, True,
-                              False, x)
+        other = Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=None, padded=False,
+                              device=t.device, owner=t, readonly=True, copied=False, source=x)
         with warnings.catch_warnings():
             warnings.simplefilter("error", hb.CopyWarning)
             y = hj.from_hurray(other)

@@ -210,7 +210,8 @@ def test_negative_strides_copy() -> None:
 
 def test_negative_stride_on_size_1_dim_is_dropped() -> None:
     a = np.arange(12, dtype=np.float32)
-    t = Tensor._dense(nptr(a), (1, 3), hb.float32, (-5, 2), False, CPU, a, False, False)
+    t = Tensor._dense(nptr(a), (1, 3), hb.float32, strides=(-5, 2), padded=False, device=CPU,
+                      owner=a, readonly=False, copied=False)
     y = ht.from_hurray(t, copy=False)
     assert y.data_ptr() == nptr(a) and y.tolist() == [[0.0, 2.0, 4.0]]
 
@@ -310,8 +311,8 @@ def test_fp4_x2_to_hurray_doubles_last_dim() -> None:
 def test_fp4_packed_from_numpy_values_to_torch() -> None:
     vals = np.array([FP4_VALUES * 2, FP4_VALUES[::-1] * 2], ml_dtypes.float4_e2m1fn)
     packed = hnp.pack_subbyte(vals.view(np.uint8), 4)
-    t = Tensor._dense(nptr(packed), (2, 8), hb.float4_e2m1fn, None, False, CPU, packed,
-                      False, False)
+    t = Tensor._dense(nptr(packed), (2, 8), hb.float4_e2m1fn, strides=None, padded=False,
+                      device=CPU, owner=packed, readonly=False, copied=False)
     y = ht.from_hurray(t, copy=False)
     assert y.dtype is torch.float4_e2m1fn_x2 and tuple(y.shape) == (2, 4)
     assert y.data_ptr() == nptr(packed)
@@ -325,12 +326,12 @@ def test_fp4_packed_from_numpy_values_to_torch() -> None:
 
 def test_fp4_odd_last_dim_and_rank0_refused() -> None:
     packed = np.zeros(2, np.uint8)
-    odd = Tensor._dense(nptr(packed), (3,), hb.float4_e2m1fn, None, False, CPU, packed,
-                        False, False)
+    odd = Tensor._dense(nptr(packed), (3,), hb.float4_e2m1fn, strides=None, padded=False,
+                        device=CPU, owner=packed, readonly=False, copied=False)
     with pytest.raises(hb.UnsupportedError, match="odd"):
         ht.from_hurray(odd)
-    scalar = Tensor._dense(nptr(packed), (), hb.float4_e2m1fn, None, False, CPU, packed,
-                           False, False)
+    scalar = Tensor._dense(nptr(packed), (), hb.float4_e2m1fn, strides=None, padded=False,
+                           device=CPU, owner=packed, readonly=False, copied=False)
     with pytest.raises(hb.UnsupportedError, match="rank 0"):
         ht.from_hurray(scalar)
     x0 = torch.zeros((), dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
@@ -369,16 +370,16 @@ def test_subbyte_refused(name: str) -> None:
     with pytest.raises(hb.UnsupportedError, match=rf"torch.*{name}"):
         ht.from_hurray(hb.asarray(a))  # padded
     packed = np.zeros(4, np.uint8)
-    t = Tensor._dense(nptr(packed), (2, 4), getattr(hb, name), None, False, CPU, packed,
-                      False, False)
+    t = Tensor._dense(nptr(packed), (2, 4), getattr(hb, name), strides=None, padded=False,
+                      device=CPU, owner=packed, readonly=False, copied=False)
     with pytest.raises(hb.UnsupportedError, match=f"packed {name}"):
         ht.from_hurray(t)
 
 
 def _packed_bool(values: np.ndarray) -> tuple[Tensor, np.ndarray]:
     packed = hnp.pack_subbyte(values.astype(np.uint8), 1)
-    t = Tensor._dense(nptr(packed) if packed.size else 0, values.shape, hb.bool, None, False,
-                      CPU, packed, True, False)
+    t = Tensor._dense(nptr(packed) if packed.size else 0, values.shape, hb.bool, strides=None,
+                      padded=False, device=CPU, owner=packed, readonly=True, copied=False)
     return t, packed
 
 
@@ -400,7 +401,8 @@ def test_one_bit_bool_unpacked_with_report(shape: tuple[int, ...]) -> None:
 
 def test_one_bit_bool_ignores_trailing_bits() -> None:
     packed = np.array([0b1111_0101], np.uint8)  # 3 elements: 1, 0, 1; the rest is padding
-    t = Tensor._dense(nptr(packed), (3,), hb.bool, None, False, CPU, packed, False, False)
+    t = Tensor._dense(nptr(packed), (3,), hb.bool, strides=None, padded=False, device=CPU,
+                      owner=packed, readonly=False, copied=False)
     with pytest.warns(hb.CopyWarning):
         assert ht.from_hurray(t).tolist() == [True, False, True]
 
@@ -493,7 +495,8 @@ def test_pinned_host_device_imports_as_cpu() -> None:
     # torch imports kDLCUDAHost as "Unsupported device_type: 3"; the adapter hands such
     # host memory over as CPU memory (a fake pinned tensor: memory from NumPy).
     a = np.arange(5, dtype=np.int32)
-    t = Tensor._dense(nptr(a), (5,), hb.int32, None, False, Device(3, 0), a, False, False)
+    t = Tensor._dense(nptr(a), (5,), hb.int32, strides=None, padded=False, device=Device(3, 0),
+                      owner=a, readonly=False, copied=False)
     y = ht.from_hurray(t, copy=False)
     assert y.device.type == "cpu" and y.data_ptr() == nptr(a) and y.tolist() == a.tolist()
 
