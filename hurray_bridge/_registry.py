@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 from .errors import BackendNotAvailableError, UnsupportedError
 
-__all__ = ["ADAPTERS", "adapter_for", "get_adapter", "route_for_type", "special_for_tensor",
-           "special_torch"]
+__all__ = ["ADAPTERS", "adapter_for", "get_adapter", "get_adapter_module", "route_for_type",
+           "special_for_tensor", "special_torch"]
 
 
 class AdapterSpec(NamedTuple):
@@ -87,6 +87,15 @@ def get_adapter(name: str) -> ModuleType:
         raise BackendNotAvailableError(spec.framework, spec.extra, detail) from exc
     _LOADED[name] = (modname, mod)
     return mod
+
+
+def get_adapter_module(name: str, topic: str) -> ModuleType:
+    """An adapter's module for one topic (``"sparse"``, ``"quant"``, ``"shards"``,
+    ``"shortcuts"``): ``hurray_bridge.adapters.<framework>.<topic>``; imports the
+    framework if needed, with get_adapter's error when it is not installed."""
+    get_adapter(name)  # the same refusal for an unknown or missing framework
+    spec = ADAPTERS[_ALIASES.get(name, name)]
+    return importlib.import_module(f"hurray_bridge.adapters.{spec.name}.{topic}")
 
 
 @lru_cache(maxsize=256)
