@@ -16,15 +16,12 @@ import importlib.util
 import sys
 from functools import lru_cache
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
+from typing import Any, NamedTuple
 
 from .errors import BackendNotAvailableError, UnsupportedError
 
-__all__ = ["ADAPTERS", "adapter_for", "get_adapter", "get_adapter_module", "route_for_type",
-           "special_for_tensor", "special_torch"]
+__all__ = ["ADAPTERS", "adapter_for", "adapter_name_for_type", "get_adapter",
+           "get_adapter_module"]
 
 
 class AdapterSpec(NamedTuple):
@@ -109,48 +106,6 @@ def adapter_name_for_type(tp: type) -> str | None:
             if top in _MODULE_TO_ADAPTER:
                 return _MODULE_TO_ADAPTER[top]
     return name
-
-
-# Sparse and quantized natives: routed to hurray_bridge.sparse / hurray_bridge.quant.
-# Recognised by type name and module only, so nothing is imported to recognise them.
-_SPARSE_MODULES = ("scipy.sparse", "cupyx.scipy.sparse", "jax.experimental.sparse")
-_ARROW_SPARSE = frozenset(
-    {"SparseCOOTensor", "SparseCSRMatrix", "SparseCSCMatrix", "SparseCSFTensor"}
-)
-
-
-@lru_cache(maxsize=256)
-def route_for_type(tp: type) -> tuple[bool, str] | None:
-    """``(True, module)`` for a sparse/quantized type, ``(False, adapter)`` for a dense one."""
-    for base in tp.__mro__:
-        mod = base.__module__
-        if mod.startswith(_SPARSE_MODULES) or (
-            mod == "pyarrow.lib" and base.__name__ in _ARROW_SPARSE
-        ):
-            return True, "hurray_bridge.sparse"
-        if mod == "hurray_bridge.quant" and base.__name__ == "QuantizedArray":
-            return True, "hurray_bridge.quant"
-    name = adapter_name_for_type(tp)
-    return None if name is None else (False, name)
-
-
-def special_torch(obj: Any) -> ModuleType | None:
-    """The module for a sparse or quantized torch tensor (which the torch adapter refuses)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(obj, torch.Tensor):
-        return None
-    if obj.layout is not torch.strided:
-        return importlib.import_module("hurray_bridge.sparse")
-    if obj.is_quantized:
-        return importlib.import_module("hurray_bridge.quant")
-    return None
-
-
-def special_for_tensor(t: Tensor) -> ModuleType:
-    """The module that converts a non-dense hb.Tensor (sparse or quantized)."""
-    if t.descriptor.layout.is_sparse:
-        return importlib.import_module("hurray_bridge.sparse")
-    return importlib.import_module("hurray_bridge.quant")
 
 
 def adapter_for(obj: Any) -> ModuleType | None:
