@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from math import prod
 from typing import Any, NamedTuple
 
-from . import _capsule
+from . import _capsule, _subbyte
 from ._dlpack import (
     DLPACK_VERSION,
     FLAG_IS_COPIED,
@@ -606,10 +606,10 @@ def canonical_bytes(t: Tensor) -> bytes:
     if not t.dtype.is_subbyte:
         return raw
     bits, n = t.dtype.bits, t.descriptor.element_count
-    mask = (1 << bits) - 1
     if c.descriptor.padded:
+        mask = (1 << bits) - 1
         return bytes(b & mask for b in raw[:n])
-    return bytes((raw[(i * bits) // 8] >> ((i * bits) % 8)) & mask for i in range(n))
+    return bytes(_subbyte.unpack(raw, n, bits))
 
 
 def _rebuild(desc: bytes, payload: list[Any], readonly: bool) -> Tensor:

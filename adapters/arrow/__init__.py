@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from hurray_bridge import _subbyte
 from hurray_bridge._copy_policy import check_copy, warn_copy
 from hurray_bridge._memory import HostAllocation, alloc_aligned
 from hurray_bridge._registry import get_adapter
@@ -148,12 +149,9 @@ def _repack_bits(src: int, bit_offset: int, n: int) -> HostAllocation | None:
     out = alloc_aligned(-(-n // 8))
     if out is None:
         return None
-    start = src + bit_offset // 8
     shift = bit_offset % 8
-    # A Python int does the whole shift in one C loop: no per-bit Python work.
-    raw = ctypes.string_at(start, -(-(shift + n) // 8))
-    bits = (int.from_bytes(raw, "little") >> shift) & ((1 << n) - 1)
-    ctypes.memmove(out.ptr, bits.to_bytes(out.nbytes, "little"), out.nbytes)
+    raw = ctypes.string_at(src + bit_offset // 8, -(-(shift + n) // 8))
+    ctypes.memmove(out.ptr, _subbyte.shift_bits(raw, shift, n), out.nbytes)
     return out
 
 

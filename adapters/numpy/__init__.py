@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from hurray_bridge import _subbyte
 from hurray_bridge._copy_policy import check_copy, warn_copy
 from hurray_bridge._memory import _byte_array, _byte_arrays
 from hurray_bridge.dtypes import DType, native_types
@@ -101,25 +102,14 @@ def dtype_of(dt: np.dtype) -> DType:
 # ---------------------------------------------------------------- sub-byte packing
 def pack_subbyte(codes: np.ndarray, bits: int) -> np.ndarray:
     """Pack ``bits``-wide codes (one per byte, low bits) LSB-first into uint8."""
-    per = 8 // bits
-    flat = np.ascontiguousarray(codes).reshape(-1).view(np.uint8) & np.uint8((1 << bits) - 1)
-    n = flat.size
-    padded = np.zeros(-(-n // per) * per, np.uint8)
-    padded[:n] = flat
-    lanes = padded.reshape(-1, per)
-    out = np.zeros(lanes.shape[0], np.uint8)
-    for j in range(per):
-        out |= lanes[:, j] << np.uint8(j * bits)
+    out: np.ndarray = _subbyte.pack(codes, bits)
     return out
 
 
 def unpack_subbyte(packed: np.ndarray, count: int, bits: int) -> np.ndarray:
     """Unpack ``count`` LSB-first ``bits``-wide codes to one uint8 per element."""
-    per = 8 // bits
-    src = np.asarray(packed, np.uint8).reshape(-1)
-    shifts = (np.arange(per, dtype=np.uint8) * bits).astype(np.uint8)
-    codes = (src[:, None] >> shifts) & np.uint8((1 << bits) - 1)
-    return codes.reshape(-1)[:count]
+    out: np.ndarray = _subbyte.unpack(packed, count, bits)
+    return out
 
 
 # --------------------------------------------------------------------- to Hurray

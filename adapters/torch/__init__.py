@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from hurray_bridge import _subbyte
 from hurray_bridge._copy_policy import check_copy, user_stacklevel, warn_copy
 from hurray_bridge._memory import host_array
 from hurray_bridge.descriptor import MAX_RANK
@@ -448,9 +449,8 @@ def _unpack_bits(t: Tensor, host: bool) -> torch.Tensor:
     """1-bit packed bool (LSB-first, row-major) as torch.bool: always a new tensor."""
     n = _numel(t.shape)
     raw = _byte_view(t, host, (t.nbytes,), None, torch.uint8)
-    shifts = torch.arange(8, dtype=torch.uint8, device=raw.device)
-    bits = (raw.unsqueeze(-1) >> shifts) & 1
-    return bits.reshape(-1)[:n].to(torch.bool).reshape(t.shape)
+    shifts = torch.tensor(_subbyte.lane_shifts(1), dtype=torch.uint8, device=raw.device)
+    return _subbyte.unpack_lanes(raw, n, 1, shifts).to(torch.bool).reshape(t.shape)
 
 
 def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> torch.Tensor:
