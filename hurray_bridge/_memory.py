@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Sequence
+from math import prod
 from typing import Any
 
-__all__ = ["ALIGNMENT", "HostAllocation", "alloc_aligned", "buffer_address", "host_array",
-           "host_view"]
+from ._numpy import numpy
+
+__all__ = ["ALIGNMENT", "HostAllocation", "aligned_zeros", "alloc_aligned", "buffer_address",
+           "host_array", "host_view"]
 
 ALIGNMENT = 64
 
@@ -72,6 +76,21 @@ def host_view(ptr: int, nbytes: int, owner: object, readonly: bool = False) -> m
     # A c_ubyte array exports format "<B"; cast gives the plain "B" callers expect.
     view = memoryview(arr).cast("B")
     return view.toreadonly() if readonly else view
+
+
+def aligned_zeros(shape: Sequence[int], dtype: Any) -> Any:
+    """A zeroed NumPy array in fresh 64-byte aligned memory (none at all when empty).
+
+    Memory the bridge allocates is 64-byte aligned (DESIGN.md), which is also what
+    JAX needs to alias host memory instead of copying it again.
+    """
+    np = numpy()
+    dt = np.dtype(dtype)
+    n = prod(int(s) for s in shape)
+    alloc = alloc_aligned(n * dt.itemsize)
+    if alloc is None:
+        return np.zeros(tuple(shape), dt)  # zero bytes: nothing is allocated
+    return np.ndarray(tuple(shape), dt, buffer=host_view(alloc.ptr, alloc.nbytes, alloc))
 
 
 class _PyBuffer(ctypes.Structure):

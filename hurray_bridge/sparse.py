@@ -30,33 +30,45 @@ start at 0, never decrease and end at ``nnz``, and a canonical claim to hold —
 with vectorised operations of whichever framework holds the memory (NumPy for
 host memory, CuPy, JAX or torch on a device). A defect raises FormatError
 naming the field. A tensor this module assembled itself is not checked twice.
+
+This module holds what every framework shares: the components (:class:`SparseParts`),
+the index checks, assembly and the NumPy reference :func:`densify`. Each framework's
+own objects are handled by its adapter's ``sparse`` module,
+``hurray_bridge.adapters.<framework>.sparse``, found through the registry; every one
+of them has the same three functions:
+
+``to_hurray(obj, *, copy) -> Tensor``
+    the framework's sparse object as a sparse hb.Tensor (its components converted by
+    the adapter's own dense ``to_hurray``, the indices checked with :func:`check`,
+    put together with :func:`assemble`);
+``from_hurray(p, *, device, copy, checked) -> native``
+    :class:`SparseParts` as the framework's sparse object; ``checked`` is False only for
+    device memory, which the adapter checks itself (:func:`verify`, with its array
+    library's :class:`ArrayOps`) once it holds the components as its own arrays;
+``to_dense(native) -> native``
+    the framework's own dense array of such an object (``densify=True`` of a device
+    tensor: the framework densifies where the memory is).
 """
 
 from __future__ import annotations
 
-import sys
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from math import prod
 from typing import Any
 
-from ._copy_policy import warn_copy
-from ._memory import alloc_aligned, host_view
-from ._registry import _ALIASES, ADAPTERS, get_adapter
-from .conversion import asarray
+from ._copy_policy import check_copy, require_copy
+from ._memory import aligned_zeros  # also still imported from here by quant.py and matrix.py
+from ._numpy import numpy
+from ._registry import _ALIASES, ADAPTERS, adapter_for, get_adapter, get_adapter_module
 from .descriptor import Descriptor, Sparse, check_empty_nnz
-from .dtypes import DType, Kind
-from .errors import (
-    BackendNotAvailableError,
-    CopyRequiredError,
-    CopyWarning,
-    FormatError,
-    UnsupportedError,
-)
+from .dtypes import DType
+from .errors import CopyRequiredError, CopyWarning, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
-from .tensor import CPU, Buffer, Tensor
+from .tensor import CPU, Buffer, Tensor, from_dlpack
 
 __all__ = [
     "SparseParts",
@@ -70,8 +82,8 @@ __all__ = [
 ]
 
 _COO, _CSR, _CSC = Layout.COO, Layout.CSR, Layout.CSC
-_ARROW_CLASSES = {"SparseCOOTensor": _COO, "SparseCSRMatrix": _CSR, "SparseCSCMatrix": _CSC}
-_SCIPY_LAYOUTS = {"coo": _COO, "csr": _CSR, "csc": _CSC}
+_ARROW_CLASSES = frozenset({"SparseCOOTensor", "SparseCSRMatrix", "SparseCSCMatrix",
+                            "SparseCSFTensor"})
 _HOST_DEVICES = (None, "cpu", CPU, (1, 0))
 
 # Tensors assembled here (so already checked): from_hurray does not check them again.
@@ -162,45 +174,32 @@ def parts(t: Tensor) -> SparseParts:
 
 
 # ======================================================================== validation
-class _Ops:
-    """The array operations validation needs that NumPy, CuPy, JAX and torch spell apart."""
+class ArrayOps:
+    """The array operations validation needs beyond indexing and comparison, for the
+    array library ``xp`` that holds the memory: NumPy's spelling, which CuPy and
+    jax.numpy share. An adapter whose library spells them apart (torch) overrides them.
+    """
 
-    def __init__(self, arr: Any) -> None:
-        top = type(arr).__module__.partition(".")[0]
-        self.is_torch = top == "torch"
-        if self.is_torch:
-            import torch
-
-            self.m: Any = torch
-        elif top == "cupy":
-            import cupy
-
-            self.m = cupy
-        elif top in ("jax", "jaxlib"):
-            import jax.numpy as jnp
-
-            self.m = jnp
-        else:
-            import numpy
-
-            self.m = numpy
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
 
     def first(self, mask: Any) -> int:
         """Position of the first True of a boolean vector that has one."""
-        if self.is_torch:
-            return int(mask.nonzero()[0, 0])
-        return int(self.m.argmax(mask.astype("int8")))
+        return int(self.xp.argmax(mask.astype("int8")))
 
     def major_ids(self, indptr: Any, nnz: int) -> Any:
         """The row (CSR) or column (CSC) of every entry, given a checked ``indptr``."""
-        if self.is_torch:
-            pos = self.m.arange(nnz, dtype=indptr.dtype, device=indptr.device)
-            return self.m.searchsorted(indptr, pos, right=True) - 1
-        return self.m.searchsorted(indptr, self.m.arange(nnz, dtype=indptr.dtype),
-                                   side="right") - 1
+        return self.xp.searchsorted(indptr, self.xp.arange(nnz, dtype=indptr.dtype),
+                                    side="right") - 1
 
 
-def _check_range(ops: _Ops, idx: Any, size: int, dim: int, what: str) -> None:
+@cache
+def host_ops() -> ArrayOps:
+    """NumPy's operations, for host memory (NumPy is imported on first use)."""
+    return ArrayOps(numpy())
+
+
+def _check_range(ops: ArrayOps, idx: Any, size: int, dim: int, what: str) -> None:
     """Every entry of the non-empty vector ``idx`` lies in ``[0, size)``."""
     lo, hi = int(idx.min()), int(idx.max())
     if lo >= 0 and hi < size:
@@ -226,16 +225,15 @@ def _lex_increasing(rows: Sequence[Any]) -> bool:
     return bool(lt.all())
 
 
-def _check(layout: Layout, shape: tuple[int, ...], nnz: int, indices: Any, indptr: Any,
-           trust_canonical: bool = False) -> bool:
-    """Check index contents (native arrays of any framework); return whether canonical.
+def check(ops: ArrayOps, layout: Layout, shape: tuple[int, ...], nnz: int, indices: Any,
+          indptr: Any, trust_canonical: bool = False) -> bool:
+    """Check index contents (native arrays of ``ops``' library); return whether canonical.
 
     ``indices`` is ``(rank, nnz)`` for COO and ``(nnz,)`` for CSR/CSC.
     ``trust_canonical`` takes a framework's own "sorted and unique" flag instead of
     re-checking the order (the ranges are checked all the same).
     """
     check_empty_nnz(layout, shape, nnz)  # before the indices, to name the real defect
-    ops = _Ops(indices)
     if layout == _COO:
         rank = len(shape)
         if tuple(indices.shape) != (rank, nnz):
@@ -255,7 +253,7 @@ def _check(layout: Layout, shape: tuple[int, ...], nnz: int, indices: Any, indpt
     if tuple(indices.shape) != (nnz,):
         raise FormatError(f"{layout.name} INDICES has shape {tuple(indices.shape)} but nnz is "
                           f"{nnz}", field="sparse.nnz")
-    _check_indptr(ops, layout, indptr, nnz)
+    check_indptr(ops, layout, indptr, nnz)
     if nnz == 0:
         return True
     _check_range(ops, indices, shape[minor], minor, f"{layout.name} INDICES")
@@ -264,7 +262,7 @@ def _check(layout: Layout, shape: tuple[int, ...], nnz: int, indices: Any, indpt
     return _lex_increasing([ops.major_ids(indptr, nnz), indices])
 
 
-def _check_indptr(ops: _Ops, layout: Layout, indptr: Any, nnz: int) -> None:
+def check_indptr(ops: ArrayOps, layout: Layout, indptr: Any, nnz: int) -> None:
     """INDPTR starts at 0, never decreases and ends at ``nnz``."""
     n = int(indptr.shape[0]) - 1
     first = int(indptr[0])
@@ -284,9 +282,10 @@ def _check_indptr(ops: _Ops, layout: Layout, indptr: Any, nnz: int) -> None:
                           "stored entries; it must end at nnz", field="indptr")
 
 
-def _verify(p: SparseParts, idx: Any, ptr: Any) -> bool:
-    """Check ``p``'s indices (given as native arrays) and its canonical claim."""
-    canonical = _check(p.layout, p.shape, p.nnz, idx, ptr)
+def verify(ops: ArrayOps, p: SparseParts, idx: Any, ptr: Any) -> bool:
+    """Check ``p``'s indices (given as native arrays of ``ops``' library) and its
+    canonical claim; return whether canonical."""
+    canonical = check(ops, p.layout, p.shape, p.nnz, idx, ptr)
     if p.canonical and not canonical:
         raise FormatError(
             f"the descriptor claims canonical {p.layout.name} indices (sorted, no duplicates) "
@@ -296,7 +295,12 @@ def _verify(p: SparseParts, idx: Any, ptr: Any) -> bool:
     return canonical
 
 
-def _host_arrays(p: SparseParts) -> tuple[Any, Any]:
+def _verify(p: SparseParts, idx: Any, ptr: Any) -> bool:
+    """:func:`verify` of a host tensor's index arrays (from :func:`host_arrays`)."""
+    return verify(host_ops(), p, idx, ptr)
+
+
+def host_arrays(p: SparseParts) -> tuple[Any, Any]:
     """NumPy views of a host tensor's index buffers."""
     np_ad = get_adapter("numpy")
     idx = np_ad.from_hurray(p.indices, copy=False)
@@ -313,26 +317,21 @@ def validate(t: Tensor) -> bool:
     p = parts(t)
     if not t.device.is_host_accessible:
         raise UnsupportedError(f"validate() reads host memory; this tensor is on {t.device}")
-    return _verify(p, *_host_arrays(p))
+    return _verify(p, *host_arrays(p))
 
 
 # ========================================================================== assembly
-def _need_copy(copy: bool | None, why: str) -> None:
-    if copy is False:
-        raise CopyRequiredError(f"{why}, which is a copy, but copy=False")
-
-
 def _compact(c: Tensor, copy: bool | None, what: str) -> Tensor:
     if c.strides is None:
         return c
-    _need_copy(copy, f"the {what} component is strided {list(c.strides)} and a Hurray buffer "
-                     "is compact, so it must be compacted")
+    require_copy(copy, None, f"the {what} component is strided {list(c.strides)} and a "
+                             "Hurray buffer is compact, so it must be compacted")
     return c.copy()
 
 
-def _assemble(layout: Layout, shape: Sequence[int], values: Tensor, indices: Tensor,
-              indptr: Tensor | None, canonical: bool, *, copy: bool | None = None,
-              copied: bool = False, checked: bool = True) -> Tensor:
+def assemble(layout: Layout, shape: Sequence[int], values: Tensor, indices: Tensor,
+             indptr: Tensor | None, canonical: bool, *, copy: bool | None = None,
+             copied: bool = False, checked: bool = True) -> Tensor:
     """A sparse hb.Tensor over dense components (whose index contents were checked)."""
     values = _compact(values, copy, "VALUES")
     indices = _compact(indices, copy, "INDICES")
@@ -373,6 +372,25 @@ def _assemble(layout: Layout, shape: Sequence[int], values: Tensor, indices: Ten
     return t
 
 
+def _dense(obj: Any, copy: bool | None) -> Tensor:
+    """A dense component (native array, DLPack producer or hb.Tensor) as an hb.Tensor:
+    ``hb.asarray`` for dense arrays, through the object's own adapter."""
+    if copy is not None and copy is not True and copy is not False:
+        check_copy(copy)
+    if isinstance(obj, Tensor):
+        return obj.copy() if copy else obj
+    adapter = adapter_for(obj)
+    if adapter is not None:
+        t: Tensor = adapter.to_hurray(obj, copy=copy)
+        return t
+    if hasattr(obj, "__dlpack__"):
+        return from_dlpack(obj, copy=copy)
+    raise UnsupportedError(
+        f"cannot convert {type(obj).__module__}.{type(obj).__qualname__} to hb.Tensor: "
+        f"it is not an array of {', '.join(ADAPTERS)} and has no __dlpack__"
+    )
+
+
 def make_sparse(layout: Layout | str, shape: Sequence[int], values: Any, indices: Any,
                 indptr: Any = None, *, canonical: bool | None = None,
                 copy: bool | None = None) -> Tensor:
@@ -391,9 +409,9 @@ def make_sparse(layout: Layout | str, shape: Sequence[int], values: Any, indices
         raise FormatError(f"{lay.name} {'takes no' if lay == _COO else 'needs an'} indptr",
                           field="indptr")
     shape = tuple(int(d) for d in shape)
-    v = asarray(values, copy=copy)
-    i = _compact(asarray(indices, copy=copy), copy, "INDICES")
-    p = None if indptr is None else _compact(asarray(indptr, copy=copy), copy, "INDPTR")
+    v = _dense(values, copy)
+    i = _compact(_dense(indices, copy), copy, "INDICES")
+    p = None if indptr is None else _compact(_dense(indptr, copy), copy, "INDPTR")
     if v.ndim != 1:
         raise FormatError(f"values must have shape (nnz,), got {list(v.shape)}", field="values")
     if p is not None and p.dtype != i.dtype:
@@ -401,14 +419,14 @@ def make_sparse(layout: Layout | str, shape: Sequence[int], values: Any, indices
                           "sparse tensor has one index type", field="sparse.index_dtype")
     if not v.device.is_host_accessible:
         # Checked (with the framework's own operations) when a framework imports it.
-        return _assemble(lay, shape, v, i, p, bool(canonical), copy=copy, checked=False)
+        return assemble(lay, shape, v, i, p, bool(canonical), copy=copy, checked=False)
     parts_ = SparseParts(lay, shape, v, i, p, bool(canonical))
-    real = _verify(parts_, *_host_arrays(parts_))
-    return _assemble(lay, shape, v, i, p, real if canonical is None else bool(canonical),
-                     copy=copy)
+    real = _verify(parts_, *host_arrays(parts_))
+    return assemble(lay, shape, v, i, p, real if canonical is None else bool(canonical),
+                    copy=copy)
 
 
-def _view(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+def prefix_view(t: Tensor, shape: tuple[int, ...]) -> Tensor:
     """The first elements of a compact host tensor under another shape (no copy)."""
     n = prod(shape)
     return Tensor._dense(t.data_ptr if n else 0, shape, t.dtype, strides=None,
@@ -416,12 +434,26 @@ def _view(t: Tensor, shape: tuple[int, ...]) -> Tensor:
                          copied=t.copied)
 
 
-def _readonly(t: Tensor) -> Tensor:
-    if t.readonly:
-        return t
-    return Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=t.strides,
-                         padded=t.descriptor.padded, device=t.device, owner=t.owner, readonly=True,
-                         copied=t.copied)
+def host_only(who: str, p: SparseParts, device: Any) -> None:
+    """Refuse a target device, or a tensor, that is not host memory, for host-only ``who``."""
+    if device not in _HOST_DEVICES:
+        raise UnsupportedError(f"{who} lives on the CPU; device={device!r} is not possible")
+    if not p.device.is_host_accessible:
+        raise UnsupportedError(f"this sparse tensor is on {p.device} and {who} reads host "
+                               "memory; convert it to its own framework (e.g. 'cupy') instead")
+
+
+def report_if_copied(name: str, who: str, kept: Sequence[Any], given: Sequence[Any],
+                     copy: bool | None, addr: Callable[[Any], int]) -> None:
+    """A framework constructor copied a component after all: say so, never silently.
+
+    ``kept`` are the arrays the constructed object holds, ``given`` those it was given
+    (None for an absent component); ``addr`` is the address of such an array.
+    """
+    moved = sum(1 for k, g in zip(kept, given, strict=True)
+                if g is not None and g.size and addr(k) != addr(g))
+    if moved and not copy:
+        require_copy(copy, name, f"{who} copied {moved} component(s) on construction")
 
 
 # ========================================================================= to Hurray
@@ -431,19 +463,21 @@ def is_sparse_native(obj: Any) -> bool:
 
 
 def _kind(obj: Any) -> str | None:
+    """The adapter whose sparse module takes ``obj``, told by type names (imports nothing)."""
     for tp in type(obj).__mro__:
         mod = tp.__module__
         if mod.startswith("scipy.sparse"):
-            return "scipy"
+            return "numpy"
         if mod.startswith("cupyx.scipy.sparse"):
-            return "cupyx"
+            return "cupy"
         if mod.startswith("jax.experimental.sparse"):
             return "jax"
-        if mod == "pyarrow.lib" and tp.__name__ in (*_ARROW_CLASSES, "SparseCSFTensor"):
+        if mod == "pyarrow.lib" and tp.__name__ in _ARROW_CLASSES:
             return "arrow"
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor) and obj.layout is not torch.strided:
-        return "torch"
+    for tp in type(obj).__mro__:
+        if tp.__module__ == "torch" and tp.__name__ == "Tensor":
+            # torch.strided is the dense layout; any other is sparse.
+            return None if str(obj.layout) == "torch.strided" else "torch"
     return None
 
 
@@ -462,309 +496,8 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
             f"{type(obj).__module__}.{type(obj).__qualname__} is not a sparse array of "
             "scipy.sparse, torch, jax.experimental.sparse, pyarrow or cupyx.scipy.sparse"
         )
-    return _FROM[kind](obj, copy)
-
-
-def _from_scipy(m: Any, copy: bool | None) -> Tensor:
-    fmt = getattr(m, "format", None)
-    layout = _SCIPY_LAYOUTS.get(fmt)  # type: ignore[arg-type]
-    if layout is None:
-        raise UnsupportedError(
-            f"scipy.sparse format {fmt!r} has no Hurray layout; convert it first with "
-            ".tocsr(), .tocsc() or .tocoo()"
-        )
-    import numpy as np
-
-    shape = tuple(int(d) for d in m.shape)
-    if layout == _COO:
-        coords = tuple(m.coords) if hasattr(m, "coords") else (m.row, m.col)
-        nnz = int(m.data.shape[0])
-        idx_t = _stacked(coords, nnz)
-        copied = idx_t is None
-        if idx_t is None:
-            _need_copy(copy, "scipy COO keeps one coordinate vector per dimension and Hurray "
-                             "one (rank, nnz) array, so they must be stacked")
-            idx_t = asarray(np.stack(np.broadcast_arrays(*coords)).astype(
-                np.result_type(*coords), copy=False))
-        idx = get_adapter("numpy").from_hurray(idx_t, copy=False)
-        # scipy's COO flag is a plain attribute that sum_duplicates() sets, and older scipy
-        # sorted column-major there (scipy/scipy#10050): the order is checked here instead.
-        canonical = _check(_COO, shape, nnz, idx, None)
-        return _assemble(_COO, shape, asarray(m.data, copy=copy),
-                         idx_t.copy() if copy else idx_t, None, canonical, copy=copy,
-                         copied=copied)
-    indices, indptr, copied = m.indices, m.indptr, False
-    if indices.dtype != indptr.dtype:
-        _need_copy(copy, f"scipy indices ({indices.dtype}) and indptr ({indptr.dtype}) differ "
-                         "and Hurray has one index type, so one must be converted")
-        dt = np.promote_types(indices.dtype, indptr.dtype)
-        indices, indptr, copied = indices.astype(dt), indptr.astype(dt), True
-    nnz = int(indptr[-1])
-    # scipy may keep data/indices longer than nnz: the prefix is the matrix.
-    indices, data = indices[:nnz], m.data[:nnz]
-    if len(shape) == 1:
-        # A 1-D csr_array (scipy >= 1.15) is one row: its column indices are COO coordinates.
-        idx = indices.reshape(1, nnz)
-        canonical = _check(_COO, shape, nnz, idx, None)
-        return _assemble(_COO, shape, asarray(data, copy=copy), asarray(idx, copy=copy), None,
-                         canonical, copy=copy, copied=copied)
-    # CSR/CSC has_canonical_format is computed by scipy itself (and cached).
-    canonical = _check(layout, shape, nnz, indices, indptr, bool(m.has_canonical_format))
-    return _assemble(layout, shape, asarray(data, copy=copy), asarray(indices, copy=copy),
-                     asarray(indptr, copy=copy), canonical, copy=copy, copied=copied)
-
-
-def _stacked(coords: Sequence[Any], nnz: int) -> Tensor | None:
-    """The coordinate vectors as one (rank, nnz) hb.Tensor when memory already holds them so.
-
-    True when scipy was given the rows of one (rank, nnz) array (``coo_array((v,
-    tuple(idx)))``, and what :func:`from_hurray` builds): no copy then.
-    """
-    if not coords:
-        return None
-    dt = coords[0].dtype
-    if any(c.dtype != dt or c.shape != (nnz,) or not c.flags.c_contiguous for c in coords):
-        return None
-    head = asarray(coords[0])
-    if nnz == 0:
-        return _view(head, (len(coords), 0))
-    base, step = head.data_ptr, nnz * dt.itemsize
-    if any(c.__array_interface__["data"][0] != base + j * step for j, c in enumerate(coords)):
-        return None
-    ro = any(not c.flags.writeable for c in coords)
-    return Tensor._dense(base, (len(coords), nnz), head.dtype, strides=None, padded=False,
-                         device=CPU, owner=tuple(coords), readonly=ro, copied=False)
-
-
-def _from_torch(x: Any, copy: bool | None) -> Tensor:
-    import torch
-
-    layout = x.layout
-    if x.requires_grad:
-        x = x.detach()  # same memory, no autograd history
-    shape = tuple(x.shape)
-    if layout == torch.sparse_coo:
-        if x.dense_dim():
-            raise UnsupportedError(
-                f"hybrid torch COO tensor (sparse_dim {x.sparse_dim()}, dense_dim "
-                f"{x.dense_dim()}): Hurray COO stores one scalar per entry; convert with "
-                "x.to_dense().to_sparse() first"
-            )
-        # indices()/values() refuse uncoalesced tensors; the underscored ones do not.
-        idx, vals = x._indices(), x._values()
-        nnz = int(vals.shape[0])
-        # torch's is_coalesced() means sorted (row-major) and unique: kept when it says so.
-        canonical = _check(_COO, shape, nnz, idx, None, x.is_coalesced())
-        return _assemble(_COO, shape, _torch_comp(vals, copy), _torch_comp(idx, copy), None,
-                         canonical, copy=copy)
-    if layout in (torch.sparse_csr, torch.sparse_csc):
-        csr = layout == torch.sparse_csr
-        if x.dim() != 2:
-            raise UnsupportedError(
-                f"batched torch {layout} tensor of shape {list(shape)}: Hurray CSR/CSC is "
-                "rank 2; convert each matrix of the batch separately"
-            )
-        vals = x.values()
-        if vals.dim() != 1:
-            raise UnsupportedError(f"hybrid torch {layout} tensor (values of shape "
-                                   f"{list(vals.shape)}): Hurray stores one scalar per entry")
-        ptr, idx = ((x.crow_indices(), x.col_indices()) if csr
-                    else (x.ccol_indices(), x.row_indices()))
-        lay = _CSR if csr else _CSC
-        # torch does not enforce sorted, unique indices unless its invariant checks are on.
-        canonical = _check(lay, shape, int(vals.shape[0]), idx, ptr)
-        return _assemble(lay, shape, _torch_comp(vals, copy), _torch_comp(idx, copy),
-                         _torch_comp(ptr, copy), canonical, copy=copy)
-    raise UnsupportedError(
-        f"torch layout {layout} has no Hurray layout (Hurray has COO, CSR and CSC); "
-        "convert with x.to_sparse_csr() or x.to_sparse_coo() first"
-    )
-
-
-def _torch_comp(c: Any, copy: bool | None) -> Tensor:
-    if not c.is_contiguous() and not c.is_cpu:
-        # The bridge compacts host memory itself (_compact); a device tensor is compacted
-        # by torch, on its device.
-        _need_copy(copy, f"a strided torch sparse component (strides {c.stride()}) must be "
-                         "made compact")
-        t = asarray(c.contiguous())
-        return Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=None, padded=False,
-                             device=t.device, owner=t.owner, readonly=False, copied=True,
-                             source=c.contiguous())
-    return asarray(c, copy=copy)
-
-
-def _oob_rows(xp: Any, coords: Any, shape: tuple[int, ...]) -> Any:
-    """Entries (rows of an (nse, rank) array) with an index at or past its dimension."""
-    out = None
-    limit = xp.iinfo(coords.dtype).max
-    for j, size in enumerate(shape):
-        if size > limit:
-            continue  # no index of this type can reach it
-        col = coords[:, j] >= size
-        out = col if out is None else out | col
-    return out
-
-
-def _from_jax(x: Any, copy: bool | None) -> Tensor:
-    name = type(x).__name__
-    if name not in ("BCOO", "BCSR"):
-        raise UnsupportedError(f"jax.experimental.sparse.{name} has no Hurray layout; "
-                               "convert it to BCOO or BCSR first")
-    if x.n_batch or x.n_dense:
-        raise UnsupportedError(
-            f"{name} with n_batch={x.n_batch}, n_dense={x.n_dense}: Hurray sparse layouts have "
-            "neither batch nor dense dimensions; use jax.experimental.sparse."
-            "bcoo_update_layout(x, n_batch=0, n_dense=0) (or BCSR.to_bcoo()) first"
-        )
-    shape = tuple(int(d) for d in x.shape)
-    trust = bool(x.indices_sorted and x.unique_indices)
-    data_t, idx_t = asarray(x.data, copy=copy), asarray(x.indices, copy=copy)
-    host = data_t.device.is_host_accessible
-    xp: Any
-    if host:
-        import numpy
-
-        xp = numpy
-        np_ad = get_adapter("numpy")
-        data, indices = np_ad.from_hurray(data_t, copy=False), np_ad.from_hurray(idx_t, copy=False)
-    else:
-        import jax.numpy
-
-        xp = jax.numpy
-        data, indices = x.data, x.indices
-    # JAX pads with out-of-range entries (index == shape: BCOO.fromdense(nse=...),
-    # sum_duplicates, BCSR padding past indptr[-1]); its todense() drops every
-    # out-of-range entry, so none of them is data. They are stripped, never passed on.
-    if xp.issubdtype(indices.dtype, xp.signedinteger) and indices.size and \
-            bool((indices < 0).any()):
-        raise FormatError(f"this {name} has a negative index, which is no stored entry",
-                          field="indices")
-    copied = False
-    if name == "BCOO":
-        nse, rank = int(data.shape[0]), len(shape)
-        oob = _oob_rows(xp, indices, shape) if nse and rank else None
-        if oob is not None and bool(oob.any()):
-            _need_copy(copy, "this BCOO holds out-of-range padding entries, which are not data "
-                             "and must be stripped")
-            keep = ~oob
-            data, indices, copied = data[keep], indices[keep], True
-            data_t = asarray(data)
-        nnz = int(data.shape[0])
-        if rank == 1 or nnz <= 1:
-            coo = indices.reshape(rank, nnz)  # the same memory: no transposition needed
-            idx_t = (_view(idx_t, (rank, nnz)) if host and not copied and idx_t.strides is None
-                     else asarray(coo))
-        else:
-            _need_copy(copy, "BCOO stores coordinates as (nnz, rank) and Hurray COO as "
-                             "(rank, nnz), so they must be transposed")
-            coo = xp.ascontiguousarray(indices.T) if host else xp.transpose(indices)
-            idx_t, copied = asarray(coo), True
-        canonical = _check(_COO, shape, nnz, coo, None, trust)
-        return _assemble(_COO, shape, data_t, idx_t, None, canonical, copy=copy,
-                         copied=copied)
-
-    ptr_t = asarray(x.indptr, copy=copy)
-    indptr = get_adapter("numpy").from_hurray(ptr_t, copy=False) if host else x.indptr
-    nnz, nse = int(indptr[-1]), int(data.shape[0])
-    if not 0 <= nnz <= nse:
-        raise FormatError(f"BCSR indptr ends at {nnz}, outside its {nse} stored entries",
-                          field="indptr")
-    inner = indices[:nnz]
-    bad = ((inner >= shape[1]) if shape[1] <= xp.iinfo(inner.dtype).max else None) if nnz else None
-    if bad is not None and bool(bad.any()):
-        _need_copy(copy, "this BCSR holds out-of-range padding entries inside indptr, which "
-                         "must be stripped")
-        _check_indptr(_Ops(indptr), _CSR, indptr, nnz)  # before searchsorted relies on it
-        keep = ~bad
-        major = xp.searchsorted(indptr, xp.arange(nnz, dtype=indptr.dtype), side="right") - 1
-        counts = xp.bincount(major[keep], minlength=shape[0]).astype(indptr.dtype)
-        indptr = xp.concatenate([xp.zeros(1, indptr.dtype), xp.cumsum(counts).astype(indptr.dtype)])
-        data, inner = data[:nnz][keep], inner[keep]
-        nnz = int(inner.shape[0])
-        data_t, idx_t, ptr_t, copied = asarray(data), asarray(inner), asarray(indptr), True
-    elif nnz < nse:
-        # Padding past indptr[-1] only: the stored prefix is the matrix (a view on the host;
-        # JAX slices on a device are new arrays).
-        if host and data_t.strides is None and idx_t.strides is None:
-            data_t, idx_t = _view(data_t, (nnz,)), _view(idx_t, (nnz,))
-        else:
-            _need_copy(copy, "this BCSR holds padding entries past indptr[-1], which must be "
-                             "sliced off")
-            data_t, idx_t, copied = asarray(data[:nnz]), asarray(inner), True
-    canonical = _check(_CSR, shape, nnz, inner, indptr, trust)
-    if idx_t.dtype != ptr_t.dtype:
-        _need_copy(copy, f"BCSR indices ({idx_t.dtype.name}) and indptr ({ptr_t.dtype.name}) "
-                         "differ and Hurray has one index type")
-        wide = xp.promote_types(inner.dtype, indptr.dtype)
-        idx_t, ptr_t, copied = asarray(inner.astype(wide)), asarray(indptr.astype(wide)), True
-    return _assemble(_CSR, shape, data_t, idx_t, ptr_t, canonical, copy=copy, copied=copied)
-
-
-def _from_arrow(obj: Any, copy: bool | None) -> Tensor:
-    name = type(obj).__name__
-    layout = _ARROW_CLASSES.get(name)
-    if layout is None:
-        raise UnsupportedError(
-            f"pyarrow {name} (compressed sparse fibre) has no Hurray layout; convert it with "
-            "to_tensor() (dense) or to a SparseCOOTensor first"
-        )
-    import numpy as np
-
-    shape = tuple(int(d) for d in obj.shape)
-    arrays = obj.to_numpy()  # zero-copy views of the Arrow buffers; data is (nnz, 1)
-    data = arrays[0].reshape(-1)
-    nnz = int(data.shape[0])
-    if layout == _COO:
-        coords, rank = arrays[1], len(shape)  # (nnz, rank), row-major
-        if rank == 1 or nnz <= 1:
-            idx, copied = coords.reshape(rank, nnz), False
-        else:
-            _need_copy(copy, "Arrow COO stores coordinates as (nnz, rank) and Hurray COO as "
-                             "(rank, nnz), so they must be transposed")
-            idx, copied = np.ascontiguousarray(coords.T), True
-        canonical = _check(_COO, shape, nnz, idx, None, bool(obj.has_canonical_format))
-        return _assemble(_COO, shape, _arrow_comp(data, copy), _arrow_comp(idx, copy), None,
-                         canonical, copy=copy, copied=copied)
-    indptr, indices = arrays[1], arrays[2]
-    canonical = _check(layout, shape, nnz, indices, indptr)
-    return _assemble(layout, shape, _arrow_comp(data, copy), _arrow_comp(indices, copy),
-                     _arrow_comp(indptr, copy), canonical, copy=copy)
-
-
-def _arrow_comp(a: Any, copy: bool | None) -> Tensor:
-    t = asarray(a, copy=copy)
-    # Arrow memory is immutable: read-only, as the dense Arrow adapter marks it.
-    return t if copy else _readonly(t)
-
-
-def _from_cupyx(m: Any, copy: bool | None) -> Tensor:
-    import cupy
-
-    fmt = getattr(m, "format", None)
-    layout = _SCIPY_LAYOUTS.get(fmt)  # type: ignore[arg-type]
-    if layout is None:
-        raise UnsupportedError(f"cupyx.scipy.sparse format {fmt!r} has no Hurray layout; "
-                               "convert it first with .tocsr(), .tocsc() or .tocoo()")
-    shape = tuple(int(d) for d in m.shape)
-    nnz = int(m.nnz)
-    if layout == _COO:
-        _need_copy(copy, "cupyx COO keeps row and col apart and Hurray one (2, nnz) array, so "
-                         "they must be stacked")
-        with m.data.device:
-            idx = cupy.stack([m.row, m.col])
-        canonical = _check(_COO, shape, nnz, idx, None,
-                           bool(getattr(m, "has_canonical_format", False)))
-        return _assemble(_COO, shape, asarray(m.data, copy=copy), asarray(idx), None,
-                         canonical, copy=copy, copied=True)
-    data, indices, indptr = m.data[:nnz], m.indices[:nnz], m.indptr
-    canonical = _check(layout, shape, nnz, indices, indptr)
-    return _assemble(layout, shape, asarray(data, copy=copy), asarray(indices, copy=copy),
-                     asarray(indptr, copy=copy), canonical, copy=copy)
-
-
-_FROM = {"scipy": _from_scipy, "torch": _from_torch, "jax": _from_jax, "arrow": _from_arrow,
-         "cupyx": _from_cupyx}
+    t: Tensor = get_adapter_module(kind, "sparse").to_hurray(obj, copy=copy)
+    return t
 
 
 # ======================================================================= from Hurray
@@ -797,312 +530,10 @@ def from_hurray(t: Tensor, to: str, *, device: Any = None, copy: bool | None = N
     p = parts(t)
     checked = t in _VALIDATED
     if not checked and t.device.is_host_accessible:
-        _verify(p, *_host_arrays(p))
+        _verify(p, *host_arrays(p))
         checked = True
-    return _TO[name](p, device, copy, checked)
-
-
-def _comp(name: str, c: Tensor, device: Any, copy: bool | None) -> Any:
-    # Component conversions report their own copies (CopyWarning / CopyRequiredError).
-    return get_adapter(name).from_hurray(c, device=device, copy=copy)
-
-
-def _cast(name: str, arr: Any, dtype: Any, copy: bool | None, why: str) -> Any:
-    _report(name, copy, why)
-    if type(arr).__module__.partition(".")[0] == "torch":
-        return arr.to(dtype)
-    return arr.astype(dtype)
-
-
-def _report(name: str, copy: bool | None, why: str) -> None:
-    if copy is False:
-        raise CopyRequiredError(f"{why}, which is a copy, but copy=False")
-    if copy is None:
-        warn_copy(name, why)
-
-
-def _report_if_copied(name: str, who: str, kept: Sequence[Any], given: Sequence[Any],
-                      copy: bool | None) -> None:
-    """A framework constructor copied a component after all: say so, never silently."""
-
-    def addr(a: Any) -> int:
-        if hasattr(a, "data_ptr"):
-            return int(a.data_ptr())
-        if hasattr(a, "__array_interface__"):
-            return int(a.__array_interface__["data"][0])
-        return int(a.data.ptr)  # cupy
-
-    moved = sum(1 for k, g in zip(kept, given, strict=True)
-                if g is not None and g.size and addr(k) != addr(g))
-    if moved and not copy:
-        _report(name, copy, f"{who} copied {moved} component(s) on construction")
-
-
-def _host_only(who: str, p: SparseParts, device: Any) -> None:
-    if device not in _HOST_DEVICES:
-        raise UnsupportedError(f"{who} lives on the CPU; device={device!r} is not possible")
-    if not p.device.is_host_accessible:
-        raise UnsupportedError(f"this sparse tensor is on {p.device} and {who} reads host "
-                               "memory; convert it to its own framework (e.g. 'cupy') instead")
-
-
-def _to_scipy(p: SparseParts, device: Any, copy: bool | None, checked: bool) -> Any:
-    _host_only("scipy.sparse", p, device)
-    try:
-        import scipy.sparse as sps
-    except ImportError as exc:
-        raise BackendNotAvailableError(
-            "scipy", "test", "a sparse tensor converts to numpy as a scipy.sparse array; pass "
-            "densify=True for a dense NumPy array instead") from exc
-    import numpy as np
-    from scipy.sparse import _sputils
-
-    data = _comp("numpy", p.values, None, copy)
-    if data.dtype not in [np.dtype(d) for d in _sputils.supported_dtypes]:
-        raise UnsupportedError(
-            f"scipy.sparse cannot hold {p.values.dtype.name} values (it holds bool, integers, "
-            "float32/64 and complex); convert with densify=True, or cast the values first"
-        )
-    idx = _comp("numpy", p.indices, None, copy)
-    ptr = None if p.indptr is None else _comp("numpy", p.indptr, None, copy)
-    if idx.dtype not in (np.int32, np.int64):
-        wide = np.int32 if idx.dtype.itemsize <= 2 else np.int64
-        idx = _cast("numpy", idx, wide, copy,
-                    f"scipy.sparse indices are int32 or int64, not {idx.dtype}")
-        ptr = None if ptr is None else ptr.astype(wide)
-    if p.layout == _COO:
-        m = sps.coo_array((data, tuple(idx)), shape=p.shape, copy=False)
-        m.has_canonical_format = p.canonical
-        _report_if_copied("numpy", "scipy.sparse", [m.data, *m.coords], [data, *tuple(idx)],
-                          copy)
-        return m
-    cls = sps.csr_array if p.layout == _CSR else sps.csc_array
-    m = cls((data, idx, ptr), shape=p.shape, copy=False)
-    if p.canonical:
-        m.has_canonical_format = True  # verified: spares scipy its own pass
-    _report_if_copied("numpy", "scipy.sparse", [m.data, m.indices, m.indptr], [data, idx, ptr],
-                      copy)
-    return m
-
-
-def _to_torch(p: SparseParts, device: Any, copy: bool | None, checked: bool) -> Any:
-    import torch
-
-    vals = _comp("torch", p.values, device, copy)
-    idx = _comp("torch", p.indices, device, copy)
-    ptr = None if p.indptr is None else _comp("torch", p.indptr, device, copy)
-    if not checked:
-        _verify(p, idx, ptr)
-    if p.layout == _COO:
-        if idx.dtype != torch.int64:
-            idx = _cast("torch", idx, torch.int64, copy,
-                        f"torch COO indices are int64, not {p.index_dtype.name}")
-        # Aliases idx and vals (no copy); the checks above replace torch's own.
-        return torch.sparse_coo_tensor(idx, vals, p.shape, is_coalesced=p.canonical,
-                                       check_invariants=False)
-    assert ptr is not None
-    if idx.dtype not in (torch.int32, torch.int64):
-        idx = _cast("torch", idx, torch.int64, copy,
-                    f"torch compressed indices are int32 or int64, not {p.index_dtype.name}")
-        ptr = ptr.to(torch.int64)
-    make = torch.sparse_csr_tensor if p.layout == _CSR else torch.sparse_csc_tensor
-    return make(ptr, idx, vals, p.shape, check_invariants=False)
-
-
-def _to_jax(p: SparseParts, device: Any, copy: bool | None, checked: bool) -> Any:
-    import jax
-    import jax.numpy as jnp
-    from jax.experimental import sparse as jsparse
-
-    host = p.device.is_host_accessible
-    idx_t, ptr_t = p.indices, p.indptr
-    reported = False
-    if p.index_dtype.bits == 64 and not jax.config.read("jax_enable_x64"):
-        # JAX narrows 64-bit arrays silently without x64 (jax-ml/jax#11895); narrow the
-        # indices here instead, after the range check, and say so.
-        if not host:
-            raise UnsupportedError("64-bit sparse indices on a device need jax_enable_x64")
-        if max((*p.shape, p.nnz), default=0) > 2**31 - 1:
-            raise UnsupportedError(f"{p.index_dtype.name} indices of shape {list(p.shape)} do "
-                                   "not fit int32; enable jax_enable_x64")
-        _report("jax", copy, f"JAX without jax_enable_x64 holds 32-bit indices; the "
-                             f"{p.index_dtype.name} indices are narrowed to int32")
-        idx_n, ptr_n = _host_arrays(p)
-        idx_t = asarray(idx_n.astype("int32"))
-        ptr_t = None if ptr_n is None else asarray(ptr_n.astype("int32"))
-        reported = True
-    vals = _comp("jax", p.values, device, copy)
-    if p.layout == _CSR:
-        assert ptr_t is not None
-        idx = _comp("jax", idx_t, device, copy)
-        ptr = _comp("jax", ptr_t, device, copy)
-        if not checked:
-            _verify(p, idx, ptr)
-        return jsparse.BCSR((vals, idx, ptr), shape=p.shape, indices_sorted=p.canonical,
-                            unique_indices=p.canonical)
-    if p.layout == _CSC:
-        assert ptr_t is not None
-        if not reported:
-            _report("jax", copy, "JAX has no CSC layout; the matrix becomes a BCOO whose "
-                                 "column coordinates are computed from INDPTR")
-        rows = _comp("jax", idx_t, device, None)
-        ptr = _comp("jax", ptr_t, device, None)
-        if not checked:
-            _verify(p, rows, ptr)
-        cols = jnp.repeat(jnp.arange(p.shape[1], dtype=rows.dtype), ptr[1:] - ptr[:-1],
-                          total_repeat_length=p.nnz)
-        # Column-major order: not "sorted" in BCOO's (row-major) sense; unique if canonical.
-        return jsparse.BCOO((vals, jnp.stack([rows, cols], axis=1)), shape=p.shape,
-                            indices_sorted=False, unique_indices=p.canonical)
-    rank, nnz = len(p.shape), p.nnz
-    if (rank == 1 or nnz <= 1) and host:
-        idx = _comp("jax", _view(idx_t, (nnz, rank)), device, copy)  # the same memory
-    else:
-        idx_rm = _comp("jax", idx_t, device, copy)
-        if not checked:
-            _verify(p, idx_rm, None)
-        if not reported:
-            _report("jax", copy, "BCOO stores coordinates as (nnz, rank) and Hurray COO as "
-                                 "(rank, nnz), so they are transposed")
-        idx = jnp.transpose(idx_rm)
-    return jsparse.BCOO((vals, idx), shape=p.shape, indices_sorted=p.canonical,
-                        unique_indices=p.canonical)
-
-
-def _to_arrow(p: SparseParts, device: Any, copy: bool | None, checked: bool) -> Any:
-    _host_only("Arrow", p, device)
-    import numpy as np
-    import pyarrow as pa
-
-    vt = p.values.dtype
-    if vt.kind not in (Kind.INT, Kind.UINT, Kind.FLOAT) or vt.is_subbyte or (
-            vt.kind == Kind.FLOAT and vt.name not in ("float16", "float32", "float64")):
-        raise UnsupportedError(
-            f"Arrow sparse tensors hold int8..int64, uint8..uint64 and float16/32/64 values, "
-            f"not {vt.name}; convert with densify=True, or cast the values first"
-        )
-    data = _comp("numpy", p.values, None, copy)
-    idx = _comp("numpy", p.indices, None, copy)
-    ptr = None if p.indptr is None else _comp("numpy", p.indptr, None, copy)
-    if idx.dtype != np.int64:
-        # pyarrow's from_numpy would convert any other index type to int64 itself (tensor.pxi).
-        idx = _cast("arrow", idx, np.int64, copy,
-                    f"Arrow sparse indices are int64, not {p.index_dtype.name}")
-        ptr = None if ptr is None else ptr.astype(np.int64)
-    if not p.canonical:
-        summed = _summed_duplicates(p.layout, p.shape, data, idx, ptr)
-        if summed is not None:
-            # A repeated index means the sum of its values (memory-layout.md §5.5, as in
-            # SciPy, torch and JAX), but Arrow's to_tensor() keeps one of them (pyarrow
-            # 26.0.1): hand Arrow the summed entries instead.
-            _report("arrow", copy, "Arrow does not sum repeated indices; they are summed first")
-            data, idx, ptr = summed
-    nnz = int(data.shape[0])
-    values = data.reshape(nnz, 1)  # Arrow's sparse data has shape (nnz, 1)
-    if p.layout == _COO:
-        rank = len(p.shape)
-        if nnz == 0:
-            # pyarrow 26.0.1 refuses an empty (0, rank) coordinate array unless its strides are
-            # (8, 8): "SparseCOOIndex indices must be contiguous" (its own from_scipy of an
-            # empty matrix fails the same way).
-            coords = np.lib.stride_tricks.as_strided(np.zeros(1, np.int64), (0, rank), (8, 8))
-        elif rank == 1 or nnz == 1:
-            coords = idx.reshape(nnz, rank)
-        else:
-            _report("arrow", copy, "Arrow COO stores coordinates as (nnz, rank) and Hurray COO "
-                                   "as (rank, nnz), so they are transposed")
-            coords = np.ascontiguousarray(idx.T)
-        return pa.SparseCOOTensor.from_numpy(values, coords, shape=p.shape)
-    cls = pa.SparseCSRMatrix if p.layout == _CSR else pa.SparseCSCMatrix
-    return cls.from_numpy(values, ptr, idx, shape=p.shape)
-
-
-def _summed_duplicates(layout: Layout, shape: tuple[int, ...], data: Any, idx: Any,
-                       ptr: Any) -> tuple[Any, Any, Any] | None:
-    """Host arrays with repeated indices summed (canonical order), or None if none repeat."""
-    import numpy as np
-
-    nnz = int(data.shape[0])
-    if nnz < 2:
-        return None
-    if layout == _COO:
-        dims, keys = shape, tuple(idx.astype(np.intp))
-    else:
-        n_major = shape[0] if layout == _CSR else shape[1]
-        dims = (n_major, shape[1] if layout == _CSR else shape[0])
-        keys = (np.repeat(np.arange(n_major, dtype=np.intp), np.diff(ptr.astype(np.intp))),
-                idx.astype(np.intp))
-    flat = np.ravel_multi_index(keys, dims)
-    order = np.argsort(flat, kind="stable")  # stable: values are summed in storage order
-    flat = flat[order]
-    first = np.concatenate([[True], flat[1:] != flat[:-1]])
-    if first.all():
-        return None
-    starts = np.flatnonzero(first)
-    vals = np.add.reduceat(data[order], starts)
-    coords = np.unravel_index(flat[starts], dims)
-    if layout == _COO:
-        return vals, np.stack(coords).astype(idx.dtype), None
-    counts = np.bincount(coords[0], minlength=dims[0])
-    new_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(ptr.dtype)
-    return vals, coords[1].astype(idx.dtype), new_ptr
-
-
-def _to_cupyx(p: SparseParts, device: Any, copy: bool | None, checked: bool) -> Any:
-    import cupy
-    from cupyx.scipy import sparse as csp
-
-    vt = p.values.dtype.name
-    if vt not in ("bool8", "float32", "float64", "complex64", "complex128"):
-        raise UnsupportedError(
-            f"cupyx.scipy.sparse holds bool, float32/64 and complex64/128 values, not {vt} "
-            "(cupy/cupy#10148); convert with densify=True, or cast the values first"
-        )
-    if p.layout == _COO and len(p.shape) != 2:
-        raise UnsupportedError(f"cupyx.scipy.sparse COO is rank 2; this tensor has rank "
-                               f"{len(p.shape)}")
-    data = _comp("cupy", p.values, device, copy)
-    idx = _comp("cupy", p.indices, device, copy)
-    ptr = None if p.indptr is None else _comp("cupy", p.indptr, device, copy)
-    if not checked:
-        _verify(p, idx, ptr)
-    if idx.dtype != cupy.int32:
-        # cupyx matrices hold int32 indices whenever the values fit: CuPy 13 narrows any
-        # index array to int32 unchecked, newer CuPy picks int32 from the contents
-        # (cupyx/scipy/sparse/_compressed.py). Narrow here, after the range check, and say so.
-        if max((*p.shape, p.nnz), default=0) <= 2**31 - 1:
-            wide = cupy.int32
-        elif int(cupy.__version__.split(".")[0]) < 14:
-            raise UnsupportedError(
-                f"CuPy {cupy.__version__} holds int32 sparse indices only and this tensor "
-                f"(shape {list(p.shape)}, nnz {p.nnz}) needs int64")
-        else:
-            wide = cupy.int64
-        if idx.dtype != wide:
-            idx = _cast("cupy", idx, wide, copy,
-                        f"cupyx.scipy.sparse indices are {cupy.dtype(wide).name} here, not "
-                        f"{p.index_dtype.name}")
-            ptr = None if ptr is None else ptr.astype(wide)
-    with data.device:
-        if p.layout == _COO:
-            m = csp.coo_matrix((data, (idx[0], idx[1])), shape=p.shape)
-            kept, given = [m.data], [data]
-        else:
-            cls = csp.csr_matrix if p.layout == _CSR else csp.csc_matrix
-            # Older CuPy keeps int32 indices only: int64 ones are narrowed (a reported copy).
-            m = cls((data, idx, ptr), shape=p.shape, copy=False)
-            kept, given = [m.data, m.indices, m.indptr], [data, idx, ptr]
-    if p.canonical:
-        try:
-            m.has_canonical_format = True
-        except AttributeError:  # a CuPy without the setter
-            pass
-    _report_if_copied("cupy", "cupyx.scipy.sparse", kept, given, copy)
-    return m
-
-
-_TO = {"numpy": _to_scipy, "torch": _to_torch, "jax": _to_jax, "arrow": _to_arrow,
-       "cupy": _to_cupyx}
+    return get_adapter_module(name, "sparse").from_hurray(p, device=device, copy=copy,
+                                                          checked=checked)
 
 
 # =========================================================================== densify
@@ -1113,23 +544,23 @@ def densify(t: Any) -> Tensor:
     reference: a device tensor densifies with ``hb.convert(t, fw, densify=True)``.
     """
     if not isinstance(t, Tensor):
-        t = asarray(t)
+        t = to_hurray(t) if is_sparse_native(t) else _dense(t, None)
     d = _require_sparse(t)
     if not t.device.is_host_accessible:
         raise UnsupportedError(
             f"hb.densify() is a host (NumPy) reference and this tensor is on {t.device}; use "
             "hb.convert(t, '<framework>', densify=True), which densifies on the device"
         )
-    import numpy as np
-
+    np = numpy()
     p = parts(t)
-    idx, ptr = _host_arrays(p)
+    idx, ptr = host_arrays(p)
     if t not in _VALIDATED:
         _verify(p, idx, ptr)
+    np_ad = get_adapter("numpy")
     with warnings.catch_warnings():
         # Packed sub-byte values are unpacked on purpose: densify makes new memory anyway.
         warnings.simplefilter("ignore", CopyWarning)
-        vals = get_adapter("numpy").from_hurray(p.values, copy=None)
+        vals = np_ad.from_hurray(p.values, copy=None)
     if p.layout == _COO:
         coords = tuple(idx.astype(np.intp))
     else:
@@ -1147,31 +578,14 @@ def densify(t: Any) -> Tensor:
             raise UnsupportedError(
                 f"this {d.layout.name} tensor repeats indices, whose values must be summed, "
                 f"but NumPy cannot add {d.dtype.name} values ({exc})") from exc
-    res = asarray(out)
+    res = np_ad.to_hurray(out)
     return Tensor._dense(res.data_ptr, res.shape, res.dtype, strides=None,
                          padded=res.descriptor.padded, device=CPU, owner=res.owner, readonly=False,
                          copied=True)
 
 
-def aligned_zeros(shape: Sequence[int], dtype: Any) -> Any:
-    """A zeroed NumPy array in fresh 64-byte aligned memory (none at all when empty).
-
-    Memory the bridge allocates is 64-byte aligned (DESIGN.md), which is also what
-    JAX needs to alias host memory instead of copying it again.
-    """
-    import numpy as np
-
-    dt = np.dtype(dtype)
-    n = prod(int(s) for s in shape)
-    alloc = alloc_aligned(n * dt.itemsize)
-    if alloc is None:
-        return np.zeros(tuple(shape), dt)  # zero bytes: nothing is allocated
-    return np.ndarray(tuple(shape), dt, buffer=host_view(alloc.ptr, alloc.nbytes, alloc))
-
-
 def _unique(coords: tuple[Any, ...], shape: tuple[int, ...]) -> bool:
-    import numpy as np
-
+    np = numpy()
     flat = np.ravel_multi_index(coords, shape)
     return bool(np.unique(flat).size == flat.size)
 
@@ -1183,11 +597,4 @@ def _densify_to(t: Tensor, name: str, device: Any, copy: bool | None) -> Any:
         return get_adapter(name).from_hurray(densify(t), device=device, copy=None)
     # Device memory: build the framework's own sparse object there and let it densify.
     native = from_hurray(t, name, device=device, copy=None)
-    if name == "torch":
-        return native.to_dense()
-    if name == "cupy":
-        return native.toarray()
-    if name == "jax":
-        return native.todense()
-    raise UnsupportedError(f"a {t.device} sparse tensor cannot be densified for {name}; "
-                           "densify it in its own framework first")
+    return get_adapter_module(name, "sparse").to_dense(native)
