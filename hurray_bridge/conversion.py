@@ -16,9 +16,9 @@ from typing import Any
 
 from . import _shortcuts
 from ._copy_policy import check_copy, warn_copy
-from ._registry import _ALIASES, ADAPTERS, adapter_name_for_type, get_adapter
+from ._registry import _ALIASES, adapter_name_for_type, get_adapter
 from .errors import UnsupportedError
-from .tensor import Tensor, from_dlpack
+from .tensor import Tensor, from_producer
 
 __all__ = ["asarray", "convert", "convert_full"]
 
@@ -93,12 +93,7 @@ def asarray(obj: Any, copy: bool | None = None) -> Tensor:
                 raise
             t = mod.to_hurray(obj, copy=copy)
         return t
-    if hasattr(obj, "__dlpack__"):
-        return from_dlpack(obj, copy=copy)
-    raise UnsupportedError(
-        f"cannot convert {type(obj).__module__}.{type(obj).__qualname__} to hb.Tensor: "
-        f"it is not an array of {', '.join(ADAPTERS)} and has no __dlpack__"
-    )
+    return from_producer(obj, copy)
 
 
 def convert_full(

@@ -68,7 +68,7 @@ from .descriptor import Descriptor, Sparse, check_empty_nnz
 from .dtypes import DType
 from .errors import CopyRequiredError, CopyWarning, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
-from .tensor import CPU, Buffer, Tensor, from_dlpack
+from .tensor import CPU, Buffer, Tensor, from_producer
 
 __all__ = [
     "SparseParts",
@@ -383,12 +383,7 @@ def _dense(obj: Any, copy: bool | None) -> Tensor:
     if adapter is not None:
         t: Tensor = adapter.to_hurray(obj, copy=copy)
         return t
-    if hasattr(obj, "__dlpack__"):
-        return from_dlpack(obj, copy=copy)
-    raise UnsupportedError(
-        f"cannot convert {type(obj).__module__}.{type(obj).__qualname__} to hb.Tensor: "
-        f"it is not an array of {', '.join(ADAPTERS)} and has no __dlpack__"
-    )
+    return from_producer(obj, copy)
 
 
 def make_sparse(layout: Layout | str, shape: Sequence[int], values: Any, indices: Any,

@@ -31,7 +31,8 @@ from .errors import CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
 
 __all__ = [
-    "CPU", "Buffer", "Device", "Tensor", "canonical_bytes", "from_dlpack", "host_copy",
+    "CPU", "Buffer", "Device", "Tensor", "canonical_bytes", "from_dlpack", "from_producer",
+    "host_copy",
 ]
 
 # Device types whose memory the host can read directly (pinned and managed memory).
@@ -780,6 +781,19 @@ def _reported_device(reported: Any) -> Device:
         raise FormatError(f"__dlpack_device__ returned {reported!r}; expected a (device_type, "
                           "device_id) pair of non-negative integers", field="device")
     return dev
+
+
+def from_producer(obj: Any, copy: bool | None) -> Tensor:
+    """The end of every "any array to hb.Tensor" path: :func:`from_dlpack` for an object
+    with ``__dlpack__`` that no adapter claimed, else the error naming what is accepted."""
+    if hasattr(obj, "__dlpack__"):
+        return from_dlpack(obj, copy=copy)
+    from ._registry import ADAPTERS
+
+    raise UnsupportedError(
+        f"cannot convert {type(obj).__module__}.{type(obj).__qualname__} to hb.Tensor: "
+        f"it is not an array of {', '.join(ADAPTERS)} and has no __dlpack__"
+    )
 
 
 def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM) -> Tensor:
