@@ -240,7 +240,7 @@ def _disarm_exports() -> None:
         # The compiled deleter also covers the consumers that read the deleter field
         # before this rewrite, or are already waiting for the GIL in it: a thread that
         # gets the GIL during finalisation is ended inside XLA's noexcept destructors,
-        # and the process aborts (see _speedups.c). A ctypes callback cannot do that:
+        # and the process aborts (see _speedups_c/deleters.c). A ctypes callback cannot do that:
         # it asks for the GIL before any of our code runs.
         _stop_foreign_releases(2000)
     write = ctypes.memmove

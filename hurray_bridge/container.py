@@ -37,11 +37,12 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ._memory import alloc_aligned, buffer_address
+from ._safetensors_header import read_header_from
 from ._trailing import placed_pieces, set_trailing_bits
 from .conversion import asarray
 from .descriptor import Descriptor
 from .errors import FormatError, UnsupportedError
-from .layout import Layout
+from .layout import BufferRole, Layout
 from .tensor import CPU, Buffer, Tensor
 from .wire import BufferEntry, decode_prefix, encode
 
@@ -747,16 +748,13 @@ def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = Fals
     :class:`UnsupportedError`, before they are opened.
 
     A safetensors file (known by its content, whatever its name) loads the same
-    way, through :func:`hurray_bridge.safetensors_io.load_open`.
+    way (its header is read by :mod:`hurray_bridge._safetensors_header`).
     """
     with _open_regular(path) as f:
         head = f.read(16)
         f.seek(0)
         if head[:4] != MAGIC and len(head) >= 9 and head[8:9] == b"{":
-            from .safetensors_io import load_open
-
-            loaded: TensorFile = load_open(f, os.fspath(path), mmap=mmap, verify=verify)
-            return loaded
+            return _load_safetensors(f, os.fspath(path), mmap=mmap, verify=verify)
         h, entries, meta = _read_head(f)
         if not mmap:
             if verify:
@@ -781,6 +779,45 @@ def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = Fals
     alignment = _pow2_alignment(owner.address + h.data_offset, h.alignment)
     tensors = _tensors_over(entries, owner.address + h.data_offset, owner, True)
     return TensorFile(tensors, meta, alignment)
+
+
+def _load_safetensors(f: Any, path: str, *, mmap: bool = True,
+                      verify: bool = False) -> TensorFile:
+    """A safetensors file, opened as ``f`` (a regular file at offset 0), as a ``TensorFile``.
+
+    What :func:`hurray_bridge.load` returns for a safetensors file: the tensors
+    point into one read-only memory map of the file (``mmap=False``: each is
+    read into fresh, writable, 64-byte aligned memory) and ``metadata`` is its
+    ``__metadata__``. The format has no checksums, so ``verify=True`` checks
+    what every load checks: the header and that each tensor's bytes are there.
+    """
+    if sys.byteorder != "little":
+        raise UnsupportedError("safetensors is little-endian; this host is big-endian")
+    idx = read_header_from(f)
+    entries = [EntryInfo(i, e.name, e.descriptor,
+                         (BufferEntry(BufferRole.DATA, e.begin, e.end - e.begin),), None)
+               for i, e in enumerate(idx.entries)]
+    if not mmap:
+        return TensorFile(_copy_tensors(entries, _file_reader(f, idx.data_start)),
+                          dict(idx.metadata), BUFFER_ALIGNMENT)
+    if idx.file_size == idx.data_start:  # no tensor bytes: nothing to map
+        return TensorFile(_tensors_over(entries, 0, None, True), dict(idx.metadata),
+                          BUFFER_ALIGNMENT)
+    mm = _map(f, idx.file_size)
+    view = memoryview(mm)
+    try:
+        owner = _Mapping(view, mm, path)
+    except BaseException:
+        view.release()
+        mm.close()
+        raise
+    base = owner.address + idx.data_start
+    # safetensors places tensors back to back: the guaranteed alignment is what they share
+    alignment = BUFFER_ALIGNMENT
+    for e in idx.entries:
+        if e.end > e.begin:
+            alignment = _pow2_alignment(base + e.begin, alignment)
+    return TensorFile(_tensors_over(entries, base, owner, True), dict(idx.metadata), alignment)
 
 
 def loads(buffer: Any, *, copy: bool = False, verify: bool = False) -> TensorFile:

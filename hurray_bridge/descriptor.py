@@ -8,9 +8,9 @@ the field, whether the descriptor comes from Python or from bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from .dtypes import DType, Kind, dtype_from_name
 from .errors import DynamicShapeError, FormatError
@@ -637,12 +637,12 @@ class Descriptor:
     # --------------------------------------------------------------- encoding
     def to_bytes(self) -> bytes:
         """The binary encoding of ``docs/spec/metadata.md``."""
-        return (_codec.encode or _load_codec().encode)(self)
+        return (_codec.encode or _no_codec())(self)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> Descriptor:
         """Decode untrusted bytes; any defect raises :class:`FormatError`."""
-        return (_codec.decode or _load_codec().decode)(data)
+        return (_codec.decode or _no_codec())(data)
 
     def __repr__(self) -> str:
         parts = [f"shape={shape_str(self.shape)}", f"dtype={self.dtype.name}"]
@@ -666,21 +666,30 @@ class Descriptor:
         return f"Descriptor({', '.join(parts)})"
 
 
+# The binary codec lives in wire.py, which builds descriptors and so sits above this
+# module. The dependency of to_bytes/from_bytes on it is inverted, in the open: wire.py
+# calls install_codec() when it is imported, and the package imports wire.py (through
+# container) before any caller can reach a Descriptor.
 class _Codec:
-    """wire.encode/decode, bound on first use (wire imports this module: no import cycle)."""
+    """wire.encode and wire.decode, once wire.py has installed them."""
 
-    encode: Any = None
-    decode: Any = None
+    encode: Callable[[Descriptor], bytes] | None = None
+    decode: Callable[[bytes | bytearray | memoryview], Descriptor] | None = None
 
 
 _codec = _Codec()
 
 
-def _load_codec() -> _Codec:
-    from . import wire
+def install_codec(encode: Callable[[Descriptor], bytes],
+                  decode: Callable[[bytes | bytearray | memoryview], Descriptor]) -> None:
+    """Bind :meth:`Descriptor.to_bytes` and :meth:`Descriptor.from_bytes` to the wire codec
+    (called by :mod:`hurray_bridge.wire` only, when it is imported)."""
+    _codec.encode, _codec.decode = encode, decode
 
-    _codec.encode, _codec.decode = wire.encode, wire.decode
-    return _codec
+
+def _no_codec() -> NoReturn:
+    raise RuntimeError("Descriptor.to_bytes() and from_bytes() need hurray_bridge.wire, "
+                       "which is not imported yet (import hurray_bridge imports it)")
 
 
 # The slots' own setters (the class's __setattr__ refuses, being frozen), in field order:

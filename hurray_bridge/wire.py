@@ -23,6 +23,7 @@ from .descriptor import (
     Quantization,
     Shard,
     Sparse,
+    install_codec,
 )
 from .dtypes import _BY_TAG as _DTYPE_BY_TAG
 from .dtypes import DType, dtype_from_tag
@@ -617,3 +618,8 @@ def decode(data: bytes | bytearray | memoryview) -> Descriptor:
     if size != n:
         raise FormatError(f"{n - size} trailing bytes after the descriptor", field="total_size")
     return d
+
+
+# Descriptor.to_bytes() and Descriptor.from_bytes() are these two (descriptor.py cannot
+# import this module, which builds descriptors: see install_codec there).
+install_codec(encode, decode)

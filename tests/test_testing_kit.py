@@ -25,6 +25,7 @@ import pytest
 
 import hurray_bridge as hb
 import hurray_bridge.testing as kit
+import hurray_bridge.testing._round_trip as round_trip
 from hurray_bridge.testing import CHECKS, CheckResult, Report, assert_round_trip, check_producer
 
 from . import broken_producers
@@ -472,20 +473,20 @@ def test_round_trip_names_a_failed_conversion() -> None:
 ], ids=["dtype", "shape", "values"])
 def test_round_trip_reports_what_changed(monkeypatch: pytest.MonkeyPatch, corrupt: Any,
                                          message: str) -> None:
-    real = kit._hop
+    real = round_trip._hop
 
     def hop(obj: Any, target: str, copy: bool | None) -> Any:
         out = real(obj, target, copy)
         return corrupt(out) if target == "numpy" else out
 
-    monkeypatch.setattr(kit, "_hop", hop)
+    monkeypatch.setattr(round_trip, "_hop", hop)
     with pytest.raises(AssertionError, match=message):
         assert_round_trip(_aligned((2, 3)), via=("hb",))
 
 
 def test_round_trip_copy_that_keeps_the_pointer_is_caught(monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    monkeypatch.setattr(kit, "_hop", lambda obj, target, copy: hb.asarray(obj)
+    monkeypatch.setattr(round_trip, "_hop", lambda obj, target, copy: hb.asarray(obj)
                         if target == "hb" else hb.convert(obj, target))
     with pytest.raises(AssertionError, match=r"^hop 1: numpy -> hb: copy=True kept the data "
                                              r"pointer 0x"):

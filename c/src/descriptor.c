@@ -7,8 +7,8 @@
  * the same defect; tests/test_c_library.py compares the two on mutated inputs.
  *
  * This file is self-contained (it needs only hurray.h and internal.h): the Python
- * extension hurray_bridge/_speedups.c compiles it too, so there is one copy of the wire
- * rules in C.
+ * extension hurray_bridge._speedups (hurray_bridge/_speedups_c/) compiles it too, so there
+ * is one copy of the wire rules in C.
  */
 #include "internal.h"
 

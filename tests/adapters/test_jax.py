@@ -685,8 +685,8 @@ def test_several_cpu_devices_and_sharding_in_a_fresh_process() -> None:
 def test_exiting_while_xla_releases_our_exports_does_not_abort() -> None:
     # jnp.from_dlpack(t, device=other) leaves the alias of t to be released by an XLA
     # worker thread once the transfer ends. Exiting meanwhile aborted about 60% of
-    # runs here (1000 transfers) before the exit hook in _speedups.c; the first torch ->
-    # JAX shortcut (torch's capsule over NumPy memory) again in 6 of 10.
+    # runs here (1000 transfers) before the exit hook in _speedups_c/deleters.c; the first
+    # torch -> JAX shortcut (torch's capsule over NumPy memory) again in 6 of 10.
     code = textwrap.dedent("""
         import sys
         if sys.argv[1] == "ctypes":  # as in the parent process

@@ -1,0 +1,43 @@
+/* hurray_bridge._speedups: compiled hot paths of hurray_bridge, each with a Python
+ * fallback that runs where this module was not built (setup.py builds it optionally).
+ *
+ * One extension, three concerns, one source file each (see speedups.h): hb.convert's
+ * shortcut front (front.c), the deleters of our DLPack exports (deleters.c) and the
+ * dense descriptor decoder (decoder.c). This file only puts them into one module.
+ */
+#include "speedups.h"
+
+static PyMethodDef speedups_functions[] = {
+    {"decode_dense", (PyCFunction)(void (*)(void))hb_decode_dense, METH_FASTCALL,
+     "decode_dense(data, n) -> (Descriptor, data offset, data length, total) or None"},
+    {"dense_decoder_setup", hb_dense_decoder_setup, METH_VARARGS,
+     "dense_decoder_setup(Descriptor, dtypes[256], bits[256], row_major, strided, slots)"},
+    {"capsule_hooks", hb_capsule_hooks, METH_VARARGS,
+     "capsule_hooks(exports, name_v, name_l) -> (deleter address, destructor address)"},
+    {"stop_foreign_releases", hb_stop_foreign_releases, METH_O,
+     "stop_foreign_releases(timeout_ms) -> unfinished deleter calls: at exit, threads "
+     "without the GIL stop releasing exports"},
+    {NULL}
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "hurray_bridge._speedups",
+    .m_doc = "Compiled hot paths of hurray_bridge (optional; Python fallbacks exist).",
+    .m_size = -1,
+    .m_methods = speedups_functions,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyObject *m = PyModule_Create(&speedups_module);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (hb_add_front(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
