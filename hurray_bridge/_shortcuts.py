@@ -59,7 +59,7 @@ def entry(fn: Callable[..., Any], *, guard: tuple[str, Any] | None = None,
     return (fn, attr, value, tuple(kw), tuple(kw.values()), bool(nonempty))
 
 
-_MAX_KWARGS = 4  # MAX_KWARGS in _speedups.c
+_MAX_KWARGS = 4  # MAX_KWARGS in _speedups_c/front.c
 
 
 def _valid(found: Any) -> bool:
