@@ -290,10 +290,11 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
     get_adapter("numpy")  # BackendNotAvailableError, with the pip extra, when NumPy is missing
     import os
 
-    import numpy as np
-
+    from ._numpy import numpy
     from .container import _open_regular
     from .errors import FormatError
+
+    np = numpy()
 
     _open_regular(path).close()  # a FIFO or device is refused here, not waited on by NumPy
     try:

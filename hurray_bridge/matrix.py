@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ._numpy import numpy
 from ._registry import ADAPTERS, get_adapter
 from .conversion import asarray, convert
 from .dtypes import DType, all_dtypes
@@ -99,8 +100,7 @@ def available_frameworks(candidates: Sequence[str] = CPU_TARGETS) -> list[str]:
 def _sample(dtype: DType, n: int) -> Any:
     """A NumPy array of ``n`` distinct representable values of ``dtype``."""
     np_adapter = get_adapter("numpy")
-    import numpy as np
-
+    np = numpy()
     if dtype.bits == 1:
         # bit-packed bool has no NumPy form: pack the bits and describe them as hb.bool
         from .tensor import CPU, Tensor

@@ -10,7 +10,8 @@ axis or per block; docs/spec/quantization.md).
   per-channel affine) convert both ways without copying the storage:
   ``DATA`` is read at ``x.data_ptr()`` (``int_repr()`` would copy it), and a
   quantized torch tensor is built over Hurray memory with ``Tensor.set_``.
-  Their scales are float64 and zero points int64, as torch keeps them.
+  Their scales are float64 and zero points int64, as torch keeps them. That
+  code is the torch adapter's (``hurray_bridge.adapters.torch.quant``).
 * Every other scheme (per-block int4 with e8m0 scales, float8 storage, ...)
   travels as a :class:`QuantizedArray`: the target framework's storage, scales
   and zero-point arrays next to the :class:`~hurray_bridge.Quantization`.
@@ -27,18 +28,26 @@ axis or per block; docs/spec/quantization.md).
 from __future__ import annotations
 
 import dataclasses
-import sys
 from math import prod
+from types import ModuleType
 from typing import Any, NamedTuple
 
-from ._copy_policy import warn_copy
-from ._registry import _ALIASES, ADAPTERS, get_adapter
-from .conversion import asarray
-from .descriptor import Quantization
-from .dtypes import DType, Kind, bool8, bool_, dtype_from_name, float32, float64, int64
-from .errors import CopyRequiredError, FormatError, UnsupportedError
+from ._copy_policy import check_copy, require_copy
+from ._memory import alloc_aligned
+from ._numpy import ml_dtypes, numpy
+from ._registry import (
+    _ALIASES,
+    ADAPTERS,
+    adapter_for,
+    adapter_name_for_type,
+    get_adapter,
+    get_adapter_module,
+)
+from .descriptor import Descriptor, Quantization
+from .dtypes import DType, Kind, bool8, bool_, dtype_from_name, float32, float64, uint8
+from .errors import FormatError, UnsupportedError
 from .layout import BufferRole, QuantScheme
-from .tensor import CPU, Buffer, Tensor
+from .tensor import CPU, Buffer, Tensor, from_dlpack
 
 __all__ = [
     "QuantizedArray",
@@ -99,7 +108,7 @@ def quantized(data: Any, scales: Any, zero_points: Any = None, *, quantization: 
         raise FormatError(f"expected an hb.Quantization, got {quantization!r}",
                           field="quantization")
     q = quantization
-    dt = asarray(data, copy=copy)
+    dt = _tensor(data, copy)
     if not dt.is_dense:
         raise UnsupportedError("quantized storage must be a dense tensor")
     # Builds (and validates) the descriptor: storage type, axis range, dynamic axis.
@@ -128,7 +137,7 @@ def quantized(data: Any, scales: Any, zero_points: Any = None, *, quantization: 
 
 def _param(obj: Any, dtype: DType | None, n: int, want: tuple[int, ...], what: str,
            copy: bool | None) -> Tensor:
-    t = asarray(obj, copy=copy)
+    t = _tensor(obj, copy)
     field = f"quantization.{what}"
     if not t.is_dense:
         raise FormatError(f"{what} must be a dense array", field=field)
@@ -141,15 +150,49 @@ def _param(obj: Any, dtype: DType | None, n: int, want: tuple[int, ...], what: s
             f"{got} {what} given; a {_name(want)} scale array for this shape has {n} "
             f"({list(want)})", field=field)
     if t.strides is not None:
-        if copy is False:
-            raise CopyRequiredError(f"the {what} are strided {list(t.strides)}; a Hurray buffer "
-                                    "is compact, so they must be copied, but copy=False")
+        why = f"the {what} are strided {list(t.strides)}; a Hurray buffer is compact"
+        require_copy(copy, None, why, refusal=f"{why}, so they must be copied, but copy=False")
         t = t.copy()
     return t
 
 
 def _name(shape: tuple[int, ...]) -> str:
     return "scalar" if not shape else f"{len(shape)}-D"
+
+
+def _tensor(obj: Any, copy: bool | None = None) -> Tensor:
+    """``obj`` as an hb.Tensor, as ``hb.asarray`` would make it of what this module takes.
+
+    Not ``hb.asarray`` itself: that routes quantized objects to this module, so this
+    module reaches the dense adapters through the registry instead.
+    """
+    if copy is not None and copy is not True and copy is not False:
+        check_copy(copy)
+    if isinstance(obj, Tensor):
+        return obj.copy() if copy else obj
+    if isinstance(obj, QuantizedArray) or _is_torch_quantized(obj):
+        return to_hurray(obj, copy=copy)
+    adapter = adapter_for(obj)
+    if adapter is not None:
+        t: Tensor = adapter.to_hurray(obj, copy=copy)
+        return t
+    if hasattr(obj, "__dlpack__"):
+        return from_dlpack(obj, copy=copy)
+    raise UnsupportedError(
+        f"cannot convert {type(obj).__module__}.{type(obj).__qualname__} to hb.Tensor: "
+        f"it is not an array of {', '.join(ADAPTERS)} and has no __dlpack__"
+    )
+
+
+def _is_torch_quantized(obj: Any) -> bool:
+    # Read off the object: a torch tensor exists only where torch is imported already.
+    return (adapter_name_for_type(type(obj)) == "torch"  # type: ignore[arg-type]
+            and getattr(obj, "is_quantized", False) is True)
+
+
+def _torch_quant() -> ModuleType:
+    """The torch adapter's quantized-tensor module (imports torch)."""
+    return get_adapter_module("torch", "quant")
 
 
 def components(t: Tensor) -> QuantizedArray:
@@ -194,64 +237,13 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     if isinstance(obj, QuantizedArray):
         return quantized(obj.data, obj.scales, obj.zero_points, quantization=obj.quantization,
                          copy=copy)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor) and obj.is_quantized:
-        return _from_torch(obj, copy)
+    if _is_torch_quantized(obj):
+        t: Tensor = _torch_quant().to_hurray(obj, copy=copy)
+        return t
     raise UnsupportedError(
         f"{type(obj).__module__}.{type(obj).__qualname__} is neither a quantized torch tensor "
         "nor an hb.quant.QuantizedArray"
     )
-
-
-def _torch_storage() -> dict[Any, DType]:
-    import torch
-
-    return {torch.qint8: dtype_from_name("int8"), torch.quint8: dtype_from_name("uint8"),
-            torch.qint32: dtype_from_name("int32")}
-
-
-def _from_torch(x: Any, copy: bool | None) -> Tensor:
-    import torch
-
-    storage = _torch_storage().get(x.dtype)
-    scheme = x.qscheme()
-    if storage is None:
-        raise UnsupportedError(
-            f"torch {x.dtype} ({scheme}) packs sub-byte values and uses float zero points "
-            "(real = q * scale + zero_point), which is not Hurray's affine mapping; "
-            "dequantize it in torch (x.dequantize()) first"
-        )
-    if not x.is_cpu:
-        raise UnsupportedError(f"quantized torch tensor on {x.device}: only CPU quantized "
-                               "tensors are supported")
-    if scheme == torch.per_tensor_affine:
-        scales = torch.tensor([x.q_scale()], dtype=torch.float64)
-        zps = torch.tensor([x.q_zero_point()], dtype=torch.int64)
-        q = Quantization(_PER_TENSOR, float64, int64)
-    elif scheme == torch.per_channel_affine:
-        scales = x.q_per_channel_scales().to(torch.float64).contiguous()
-        zps = x.q_per_channel_zero_points()
-        if zps.is_floating_point():
-            raise UnsupportedError("per-channel float zero points have no Hurray form")
-        zps = zps.to(torch.int64).contiguous()
-        q = Quantization(_PER_AXIS, float64, int64, axis=x.q_per_channel_axis())
-    else:
-        raise UnsupportedError(
-            f"torch qscheme {scheme} has no Hurray form (per_tensor_affine and "
-            "per_channel_affine do; float-qparams schemes compute q * scale + zero_point)"
-        )
-    if copy:
-        data = asarray(x.int_repr())  # a compact copy of the storage
-        data = Tensor._dense(data.data_ptr, data.shape, data.dtype, strides=None, padded=False,
-                             device=CPU, owner=data.owner, readonly=False, copied=True)
-    else:
-        # int_repr() would copy; the storage is readable in place at data_ptr().
-        shape = tuple(x.shape)
-        strides = None if x.is_contiguous() else tuple(x.stride())
-        ptr = x.data_ptr() if x.numel() else 0
-        data = Tensor._dense(ptr, shape, storage, strides=strides, padded=False, device=CPU,
-                             owner=x, readonly=False, copied=False)
-    return quantized(data, asarray(scales), asarray(zps), quantization=q)
 
 
 # ======================================================================= from Hurray
@@ -274,12 +266,13 @@ def from_hurray(t: Tensor, to: str, *, device: Any = None, copy: bool | None = N
     name = _target_name(to)
     _require_quantized(t)
     if densify:
-        if copy is False:
-            raise CopyRequiredError("densify=True dequantizes into a new array (a copy), but "
-                                    "copy=False")
+        why = "densify=True dequantizes into a new array (a copy)"
+        require_copy(copy, None, why, refusal=f"{why}, but copy=False")
         return get_adapter(name).from_hurray(dequantize(t), device=device, copy=None)
-    if name == "torch" and _torch_has_scheme(t):
-        return _to_torch(t, device, copy)
+    if name == "torch":
+        tq = _torch_quant()
+        if tq.has_scheme(t):
+            return tq.from_hurray(t, device=device, copy=copy)
     c = components(t)
     ad = get_adapter(name)
     zp = None if c.zero_points is None else ad.from_hurray(c.zero_points, device=device,
@@ -288,72 +281,23 @@ def from_hurray(t: Tensor, to: str, *, device: Any = None, copy: bool | None = N
                           ad.from_hurray(c.scales, device=device, copy=copy), zp, c.quantization)
 
 
-def _torch_has_scheme(t: Tensor) -> bool:
-    d = t.descriptor
-    q = d.quantization
-    assert q is not None
-    return (d.dtype.name in ("int8", "uint8", "int32") and t.device.is_host_accessible
-            and q.scheme in (_PER_TENSOR, _PER_AXIS)
-            and (q.zero_point_dtype is None or q.zero_point_dtype.kind in (Kind.INT, Kind.UINT)))
-
-
-_QRANGE = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2**31), 2**31 - 1)}
-
-
-def _to_torch(t: Tensor, device: Any, copy: bool | None) -> Any:
-    import torch
-
-    if device not in (None, "cpu", CPU, (1, 0)) and str(device) != "cpu":
-        raise UnsupportedError(f"quantized torch tensors are built on the CPU; device={device!r}")
-    ad = get_adapter("torch")
-    c = components(t)
-    q = c.quantization
-    axis = -1 if q.axis is None else q.axis
-    ir = ad.from_hurray(c.data, copy=False)  # the storage, zero-copy (strides kept)
-    scales = ad.from_hurray(c.scales).to(torch.float64).reshape(-1)
-    zps = (torch.zeros(scales.shape, dtype=torch.int64) if c.zero_points is None
-           else ad.from_hurray(c.zero_points).to(torch.int64).reshape(-1))
-    lo, hi = _QRANGE[t.dtype.name]
-    if zps.numel() and (int(zps.min()) < lo or int(zps.max()) > hi):
-        raise FormatError(f"a zero point lies outside the {t.dtype.name} range [{lo}, {hi}] "
-                          "that torch requires", field="quantization.zero_points")
-    qdtype = {"int8": torch.qint8, "uint8": torch.quint8, "int32": torch.qint32}[t.dtype.name]
-    try:
-        if q.scheme == _PER_TENSOR:
-            out = torch._empty_affine_quantized([0], scale=float(scales[0]),
-                                                zero_point=int(zps[0]), dtype=qdtype)
-        else:
-            out = torch._empty_per_channel_affine_quantized(
-                [0], scales=scales, zero_points=zps, axis=axis, dtype=qdtype)
-        # Point the quantized tensor at the storage itself: no copy (int_repr's inverse).
-        out.set_(ir.untyped_storage(), ir.storage_offset(), ir.shape, ir.stride())
-        shared = ir.numel() == 0 or out.data_ptr() == ir.data_ptr()
-    except (RuntimeError, AttributeError, TypeError):
-        shared = False
-    if not shared:
-        if copy is False:
-            raise CopyRequiredError("this torch cannot build a quantized tensor over existing "
-                                    "memory; a copy is needed, but copy=False")
-        if copy is None:
-            warn_copy("torch", "quantized tensor built from a copy of the storage")
-        if q.scheme == _PER_TENSOR:
-            out = torch._make_per_tensor_quantized_tensor(ir, float(scales[0]), int(zps[0]))
-        else:
-            out = torch._make_per_channel_quantized_tensor(ir, scales, zps, axis)
-        return out
-    return out.clone() if copy else out
-
-
 # ========================================================================= dequantize
-def _np() -> Any:
-    import numpy
+def _fresh(shape: tuple[int, ...], dtype: DType) -> tuple[Tensor, Any]:
+    """A zeroed hb.Tensor of a whole-byte type in new 64-byte aligned host memory, and a
+    writable NumPy view of it to compute into.
 
-    return numpy
+    The bridge's own memory is 64-byte aligned (DESIGN.md), which is also what JAX needs
+    to alias host memory instead of copying it again.
+    """
+    alloc = alloc_aligned(prod(shape) * dtype.itemsize)
+    t = Tensor._dense(alloc.ptr if alloc else 0, shape, dtype, strides=None, padded=False,
+                      device=CPU, owner=alloc, readonly=False, copied=False)
+    return t, get_adapter("numpy").from_hurray(t, copy=False)
 
 
 def _codes(t: Tensor) -> Any:
     """The raw codes of a sub-byte tensor, one uint8 per element in row-major order."""
-    np = _np()
+    np = numpy()
     n = prod(t.shape)
     bits = t.dtype.bits
     if not t.descriptor.padded:
@@ -368,14 +312,12 @@ def _codes(t: Tensor) -> Any:
 
 def _storage_values(t: Tensor) -> Any:
     """Storage as int64 (integer types) or float64 (float8/float4) NumPy values."""
-    np = _np()
+    np = numpy()
     d = t.dtype
     if d.is_subbyte:
         codes = _codes(t)
         if d.kind == Kind.FLOAT:
-            import ml_dtypes
-
-            return codes.view(getattr(ml_dtypes, d.name)).astype(np.float64)
+            return codes.view(getattr(ml_dtypes(), d.name)).astype(np.float64)
         v = codes.astype(np.int64)
         if d.kind == Kind.INT:
             sign = 1 << (d.bits - 1)
@@ -386,7 +328,7 @@ def _storage_values(t: Tensor) -> Any:
 
 
 def _param_values(t: Tensor) -> Any:
-    np = _np()
+    np = numpy()
     a = get_adapter("numpy").from_hurray(t, copy=False)
     if t.dtype.kind == Kind.FLOAT:
         return a.astype(np.float64)  # exact: every scale type fits float64
@@ -395,7 +337,7 @@ def _param_values(t: Tensor) -> Any:
 
 def _expand(v: Any, q: Quantization, shape: tuple[int, ...]) -> Any:
     """Scale (or zero-point) values broadcastable against the storage of ``shape``."""
-    np = _np()
+    np = numpy()
     if q.scheme == _PER_TENSOR:
         return v.reshape(())
     assert q.axis is not None
@@ -427,7 +369,7 @@ def dequantize(t: Any, *, dtype: DType | str = "float32") -> Tensor:
     quantized torch tensor or a :class:`QuantizedArray`.
     """
     if not isinstance(t, Tensor):
-        t = asarray(t)
+        t = _tensor(t)
     d = _require_quantized(t)
     if not t.device.is_host_accessible:
         raise UnsupportedError(f"dequantize() is a host (NumPy) reference; this tensor is on "
@@ -435,9 +377,7 @@ def dequantize(t: Any, *, dtype: DType | str = "float32") -> Tensor:
     out_dt = dtype if isinstance(dtype, DType) else dtype_from_name(dtype)
     if out_dt not in (float32, float64):
         raise UnsupportedError(f"dequantize() returns float32 or float64, not {out_dt.name}")
-    np = _np()
-    from .sparse import aligned_zeros
-
+    np = numpy()
     c = components(t)
     q = c.quantization
     shape = d.shape
@@ -447,7 +387,7 @@ def dequantize(t: Any, *, dtype: DType | str = "float32") -> Tensor:
     exact_int = qv.dtype == np.int64 and d.dtype.bits <= 32 and (
         c.zero_points is None or (c.zero_points.dtype.kind != Kind.FLOAT
                                   and c.zero_points.dtype.name != "uint64"))
-    out = aligned_zeros(shape, np.float32 if out_dt is float32 else np.float64)
+    result, out = _fresh(shape, out_dt)
     with np.errstate(all="ignore"):  # NaN/inf scales give NaN/inf, as in torch
         if out_dt is float64:
             diff = (qv - z).astype(np.float64) if exact_int else qv.astype(np.float64) - z
@@ -458,7 +398,7 @@ def dequantize(t: Any, *, dtype: DType | str = "float32") -> Tensor:
         else:
             d32 = np.asarray(qv).astype(np.float32) - np.asarray(z).astype(np.float32)
             out[...] = (d32.astype(np.float64) * s).astype(np.float32)
-    return asarray(out)
+    return result
 
 
 # =========================================================================== quantize
@@ -473,27 +413,26 @@ def quantize(x: Any, dtype: DType | str, quantization: Quantization, scales: Any
     the scales as stored in ``quantization.scale_dtype``. Sub-byte storage is
     packed unless ``padded=True``.
     """
-    np = _np()
+    np = numpy()
     np_ad = get_adapter("numpy")
     storage = dtype if isinstance(dtype, DType) else dtype_from_name(dtype)
-    xt = asarray(x)
+    xt = _tensor(x)
     xs = np.asarray(np_ad.from_hurray(xt, copy=False), np.float64) if xt.is_dense else None
     if xs is None:
         raise UnsupportedError("quantize() takes a dense array of real values")
     shape = tuple(xs.shape)
     q = quantization
     # Validate the scheme against the shape and storage before computing anything.
-    from .descriptor import Descriptor
-
     Descriptor(shape, storage, quantization=q, padded=padded and storage.is_subbyte)
     want = q.scales_shape(shape)
-    s_stored = _as_type(scales, q.scale_dtype, want, "scales")
-    z_stored = None
+    s_t, s_stored = _as_type(scales, q.scale_dtype, want, "scales")
+    z_t: Tensor | None = None
+    z_stored: Any = None
     if q.zero_point_dtype is not None:
         if zero_points is None:
             raise FormatError(f"the scheme has {q.zero_point_dtype} zero points but none given",
                               field="quantization.zero_points")
-        z_stored = _as_type(zero_points, q.zero_point_dtype, want, "zero_points")
+        z_t, z_stored = _as_type(zero_points, q.zero_point_dtype, want, "zero_points")
     elif zero_points is not None:
         raise FormatError("zero points given for a symmetric scheme",
                           field="quantization.zero_points")
@@ -502,8 +441,6 @@ def quantize(x: Any, dtype: DType | str, quantization: Quantization, scales: Any
         z_stored.astype(np.float64 if z_stored.dtype.kind == "f" else np.int64), q, shape)
     with np.errstate(all="ignore"):
         v = xs / s
-    from .sparse import aligned_zeros
-
     if storage.kind in (Kind.INT, Kind.UINT):
         if np.isnan(v).any():
             raise FormatError("quantize(): NaN has no integer quantized value (quantization.md "
@@ -514,26 +451,22 @@ def quantize(x: Any, dtype: DType | str, quantization: Quantization, scales: Any
             codes = (r.astype(np.int64) & ((1 << storage.bits) - 1)).astype(np.uint8)
             data = _subbyte_tensor(codes, storage, padded)
         else:
-            out = aligned_zeros(shape, np_ad.native_dtype(storage))
+            data, out = _fresh(shape, storage)
             out[...] = r
-            data = asarray(out)
     else:
-        import ml_dtypes
-
         native = np_ad.native_dtype(storage)
         v = v + z
         if storage.name == "float4_e2m1fn" and np.isnan(v).any():
             raise ValueError("quantize(): float4_e2m1fn has no NaN (quantization.md §4)")
-        big = float(ml_dtypes.finfo(native).max)
+        big = float(ml_dtypes().finfo(native).max)
         v = np.clip(v, -big, big)  # saturate (NaN stays NaN)
         cast = v.astype(native)
         if storage.is_subbyte:
             data = _subbyte_tensor(cast.view(np.uint8) & np.uint8(0xF), storage, padded)
         else:
-            out = aligned_zeros(shape, native)
+            data, out = _fresh(shape, storage)
             out[...] = cast
-            data = asarray(out)
-    return quantized(data, s_stored, z_stored, quantization=q)
+    return quantized(data, s_t, z_t, quantization=q)
 
 
 def _int_range(d: DType) -> tuple[int, int]:
@@ -542,43 +475,39 @@ def _int_range(d: DType) -> tuple[int, int]:
     return 0, (1 << d.bits) - 1
 
 
-def _as_type(obj: Any, dtype: DType, want: tuple[int, ...], what: str) -> Any:
-    np = _np()
-    t = asarray(obj)
+def _as_type(obj: Any, dtype: DType, want: tuple[int, ...], what: str) -> tuple[Tensor, Any]:
+    """``obj`` cast to ``dtype`` in ``want``'s shape, in new memory: (hb.Tensor, NumPy view)."""
+    np = numpy()
+    t = _tensor(obj)
     a = np.asarray(get_adapter("numpy").from_hurray(t, copy=False))
     n = prod(want)
     if a.size != n:
         raise FormatError(f"{a.size} {what} given; this shape needs {n} ({list(want)})",
                           field=f"quantization.{what}")
-    from .sparse import aligned_zeros
-
-    out = aligned_zeros(want, get_adapter("numpy").native_dtype(dtype))
+    out_t, out = _fresh(want, dtype)
     out[...] = a.reshape(want)
-    return out
+    return out_t, out
 
 
 def _subbyte_tensor(codes: Any, dtype: DType, padded: bool) -> Tensor:
     """A hb.Tensor over fresh memory holding sub-byte ``codes`` (uint8, low bits)."""
-    np = _np()
-    from .sparse import aligned_zeros
-
+    np = numpy()
     shape = tuple(codes.shape)
     n = prod(shape)
     if padded:
-        out = aligned_zeros(shape, np.uint8)
+        raw, out = _fresh(shape, uint8)
         out[...] = codes
     else:
-        out = aligned_zeros((-(-n * dtype.bits // 8),), np.uint8)
+        raw, out = _fresh((-(-n * dtype.bits // 8),), uint8)
         _pack_into(np.ascontiguousarray(codes).reshape(-1), dtype.bits, out)
-    ptr = out.__array_interface__["data"][0] if n else 0
-    return Tensor._dense(ptr, shape, dtype, strides=None, padded=padded, device=CPU, owner=out,
-                         readonly=False, copied=False)
+    return Tensor._dense(raw.data_ptr, shape, dtype, strides=None, padded=padded, device=CPU,
+                         owner=raw.owner, readonly=False, copied=False)
 
 
 # ============================================================================ sub-byte
 def _pack_into(codes: Any, bits: int, out: Any) -> Any:
     """Pack ``codes`` (uint8, one per element, low ``bits`` significant) LSB-first into ``out``."""
-    np = _np()
+    np = numpy()
     per = 8 // bits
     mask = np.uint8((1 << bits) - 1)
     n = codes.size
@@ -595,7 +524,7 @@ def _pack_into(codes: Any, bits: int, out: Any) -> Any:
 
 def _unpack_into(packed: Any, n: int, bits: int, out: Any) -> Any:
     """Unpack ``n`` LSB-first ``bits``-wide codes from ``packed`` into ``out`` (uint8)."""
-    np = _np()
+    np = numpy()
     per = 8 // bits
     mask = np.uint8((1 << bits) - 1)
     full = n // per
@@ -618,7 +547,7 @@ def pack_subbyte(t: Any) -> Tensor:
     Empty tensors occupy 0 bytes.
     """
     if not isinstance(t, Tensor):
-        t = asarray(t)
+        t = _tensor(t)
     if t.descriptor.quantization is not None:
         return _requantized(t, pack_subbyte)
     _require_dense_host(t, "pack_subbyte")
@@ -631,7 +560,7 @@ def pack_subbyte(t: Any) -> Tensor:
         target = d
     else:
         raise UnsupportedError(f"pack_subbyte() packs sub-byte types and bool8, not {d.name}")
-    np = _np()
+    np = numpy()
     raw = Tensor._dense(t.data_ptr, t.shape, dtype_from_name("uint8"), strides=t.strides,
                         padded=False, device=t.device, owner=t, readonly=t.readonly,
                         copied=t.copied)
@@ -652,7 +581,7 @@ def unpack_subbyte(t: Any) -> Tensor:
     its scales (shared). Empty tensors occupy 0 bytes.
     """
     if not isinstance(t, Tensor):
-        t = asarray(t)
+        t = _tensor(t)
     if t.descriptor.quantization is not None:
         return _requantized(t, unpack_subbyte)
     _require_dense_host(t, "unpack_subbyte")
@@ -661,9 +590,7 @@ def unpack_subbyte(t: Any) -> Tensor:
         if d is bool8:
             return t
         raise UnsupportedError(f"unpack_subbyte() unpacks sub-byte types, not {d.name}")
-    np = _np()
-    from .sparse import aligned_zeros
-
+    np = numpy()
     if t.descriptor.padded:
         if d is not bool_:
             return t
@@ -671,17 +598,16 @@ def unpack_subbyte(t: Any) -> Tensor:
     else:
         codes = None
     n = prod(t.shape)
-    out = aligned_zeros(t.shape, np.uint8)
+    raw, out = _fresh(t.shape, uint8)
     if codes is not None:
         out[...] = codes
     elif n:
         _unpack_into(np.frombuffer(t.memoryview(), np.uint8), n, d.bits, out.reshape(-1))
-    ptr = out.__array_interface__["data"][0] if n else 0
     if d is bool_:
-        return Tensor._dense(ptr, t.shape, bool8, strides=None, padded=False, device=CPU,
-                             owner=out, readonly=False, copied=True)
-    return Tensor._dense(ptr, t.shape, d, strides=None, padded=True, device=CPU, owner=out,
-                         readonly=False, copied=True)
+        return Tensor._dense(raw.data_ptr, t.shape, bool8, strides=None, padded=False,
+                             device=CPU, owner=raw.owner, readonly=False, copied=True)
+    return Tensor._dense(raw.data_ptr, t.shape, d, strides=None, padded=True, device=CPU,
+                         owner=raw.owner, readonly=False, copied=True)
 
 
 def _require_dense_host(t: Tensor, who: str) -> None:

@@ -13,7 +13,7 @@ different replica id) are allowed; uneven splits and empty shards too.
 * :func:`assemble` materialises the global tensor as one dense tensor (an
   explicit copy);
 * :func:`from_jax` and :func:`to_jax` convert a sharded ``jax.Array`` without
-  copying the shards (JAX is imported inside those functions only).
+  copying the shards (the jax adapter's ``shards`` module, imported on first use).
 """
 
 from __future__ import annotations
@@ -21,16 +21,17 @@ from __future__ import annotations
 import ctypes
 import itertools
 import sys
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from ._memory import alloc_aligned
+from ._numpy import numpy
+from ._registry import get_adapter, get_adapter_module
 from .descriptor import DYNAMIC, Descriptor, Shard, compact_strides, form_name
 from .dtypes import DType
 from .errors import BackendNotAvailableError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
-from .tensor import Buffer, Device, Tensor, _is_compact, for_immutable_consumer
+from .tensor import Buffer, Device, Tensor, _is_compact
 
 __all__ = ["Box", "ShardedTensor", "assemble", "from_jax", "grid_boxes", "split", "to_jax"]
 
@@ -529,8 +530,6 @@ def _copy_packed_box(t: Tensor, box: Box, shard: Shard) -> Tensor:
 
 def _subbyte_codecs() -> tuple[Any, Any]:
     """The NumPy adapter's sub-byte pack/unpack (one implementation of the bit order)."""
-    from ._registry import get_adapter
-
     ad = get_adapter("numpy")
     return ad.pack_subbyte, ad.unpack_subbyte
 
@@ -544,10 +543,9 @@ def _volume(shape: Sequence[int]) -> int:
 
 def _numpy(why: str) -> Any:
     try:
-        import numpy as np
-    except ImportError:
+        return numpy()
+    except BackendNotAvailableError:
         raise BackendNotAvailableError("numpy", "numpy", f"NumPy is needed to {why}") from None
-    return np
 
 
 def _require_host(t: Tensor, what: str) -> None:
@@ -673,230 +671,26 @@ def assemble(sharded: ShardedTensor, to: str = "numpy") -> Any:
     out = _extract_dense(_pieces(sharded), full, sharded.dtype, sharded.descriptor.padded)
     if to in ("hurray", "hb"):
         return out
-    from ._registry import get_adapter
-
     return get_adapter(to).from_hurray(out)
 
 
 # ---------------------------------------------------------------------- JAX
-def _jax() -> Any:
-    try:
-        import jax
-    except ImportError:
-        raise BackendNotAvailableError("jax", "jax", "from_jax/to_jax need JAX") from None
-    return jax
-
-
-def _jax_device(dev: Any) -> Device:
-    """The DLPack device of a JAX device."""
-    platform = dev.platform
-    if platform == "cpu":
-        # JAX's __dlpack_device__ reports id 0 for every CPU device (jax 0.10); the
-        # device's own id is the one its DLPack capsules carry.
-        return Device(1, dev.id)
-    if platform in ("gpu", "cuda"):
-        return Device(2, getattr(dev, "local_hardware_id", None) or 0)
-    if platform == "rocm":
-        return Device(10, getattr(dev, "local_hardware_id", None) or 0)
-    raise UnsupportedError(
-        f"JAX {platform} device {dev} has no DLPack device type; shards on it cannot be "
-        "described (only cpu, cuda and rocm devices can)"
-    )
-
-
-def _jax_box(index: tuple[Any, ...], shape: tuple[int, ...]) -> Box:
-    return _as_box(tuple(index), shape, "jax shard index")
-
-
-def _jax_packs_subbyte(platform: str) -> bool:
-    """Whether JAX stores int4-like elements two per byte on ``platform`` (probed once)."""
-    cached = _SUBBYTE_PACKED.get(platform)
-    if cached is not None:
-        return cached
-    if platform != "cpu":
-        packed = True  # XLA's GPU backend packs S4/U4 two per byte; device memory is not probed
-    else:
-        jax = _jax()
-        np = _numpy("probe JAX's int4 storage")
-        import ml_dtypes
-
-        probe = jax.device_put(np.array([1, 2], ml_dtypes.int4), jax.devices("cpu")[0])
-        probe.block_until_ready()
-        first = ctypes.c_ubyte.from_address(probe.unsafe_buffer_pointer()).value
-        if first not in (0x21, 0x01):
-            raise UnsupportedError(
-                f"JAX stores int4 [1, 2] as byte 0x{first:02x}: neither packed nor one per byte"
-            )
-        # jax 0.10 (XLA CPU) packs, LSB first, as Hurray does; older releases did not.
-        packed = first == 0x21
-    _SUBBYTE_PACKED[platform] = packed
-    return packed
-
-
-_SUBBYTE_PACKED: dict[str, bool] = {}
-
-
-def _from_jax_shard(data: Any, dtype: DType, padded: bool) -> Tensor:
-    """A zero-copy hb.Tensor over one single-device jax.Array."""
-    from . import _capsule
-    from .tensor import from_dlview
-
-    dev = _jax_device(next(iter(data.devices())))
-    if not dtype.is_subbyte:
-        # DLPack: the capsule holds a reference that keeps JAX from freeing or
-        # donating the buffer while we look at it.
-        view = _capsule.consume_capsule(_capsule.request_capsule(data))
-        return from_dlview(view, data if not dev.is_host_accessible else None)
-    # JAX has no DLPack form for int4 and the other sub-byte types ("XLA type S4 has
-    # no DLPack equivalent", jax 0.10): take the buffer pointer, keep the array as owner.
-    n = _volume(data.shape)
-    ptr = data.unsafe_buffer_pointer() if n else 0
-    return Tensor._dense(ptr, tuple(data.shape), dtype, strides=None, padded=padded, device=dev,
-                         owner=data, readonly=True, copied=False,
-                         source=data if not dev.is_host_accessible else None)
-
-
+# The JAX code is the jax adapter's (hurray_bridge.adapters.jax.shards); these names stay.
 def from_jax(x: Any) -> ShardedTensor:
     """A ``jax.Array`` (sharded over any number of devices) as a :class:`ShardedTensor`.
 
-    One shard per addressable shard of ``x``, zero-copy: each shard's buffer is
-    the device buffer of ``x.addressable_shards[i].data`` (its pointer), its
-    box comes from the shard's index, its replica id and device from JAX. The
-    shards are read-only (JAX arrays are immutable) and keep the JAX buffers
-    alive; do not ``delete()`` or donate ``x`` while they are in use.
+    One shard per addressable shard of ``x``, zero-copy, read-only, keeping the
+    JAX buffers alive (see ``hurray_bridge.adapters.jax.shards.from_jax``).
     """
-    jax = _jax()
-    if not isinstance(x, jax.Array):
-        raise UnsupportedError(f"from_jax() takes a jax.Array, got {type(x).__name__}")
-    if not x.is_fully_addressable:
-        raise UnsupportedError(
-            "this jax.Array spans several processes; a ShardedTensor needs every shard in "
-            "this process (convert x.addressable_shards one by one instead)"
-        )
-    from ._registry import get_adapter
-
-    np = _numpy("read JAX element types")
-    dtype = get_adapter("numpy").dtype_of(np.dtype(x.dtype))
-    platform = next(iter(x.devices())).platform
-    padded = dtype.is_subbyte and not _jax_packs_subbyte(platform)
-    shape = tuple(int(d) for d in x.shape)
-    shards, origin = [], []
-    for s in x.addressable_shards:
-        box = _jax_box(s.index, shape)
-        t = _from_jax_shard(s.data, dtype, padded)
-        dev = _jax_device(s.device)
-        shard = Shard(shape, box.offsets, int(s.replica_id), dev.type, dev.id)
-        st = _strided_tensor(t.data_ptr, box.sizes, dtype, t.strides, padded, shard, dev, t,
-                             True, False)
-        if not dev.is_host_accessible:
-            st._source = s.data  # device memory: DLPack export forwards to JAX for stream sync
-        shards.append(st)
-        origin.append(s.data)
-    out = ShardedTensor(Descriptor(shape, dtype, padded=padded), shards)
-    out._origin = tuple(origin)
+    out: ShardedTensor = get_adapter_module("jax", "shards").from_jax(x)
     return out
 
 
 def to_jax(sharded: ShardedTensor, sharding: Any, *, copy: bool | None = None) -> Any:
     """A ``jax.Array`` with ``sharding`` (any ``jax.sharding.Sharding``) over the shards.
 
-    Built with ``jax.make_array_from_single_device_arrays``. For each device
-    the sharding names, the shard with the same box is handed to JAX without a
-    copy when it can be: the original JAX buffer when ``sharded`` came from
-    :func:`from_jax` and the device matches, else a DLPack import onto that
-    device (zero-copy on CPU for 64-byte aligned, row-major memory). A copy is
-    made, and reported with :class:`hb.CopyWarning`, when JAX would copy
-    (unaligned or strided memory, sub-byte types), when a box of the target
-    sharding is not a box of ``sharded`` (resharding), or when one buffer would
-    back two devices. ``copy=False`` raises instead; ``copy=True`` always copies.
+    Zero-copy per shard where JAX can alias it; a copy otherwise, reported with
+    :class:`hb.CopyWarning` (``copy=False`` raises, ``copy=True`` always copies).
+    See ``hurray_bridge.adapters.jax.shards.to_jax``.
     """
-    jax = _jax()
-    from ._copy_policy import user_stacklevel
-    from ._registry import get_adapter
-    from .errors import CopyWarning
-
-    if not isinstance(sharded, ShardedTensor):
-        raise UnsupportedError(
-            f"to_jax() takes an hb.ShardedTensor, got {type(sharded).__name__}")
-    shape = sharded.shape
-    dtype = sharded.dtype
-    np_adapter = get_adapter("numpy")
-    if dtype.itemsize == 8 and not jax.config.jax_enable_x64 and not dtype.is_subbyte:
-        raise UnsupportedError(
-            f"JAX would truncate {dtype.name} to 32 bits because 64-bit types are disabled; "
-            "enable them with jax.config.update('jax_enable_x64', True)"
-        )
-    np_adapter.native_dtype(dtype)  # a type NumPy (and so JAX) lacks fails here, by name
-    by_box: dict[Box, list[int]] = {}
-    for i, b in enumerate(sharded.boxes):
-        by_box.setdefault(b, []).append(i)
-    used: set[int] = set()  # buffers already handed to JAX without a copy
-    arrays = []
-    copies: list[str] = []
-    for jdev, index in sharding.addressable_devices_indices_map(shape).items():
-        box = _jax_box(index, shape)
-        want = _jax_device(jdev)
-        # Prefer the shard that already lives on this device, then the lowest replica id.
-        candidates = sorted(by_box.get(box, []), key=lambda i: (
-            sharded.shards[i].device != want, _replica(sharded.shards[i])))
-        reason = None if candidates else (
-            f"box {box} of the target sharding is not a box of the shards (resharding)")
-        arr = None
-        for i in candidates if not copy else ():
-            t = sharded.shards[i]
-            origin = sharded._origin[i] if sharded._origin is not None else None
-            if origin is not None and next(iter(origin.devices())) == jdev and (
-                    not t.nbytes or origin.unsafe_buffer_pointer() == t.data_ptr):
-                # The very array from_jax() took: no import at all. (JAX on CPU may
-                # itself back two replicas with one host buffer; that is its choice.)
-                arr = origin
-            elif t.nbytes and t.buffers[0].ptr in used:
-                reason = (f"box {box} would back two devices with one buffer; JAX needs "
-                          "one buffer per device")
-                continue
-            else:
-                arr, reason = _import_zero_copy(jax, t, jdev, want)
-            if arr is not None:
-                if t.nbytes:
-                    used.add(t.buffers[0].ptr)
-                break
-        if arr is None:
-            if copy is False:
-                raise CopyRequiredError(f"to_jax(copy=False) needs a copy: {reason}")
-            copies.append(reason or "copy=True")
-            pieces = ([(sharded.boxes[candidates[0]], sharded.shards[candidates[0]])]
-                      if candidates else _pieces(sharded))
-            dense = _extract_dense(pieces, box, dtype, sharded.descriptor.padded)
-            # NumPy holds sub-byte elements one per byte: a packed box is unpacked here.
-            native = np_adapter.from_hurray(
-                dense, copy=True if dtype.is_subbyte and not sharded.descriptor.padded else False)
-            arr = jax.device_put(native, jdev)
-        arrays.append(arr)
-    if copies and copy is None:
-        reasons = sorted(set(copies))
-        warnings.warn(f"copied for jax: {len(copies)} of {len(arrays)} shards: "
-                      + "; ".join(reasons), CopyWarning, stacklevel=user_stacklevel())
-    return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
-
-
-def _import_zero_copy(jax: Any, t: Tensor, jdev: Any, want: Device) -> tuple[Any, str | None]:
-    """Hand one dense shard to JAX on ``jdev`` without a copy: (array, None) or (None, why)."""
-    if not t.is_dense:
-        return None, f"a {t.descriptor.layout.name} shard has no JAX form without a copy"
-    if t.dtype.is_subbyte:
-        return None, f"JAX has no zero-copy import for {t.dtype.name}"
-    if t.strides is not None:
-        return None, f"JAX imports row-major memory only; the shard has strides {list(t.strides)}"
-    if t.device != want and not (t.device.is_host_accessible and want.type == 1):
-        return None, f"the shard is on {t.device}, the sharding puts its box on {want}"
-    if t.nbytes and want.type == 1 and t.data_ptr % 64:
-        return None, "JAX copies CPU memory that is not 64-byte aligned"
-    # Relabel host memory with the target CPU device: JAX places a DLPack import on
-    # the device its capsule names (it reports every CPU device as id 0 itself).
-    view = Tensor(Descriptor(t.shape, t.dtype, padded=t.descriptor.padded), t.buffers,
-                  device=want, owner=t, readonly=t.readonly)
-    # JAX arrays are immutable: a read-only shard may go in the legacy capsule JAX asks for.
-    arr = jax.dlpack.from_dlpack(for_immutable_consumer(view), device=jdev)
-    if t.nbytes and arr.unsafe_buffer_pointer() != t.data_ptr:
-        return None, "JAX copied the buffer on import"
-    return arr, None
+    return get_adapter_module("jax", "shards").to_jax(sharded, sharding, copy=copy)

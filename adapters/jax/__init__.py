@@ -161,16 +161,20 @@ class _JaxOwner:
 _packed_on_host: dict[str, bool] = {}
 
 
-def _host_subbyte_packed(dtype: DType) -> bool:
-    """Whether XLA:CPU stores ``dtype`` packed (True) or one element per byte (False).
+def host_subbyte_packed(dtype: DType) -> bool:
+    """Whether XLA:CPU stores sub-byte ``dtype`` packed (True) or one element per byte (False).
 
     jax 0.10.2 packs all of them although ``nbytes`` and the layout's
-    ``sub_byte_element_size_in_bits`` (0) suggest otherwise: read it back once.
+    ``sub_byte_element_size_in_bits`` (0) suggest otherwise: read it back once per
+    type (the one probe; ``hurray_bridge.adapters.jax.shards`` asks it too).
     """
     packed = _packed_on_host.get(dtype.name)
     if packed is None:
         packed = _packed_on_host[dtype.name] = _probe_subbyte(dtype)
     return packed
+
+
+_host_subbyte_packed = host_subbyte_packed  # the name this module's own code uses
 
 
 def _probe_subbyte(dtype: DType) -> bool:
