@@ -51,12 +51,14 @@ def pack(codes: Any, bits: int, out: Any = None) -> Any:
 
 
 def unpack(packed: Any, count: int, bits: int, out: Any = None) -> Any:
-    """The first ``count`` codes of LSB-first ``packed`` bytes, one uint8 per element.
+    """The first ``count`` codes of LSB-first ``packed`` bytes (an array or a bytes-like
+    object), one uint8 per element.
 
     Into ``out`` (``count`` uint8, contiguous) when given, else a new 1-D array.
     """
     np = numpy()
-    src = np.asarray(packed, np.uint8).reshape(-1)
+    src = (np.frombuffer(packed, np.uint8) if isinstance(packed, (bytes, bytearray, memoryview))
+           else np.asarray(packed, np.uint8).reshape(-1))
     if out is None:
         return unpack_lanes(src, count, bits, np.array(lane_shifts(bits), np.uint8))
     per = 8 // bits

@@ -32,13 +32,13 @@ from math import prod
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from ._copy_policy import check_copy, require_copy
+from . import _subbyte
+from ._copy_policy import require_copy
 from ._memory import alloc_aligned
 from ._numpy import ml_dtypes, numpy
 from ._registry import (
     _ALIASES,
     ADAPTERS,
-    adapter_for,
     adapter_name_for_type,
     get_adapter,
     get_adapter_module,
@@ -47,7 +47,7 @@ from .descriptor import Descriptor, Quantization
 from .dtypes import DType, Kind, bool8, bool_, dtype_from_name, float32, float64, uint8
 from .errors import FormatError, UnsupportedError
 from .layout import BufferRole, QuantScheme
-from .tensor import CPU, Buffer, Tensor, from_dlpack
+from .tensor import CPU, Buffer, Tensor, from_native
 
 __all__ = [
     "QuantizedArray",
@@ -166,22 +166,9 @@ def _tensor(obj: Any, copy: bool | None = None) -> Tensor:
     Not ``hb.asarray`` itself: that routes quantized objects to this module, so this
     module reaches the dense adapters through the registry instead.
     """
-    if copy is not None and copy is not True and copy is not False:
-        check_copy(copy)
-    if isinstance(obj, Tensor):
-        return obj.copy() if copy else obj
     if isinstance(obj, QuantizedArray) or _is_torch_quantized(obj):
         return to_hurray(obj, copy=copy)
-    adapter = adapter_for(obj)
-    if adapter is not None:
-        t: Tensor = adapter.to_hurray(obj, copy=copy)
-        return t
-    if hasattr(obj, "__dlpack__"):
-        return from_dlpack(obj, copy=copy)
-    raise UnsupportedError(
-        f"cannot convert {type(obj).__module__}.{type(obj).__qualname__} to hb.Tensor: "
-        f"it is not an array of {', '.join(ADAPTERS)} and has no __dlpack__"
-    )
+    return from_native(obj, copy)
 
 
 def _is_torch_quantized(obj: Any) -> bool:
@@ -302,7 +289,7 @@ def _codes(t: Tensor) -> Any:
     bits = t.dtype.bits
     if not t.descriptor.padded:
         raw = np.frombuffer(t.memoryview(), np.uint8) if n else np.zeros(0, np.uint8)
-        return _unpack_into(raw, n, bits, np.empty(n, np.uint8)).reshape(t.shape)
+        return _subbyte.unpack(raw, n, bits, np.empty(n, np.uint8)).reshape(t.shape)
     raw = Tensor._dense(t.data_ptr, t.shape, dtype_from_name("uint8"), strides=t.strides,
                         padded=False, device=t.device, owner=t, readonly=t.readonly,
                         copied=t.copied)
@@ -491,7 +478,6 @@ def _as_type(obj: Any, dtype: DType, want: tuple[int, ...], what: str) -> tuple[
 
 def _subbyte_tensor(codes: Any, dtype: DType, padded: bool) -> Tensor:
     """A hb.Tensor over fresh memory holding sub-byte ``codes`` (uint8, low bits)."""
-    np = numpy()
     shape = tuple(codes.shape)
     n = prod(shape)
     if padded:
@@ -499,45 +485,12 @@ def _subbyte_tensor(codes: Any, dtype: DType, padded: bool) -> Tensor:
         out[...] = codes
     else:
         raw, out = _fresh((-(-n * dtype.bits // 8),), uint8)
-        _pack_into(np.ascontiguousarray(codes).reshape(-1), dtype.bits, out)
+        _subbyte.pack(codes, dtype.bits, out)
     return Tensor._dense(raw.data_ptr, shape, dtype, strides=None, padded=padded, device=CPU,
                          owner=raw.owner, readonly=False, copied=False)
 
 
 # ============================================================================ sub-byte
-def _pack_into(codes: Any, bits: int, out: Any) -> Any:
-    """Pack ``codes`` (uint8, one per element, low ``bits`` significant) LSB-first into ``out``."""
-    np = numpy()
-    per = 8 // bits
-    mask = np.uint8((1 << bits) - 1)
-    n = codes.size
-    full = n // per
-    if full:
-        lanes = codes[: full * per].reshape(full, per)
-        head = out[:full]
-        for j in range(per):  # at most 8 vectorised passes
-            head |= (lanes[:, j] & mask) << np.uint8(j * bits)
-    for j in range(n - full * per):  # the tail of the last byte: fewer than 8 elements
-        out[full] |= (codes[full * per + j] & mask) << np.uint8(j * bits)
-    return out
-
-
-def _unpack_into(packed: Any, n: int, bits: int, out: Any) -> Any:
-    """Unpack ``n`` LSB-first ``bits``-wide codes from ``packed`` into ``out`` (uint8)."""
-    np = numpy()
-    per = 8 // bits
-    mask = np.uint8((1 << bits) - 1)
-    full = n // per
-    if full:
-        lanes = out[: full * per].reshape(full, per)
-        src = packed[:full]
-        for j in range(per):
-            np.bitwise_and(src >> np.uint8(j * bits), mask, out=lanes[:, j])
-    for j in range(n - full * per):
-        out[full * per + j] = (packed[full] >> np.uint8(j * bits)) & mask
-    return out
-
-
 def pack_subbyte(t: Any) -> Tensor:
     """The packed form (LSB first, row-major) of a padded sub-byte tensor, in new memory.
 
@@ -590,7 +543,6 @@ def unpack_subbyte(t: Any) -> Tensor:
         if d is bool8:
             return t
         raise UnsupportedError(f"unpack_subbyte() unpacks sub-byte types, not {d.name}")
-    np = numpy()
     if t.descriptor.padded:
         if d is not bool_:
             return t
@@ -602,7 +554,7 @@ def unpack_subbyte(t: Any) -> Tensor:
     if codes is not None:
         out[...] = codes
     elif n:
-        _unpack_into(np.frombuffer(t.memoryview(), np.uint8), n, d.bits, out.reshape(-1))
+        _subbyte.unpack(t.memoryview(), n, d.bits, out.reshape(-1))
     if d is bool_:
         return Tensor._dense(raw.data_ptr, t.shape, bool8, strides=None, padded=False,
                              device=CPU, owner=raw.owner, readonly=False, copied=True)

@@ -60,15 +60,15 @@ from functools import cache
 from math import prod
 from typing import Any
 
-from ._copy_policy import check_copy, require_copy
+from ._copy_policy import require_copy
 from ._memory import aligned_zeros  # also still imported from here by quant.py and matrix.py
 from ._numpy import numpy
-from ._registry import _ALIASES, ADAPTERS, adapter_for, get_adapter, get_adapter_module
+from ._registry import _ALIASES, ADAPTERS, get_adapter, get_adapter_module
 from .descriptor import Descriptor, Sparse, check_empty_nnz
 from .dtypes import DType
 from .errors import CopyRequiredError, CopyWarning, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
-from .tensor import CPU, Buffer, Tensor, from_producer
+from .tensor import CPU, Buffer, Tensor, from_native
 
 __all__ = [
     "SparseParts",
@@ -372,20 +372,6 @@ def assemble(layout: Layout, shape: Sequence[int], values: Tensor, indices: Tens
     return t
 
 
-def _dense(obj: Any, copy: bool | None) -> Tensor:
-    """A dense component (native array, DLPack producer or hb.Tensor) as an hb.Tensor:
-    ``hb.asarray`` for dense arrays, through the object's own adapter."""
-    if copy is not None and copy is not True and copy is not False:
-        check_copy(copy)
-    if isinstance(obj, Tensor):
-        return obj.copy() if copy else obj
-    adapter = adapter_for(obj)
-    if adapter is not None:
-        t: Tensor = adapter.to_hurray(obj, copy=copy)
-        return t
-    return from_producer(obj, copy)
-
-
 def make_sparse(layout: Layout | str, shape: Sequence[int], values: Any, indices: Any,
                 indptr: Any = None, *, canonical: bool | None = None,
                 copy: bool | None = None) -> Tensor:
@@ -404,9 +390,9 @@ def make_sparse(layout: Layout | str, shape: Sequence[int], values: Any, indices
         raise FormatError(f"{lay.name} {'takes no' if lay == _COO else 'needs an'} indptr",
                           field="indptr")
     shape = tuple(int(d) for d in shape)
-    v = _dense(values, copy)
-    i = _compact(_dense(indices, copy), copy, "INDICES")
-    p = None if indptr is None else _compact(_dense(indptr, copy), copy, "INDPTR")
+    v = from_native(values, copy)
+    i = _compact(from_native(indices, copy), copy, "INDICES")
+    p = None if indptr is None else _compact(from_native(indptr, copy), copy, "INDPTR")
     if v.ndim != 1:
         raise FormatError(f"values must have shape (nnz,), got {list(v.shape)}", field="values")
     if p is not None and p.dtype != i.dtype:
@@ -539,7 +525,7 @@ def densify(t: Any) -> Tensor:
     reference: a device tensor densifies with ``hb.convert(t, fw, densify=True)``.
     """
     if not isinstance(t, Tensor):
-        t = to_hurray(t) if is_sparse_native(t) else _dense(t, None)
+        t = to_hurray(t) if is_sparse_native(t) else from_native(t)
     d = _require_sparse(t)
     if not t.device.is_host_accessible:
         raise UnsupportedError(

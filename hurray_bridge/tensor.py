@@ -17,6 +17,7 @@ from math import prod
 from typing import Any, NamedTuple
 
 from . import _capsule, _subbyte
+from ._copy_policy import check_copy
 from ._dlpack import (
     DLPACK_VERSION,
     FLAG_IS_COPIED,
@@ -31,7 +32,8 @@ from .errors import CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
 
 __all__ = [
-    "CPU", "Buffer", "Device", "Tensor", "canonical_bytes", "from_dlpack", "from_producer",
+    "CPU", "Buffer", "Device", "Tensor", "canonical_bytes", "from_dlpack", "from_native",
+    "from_producer",
     "host_copy",
 ]
 
@@ -781,6 +783,23 @@ def _reported_device(reported: Any) -> Device:
         raise FormatError(f"__dlpack_device__ returned {reported!r}; expected a (device_type, "
                           "device_id) pair of non-negative integers", field="device")
     return dev
+
+
+def from_native(obj: Any, copy: bool | None = None) -> Tensor:
+    """A dense native array (through its adapter), a DLPack producer or an hb.Tensor as an
+    hb.Tensor: ``hb.asarray`` without its routing of sparse and quantized objects, for the
+    modules that ``hb.asarray`` routes to (which cannot call it back)."""
+    if copy is not None and copy is not True and copy is not False:
+        check_copy(copy)
+    if isinstance(obj, Tensor):
+        return obj.copy() if copy else obj
+    from ._registry import adapter_for
+
+    adapter = adapter_for(obj)
+    if adapter is not None:
+        t: Tensor = adapter.to_hurray(obj, copy=copy)
+        return t
+    return from_producer(obj, copy)
 
 
 def from_producer(obj: Any, copy: bool | None) -> Tensor:
