@@ -190,6 +190,9 @@ def _probe_subbyte(dtype: DType) -> bool:
     )
 
 
+_cpu_align = 0  # _cpu_alignment() once measured: import_obstacle reads it per hand-off
+
+
 @lru_cache(maxsize=1)
 def _cpu_alignment() -> int:
     """The pointer alignment below which JAX's CPU DLPack import copies (64 on jax 0.10).
@@ -197,6 +200,12 @@ def _cpu_alignment() -> int:
     Measured once with ``copy=False`` imports (which fail rather than copy) at
     pointers with exactly 1, 2, 4 ... 256 bytes of alignment.
     """
+    global _cpu_align
+    _cpu_align = _measure_alignment()
+    return _cpu_align
+
+
+def _measure_alignment() -> int:
     from ..numpy import to_hurray as np_to_hurray
 
     raw = np.zeros(1024, np.uint8)
@@ -256,7 +265,7 @@ def import_obstacle(shape: tuple[int, ...], strides: tuple[int, ...] | None,
     """
     if strides is not None and not _strides_importable(shape, strides):
         return STRIDES
-    if device_type == 1 and data % _cpu_alignment():
+    if device_type == 1 and data % (_cpu_align or _cpu_alignment()):
         return ALIGNMENT
     return None
 

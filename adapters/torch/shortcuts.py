@@ -51,6 +51,7 @@ def _to_jax(tp: type) -> Entry | None:
         return None
     from hurray_bridge._capsule import make_capsule
     from hurray_bridge.descriptor import MAX_RANK
+    from hurray_bridge.dtypes import Kind
     from hurray_bridge.tensor import _COMPACT, _compact
 
     from ..jax import import_obstacle, raw_import_types, raw_route
@@ -61,9 +62,11 @@ def _to_jax(tp: type) -> Entry | None:
     except Exception:
         return None
     # By torch dtype, the DLPack (code, bits) of each type the full path hands to JAX's
-    # import as it is.
+    # import as it is, and whether it is complex: the conj bit exists on complex tensors
+    # only (torch asserts so), and asking the others costs a tenth of the shortcut.
     types = raw_import_types()
-    codes = {tdt: d.dlpack for d, tdt in DTYPES.items() if d in types and d.dlpack is not None}
+    codes = {tdt: (*d.dlpack, d.kind is Kind.COMPLEX) for d, tdt in DTYPES.items()
+             if d in types and d.dlpack is not None}
     gpu_type = GPU_DEVICE_TYPE  # kDLCUDA, or kDLROCM under a ROCm torch
 
     def torch_to_jax(x: Any) -> Any:
@@ -73,7 +76,7 @@ def _to_jax(tp: type) -> Entry | None:
         # (it exports them raw), copies CPU memory that JAX would not alias, and takes
         # the public API for pinned memory: all declined here.
         code = codes.get(x.dtype)
-        if (code is None or x.requires_grad or x.is_neg() or x.is_conj()
+        if (code is None or x.requires_grad or x.is_neg() or (code[2] and x.is_conj())
                 or x.ndim > MAX_RANK):
             return NotImplemented
         if x.is_cpu:
