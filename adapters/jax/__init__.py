@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hurray_bridge import _capsule
-from hurray_bridge._copy_policy import check_copy, warn_copy
+from hurray_bridge._copy_policy import check_copy, require_copy, warn_copy
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
@@ -83,7 +83,8 @@ else:
 # replaced whole, so threads read a consistent pair.
 _raw_devices: dict[tuple[int, int], tuple[Any, Any]] = {}
 
-__all__ = ["dtype_of", "from_hurray", "native_dtype", "to_hurray"]
+__all__ = ["dtype_of", "from_hurray", "native_dtype", "to_hurray",
+           "raw_import_types", "import_obstacle", "STRIDES", "ALIGNMENT", "raw_route"]
 
 NAME = "jax"
 
@@ -193,6 +194,9 @@ def _probe_subbyte(dtype: DType) -> bool:
     )
 
 
+_cpu_align = 0  # _cpu_alignment() once measured: import_obstacle reads it per hand-off
+
+
 @lru_cache(maxsize=1)
 def _cpu_alignment() -> int:
     """The pointer alignment below which JAX's CPU DLPack import copies (64 on jax 0.10).
@@ -200,6 +204,12 @@ def _cpu_alignment() -> int:
     Measured once with ``copy=False`` imports (which fail rather than copy) at
     pointers with exactly 1, 2, 4 ... 256 bytes of alignment.
     """
+    global _cpu_align
+    _cpu_align = _measure_alignment()
+    return _cpu_align
+
+
+def _measure_alignment() -> int:
     from ..numpy import to_hurray as np_to_hurray
 
     raw = np.zeros(1024, np.uint8)
@@ -229,6 +239,65 @@ def _strides_importable(shape: tuple[int, ...], strides: tuple[int, ...] | None)
             return False
         expected *= d
     return True
+
+
+# What JAX imports without a copy, said once for from_hurray and for the torch -> JAX
+# shortcut (adapters/torch/shortcuts.py), which must answer exactly as from_hurray does.
+@lru_cache(maxsize=1)
+def raw_import_types() -> frozenset[DType]:
+    """The element types ``from_hurray`` hands to JAX's import as they are.
+
+    Not the sub-byte ones and 1-bit bool (imported through a copy), not the 64-bit ones
+    (refused, or left to ``jnp.from_dlpack``, by ``jax_enable_x64``), none JAX lacks.
+    """
+    return frozenset(d for d in _tables()[0]
+                     if d.name not in _IMPORT_BY_COPY and d.name not in _X64)
+
+
+STRIDES = "strides"
+ALIGNMENT = "alignment"
+
+
+def import_obstacle(shape: tuple[int, ...], strides: tuple[int, ...] | None,
+                    device_type: int, data: int = 0) -> str | None:
+    """What makes JAX's DLPack import copy memory that holds bytes, or None when it aliases it.
+
+    ``STRIDES``: strides (None: compact) that are not compact nor a permutation of
+    compact. ``ALIGNMENT``: CPU memory (DLPack ``device_type`` 1) whose ``data`` pointer
+    is below JAX's alignment; only CPU memory needs ``data``. Memory without bytes has
+    nothing to alias: callers ask only for memory that has some.
+    """
+    if strides is not None and not _strides_importable(shape, strides):
+        return STRIDES
+    if device_type == 1 and data % (_cpu_align or _cpu_alignment()):
+        return ALIGNMENT
+    return None
+
+
+def raw_route(device_type: int, device_id: int) -> tuple[Any, Any, Any] | None:
+    """How ``from_hurray`` imports memory on DLPack device ``(device_type, device_id)``
+    without ``jnp.from_dlpack``'s per-call overhead (see the top of this module).
+
+    ``(raw, device, stream)``: ask the producer for a capsule with ``stream`` (None on
+    the CPU), then ``raw(capsule, device, stream, None, device_type)`` is the import
+    ``jnp.from_dlpack`` makes. None where the public API must do it: a jaxlib without
+    the raw import (or whose signature changed), a device type other than CPU, CUDA
+    and ROCm, or a device that cannot name its stream. Element types outside
+    :func:`raw_import_types` take the public API too.
+    """
+    raw = _RAW_IMPORT
+    if raw is None or (device_type != 1 and device_type != 2 and device_type != 10):
+        return None
+    device = _raw_device(device_type, device_id)
+    if device_type == 1:
+        return raw, device, None  # jnp.from_dlpack asks the CPU device: UNIMPLEMENTED
+    # Asked per import, as jnp.from_dlpack does: the producer makes its pending work
+    # visible on this stream before handing the memory over (DLPack's stream rule).
+    try:
+        stream = device.get_stream_for_external_ready_events()
+    except Exception:
+        return None
+    return raw, device, stream
 
 
 # ----------------------------------------------------------------------- to Hurray
@@ -334,9 +403,9 @@ def _normalise(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> tuple
 
 def _host_copy(x: jax.Array, dtype: DType, why: str, copy: bool | None) -> Tensor:
     """A compact host copy of ``x`` (sub-byte types padded, as NumPy holds them)."""
-    if copy is False:
-        raise CopyRequiredError(f"exporting this {dtype.name} jax.Array needs a copy ({why}); "
-                                "copy=False")
+    # No warning here: hb.convert reports a source that was copied (t.copied).
+    require_copy(copy, None, why, refusal=f"exporting this {dtype.name} jax.Array needs a copy "
+                                          f"({why}); copy=False")
     # np.asarray keeps a permuted device layout as NumPy strides: make it row-major.
     a = np.ascontiguousarray(np.asarray(x))  # sub-byte types come out padded (ml_dtypes)
     ptr = a.__array_interface__["data"][0] if a.size else 0
@@ -545,13 +614,6 @@ def _check_sizes(shape: tuple[int, ...], itemsize: int) -> None:
                 f"passes 2**63 - 1 before any zero (arrays without elements too)")
 
 
-def _refuse_or_warn(copy: bool | None, reason: str) -> None:
-    if copy is False:
-        raise CopyRequiredError(f"JAX would have to copy: {reason}; copy=False")
-    if copy is None:
-        warn_copy(NAME, reason)
-
-
 def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> jax.Array:
     """An hb.Tensor as a jax.Array, aliasing its memory when JAX can.
 
@@ -578,7 +640,8 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
         x = owner.array
         if target is None or target in x.devices():
             return x
-        _refuse_or_warn(copy, f"moving the array to {target}")
+        why = f"moving the array to {target}"
+        require_copy(copy, NAME, why, refusal=f"JAX would have to copy: {why}; copy=False")
         return jax.device_put(x, target)
 
     if name in _X64 and not _x64_enabled():
@@ -608,7 +671,9 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
     where = ""
     if target is not None:
         reasons.append(f"moving from {t.device} to {target}")
-    if t.nbytes and not _strides_importable(t.shape, t.strides):
+    obstacle = (import_obstacle(t.shape, t.strides, t.device.type, t.data_ptr) if t.nbytes
+                else None)
+    if obstacle == STRIDES:
         if not t.device.is_host_accessible:
             raise UnsupportedError(
                 f"JAX imports only compact (or transposed) strides and cannot take strides "
@@ -618,7 +683,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
         reasons.append(f"strides {t.strides} for shape {t.shape} are not compact nor a "
                        "permutation of compact (JAX rejects gaps, broadcast and negative strides)")
         src = None
-    elif t.nbytes and t.device.type == 1 and t.data_ptr % _cpu_alignment():
+    elif obstacle == ALIGNMENT:
         align = _cpu_alignment()
         # The warning names the reason only: an address (or its remainder) in the text
         # would make each copy a new warning and defeat the once-per-line filter. The
@@ -628,7 +693,8 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
         where = f" (pointer 0x{t.data_ptr:x}, pointer % {align} = {t.data_ptr % align})"
         src = None
     if reasons and not copy:
-        _refuse_or_warn(copy, "; ".join(reasons) + (where if copy is False else ""))
+        why = "; ".join(reasons)
+        require_copy(copy, NAME, why, refusal=f"JAX would have to copy: {why}{where}; copy=False")
     if src is None or (copy and t.device.is_host_accessible and target is None):
         # A compact, 64-byte aligned host copy, which JAX then aliases: the one copy.
         # (copy=True cannot be left to JAX: jax 0.10.2's from_dlpack(copy=True) aliases
@@ -650,24 +716,17 @@ def _import(src: Tensor) -> jax.Array:
     check and the ``jnp.asarray`` that returns the same array. Pinned and managed
     host memory (and 64-bit types) take the public API.
     """
-    raw = _RAW_IMPORT
     dev = src.device
     kind = dev.type
     # JAX arrays are immutable: read-only memory may go to JAX in the legacy capsule
     # it asks for (Tensor.__dlpack__ refuses that capsule to everyone else).
     prod = for_immutable_consumer(src)
-    if raw is None or src.dtype.name in _X64 or (kind != 1 and kind != 2 and kind != 10):
+    # Of the types that reach here, the 64-bit ones are outside raw_import_types() (by
+    # name: cheaper than hashing a DType).
+    route = None if src.dtype.name in _X64 else raw_route(kind, dev.id)
+    if route is None:
         return jnp.from_dlpack(prod)
-    device = _raw_device(kind, dev.id)
-    if kind == 1:
-        stream = None  # jnp.from_dlpack asks the CPU device, which answers UNIMPLEMENTED
-    else:
-        # Asked per import, as jnp.from_dlpack does: the producer makes its pending work
-        # visible on this stream before handing the memory over (DLPack's stream rule).
-        try:
-            stream = device.get_stream_for_external_ready_events()
-        except Exception:
-            return jnp.from_dlpack(prod)
+    raw, device, stream = route
     capsule = prod.__dlpack__(stream=stream)
     try:
         return raw(capsule, device, stream, None, kind)

@@ -25,14 +25,15 @@ from typing import Any
 import torch
 
 from hurray_bridge import _subbyte
-from hurray_bridge._copy_policy import check_copy, user_stacklevel, warn_copy
+from hurray_bridge._copy_policy import check_copy, require_copy, user_stacklevel, warn_copy
 from hurray_bridge._memory import host_array
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types, uint8
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, from_dlpack
 
-__all__ = ["dtype_of", "from_hurray", "native_dtype", "to_hurray"]
+__all__ = ["dtype_of", "from_hurray", "native_dtype", "to_hurray", "warn_readonly",
+           "DTYPES", "CAN_PIN", "GPU_DEVICE_TYPE"]
 
 NAME = "torch"
 
@@ -46,15 +47,16 @@ _readonly_warned = False  # torch.from_numpy warns once per process too (TORCH_W
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_ROCM, _KDL_ROCM_HOST = 1, 2, 3, 10, 11
 _KDL_ONEAPI = 14
 _IS_HIP = torch.version.hip is not None
-_GPU_TYPE = _KDL_ROCM if _IS_HIP else _KDL_CUDA
+# The DLPack device type of this torch's GPU memory: kDLCUDA, or kDLROCM under ROCm.
+GPU_DEVICE_TYPE = _KDL_ROCM if _IS_HIP else _KDL_CUDA
 _PINNED_TYPE = _KDL_ROCM_HOST if _IS_HIP else _KDL_CUDA_HOST
 _CPU_DEVICE = torch.device("cpu")
 _STRIDED = torch.strided
 _COMPLEX = Kind.COMPLEX
 # Only a build with an accelerator can pin host memory: on the CPU-only wheels every
 # is_pinned() answers False, and the call costs a fifth of an export.
-_CAN_PIN = (torch.version.cuda is not None or torch.version.hip is not None
-            or not torch.__version__.endswith("+cpu"))
+CAN_PIN = (torch.version.cuda is not None or torch.version.hip is not None
+           or not torch.__version__.endswith("+cpu"))
 
 
 def _resolve(name: str) -> Any:
@@ -67,7 +69,10 @@ def _tables() -> tuple[dict[DType, torch.dtype], dict[torch.dtype, DType]]:
     return to_torch, {v: k for k, v in to_torch.items()}
 
 
-_TO_TORCH, _FROM_TORCH = _tables()
+# Hurray element type -> torch dtype, for every type this torch holds (float4_e2m1fn ->
+# the x2 container). Read it, never change it.
+DTYPES, _FROM_TORCH = _tables()
+_TO_TORCH = DTYPES  # the adapter's own (and its tests') name
 # By tag: hashing a DType hashes every field (two enums with a Python-level __hash__).
 _BY_TAG = {d.tag: v for d, v in _TO_TORCH.items()}
 _FP4_X2 = _TO_TORCH.get(float4_e2m1fn)  # torch.float4_e2m1fn_x2 (torch >= 2.8)
@@ -177,11 +182,11 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     # of those alone, a third of the checks' cost for every other tensor.
     if (dtype.kind is _COMPLEX and x.is_conj()) or x.is_neg():
         # The lazy conjugate/negation bits describe values that are not in memory.
-        if copy is False:
-            raise CopyRequiredError(
-                f"torch tensor has its {'conj' if x.is_conj() else 'neg'} bit set: its values "
-                "must be materialised (a copy) but copy=False; call x.resolve_conj() first"
-            )
+        bit = "conj" if x.is_conj() else "neg"
+        # No warning here: hb.convert reports a source that was copied (t.copied).
+        require_copy(copy, None, f"torch tensor has its {bit} bit set", refusal=(
+            f"torch tensor has its {bit} bit set: its values must be materialised (a copy) "
+            "but copy=False; call x.resolve_conj() first"))
         x = x.resolve_conj().resolve_neg()
         copied = True
     shape_t = tuple(x.shape)
@@ -196,11 +201,11 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     if x.is_cpu:
         # torch reports pinned host memory as kDLCUDAHost (torch Tensor.__dlpack_device__);
         # it is host memory all the same.
-        device = Device(_PINNED_TYPE, 0) if _CAN_PIN and x.is_pinned() else CPU
+        device = Device(_PINNED_TYPE, 0) if CAN_PIN and x.is_pinned() else CPU
         source = None
     elif x.is_cuda:
         on_gpu = True
-        device = Device(_GPU_TYPE, x.get_device())
+        device = Device(GPU_DEVICE_TYPE, x.get_device())
         source = x  # exports forward to torch, which synchronises with the consumer's stream
     elif x.is_meta:
         raise UnsupportedError("a torch meta tensor has no data to convert")
@@ -224,11 +229,9 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
             )
         if not x.is_contiguous():
             # Hurray packs sub-byte types across the whole tensor: no strided packed form.
-            if copy is False:
-                raise CopyRequiredError(
-                    f"non-contiguous torch.float4_e2m1fn_x2 (strides {x.stride()}) must be made "
-                    "contiguous (a copy) to become packed float4_e2m1fn, but copy=False"
-                )
+            require_copy(copy, None, "non-contiguous torch.float4_e2m1fn_x2", refusal=(
+                f"non-contiguous torch.float4_e2m1fn_x2 (strides {x.stride()}) must be made "
+                "contiguous (a copy) to become packed float4_e2m1fn, but copy=False"))
             x = x.contiguous()
             copied = True
         shape = x.shape
@@ -462,11 +465,10 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
     if type(t) is not Tensor and not isinstance(t, Tensor):
         raise not_a_tensor(t, NAME)
     if t._readonly and not copy and _tracked(t) and t._nbytes:
-        if copy is False:
-            raise CopyRequiredError(f"{_DETACH}: a torch tensor of it needs a copy, but "
-                                    "copy=False; pass x.detach() to share the memory (writes "
-                                    "to it then bypass autograd)")
-        warn_copy(NAME, f"{_DETACH}; pass x.detach() to share the memory instead")
+        require_copy(copy, NAME, f"{_DETACH}; pass x.detach() to share the memory instead",
+                     refusal=f"{_DETACH}: a torch tensor of it needs a copy, but copy=False; "
+                             "pass x.detach() to share the memory (writes to it then bypass "
+                             "autograd)")
         copy = True
     if (device is None and not copy and t._strides is None and t._device.type == 1
             and (t._desc is None or t.is_dense)):
@@ -523,13 +525,9 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
     if dtype.is_subbyte:
         padded = t.descriptor.padded
         if dtype is bool_:
-            if copy is False:
-                raise CopyRequiredError(
-                    "1-bit packed bool must be unpacked to torch.bool (one byte per element), "
-                    "which is a copy, but copy=False"
-                )
-            if copy is None:
-                warn_copy(NAME, "1-bit packed bool unpacked to torch.bool (one byte each)")
+            require_copy(copy, NAME, "1-bit packed bool unpacked to torch.bool (one byte each)",
+                         refusal="1-bit packed bool must be unpacked to torch.bool (one byte "
+                                 "per element), which is a copy, but copy=False")
             out = _unpack_bits(t, host)
             return out.to(want) if move else out
         if dtype is not float4_e2m1fn or padded or _FP4_X2 is None:
@@ -612,7 +610,8 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
 def warn_readonly() -> None:
     """Say once per process that a torch tensor over read-only memory was handed out.
 
-    Shared with the Arrow -> torch shortcut (hurray_bridge._shortcuts).
+    Shared with the JAX -> torch and Arrow -> torch shortcuts (adapters/jax/shortcuts.py,
+    adapters/arrow/shortcuts.py).
     """
     global _readonly_warned
     if not _readonly_warned:
