@@ -266,7 +266,8 @@ def build_report(
     cells = run_matrix(names, dtypes, n, repeat)
     from . import _shortcuts
 
-    jax = sys.modules.get("jax") if "jax" in names else None
+    # Only where the jax cells ran, so JAX is imported already.
+    x64 = get_adapter("jax").x64_enabled() if "jax" in names and "jax" in sys.modules else None
     settings: dict[str, Any] = {
         "frameworks": names,
         "size": n,
@@ -275,7 +276,7 @@ def build_report(
         "numpy_source_alignment": f"measured {ALIGNED}-byte aligned and again "
                                   f"{UNALIGNED_OFFSET} bytes off (NumPy itself aligns arrays "
                                   f"to {UNALIGNED_OFFSET} bytes)",
-        "jax_enable_x64": bool(jax.config.read("jax_enable_x64")) if jax is not None else None,
+        "jax_enable_x64": x64,
         "compiled_speedups": bool(_shortcuts.compiled),
         "platform": f"{platform.system()} {platform.machine()}",
     }

@@ -551,9 +551,13 @@ def _home_device(dev: Device) -> Any:
     raise UnsupportedError(f"JAX has no {platform} device with hardware id {dev.id}")
 
 
-def _x64_enabled() -> bool:
-    # Honours the thread-local ``with jax.enable_x64(...)`` context as well.
+def x64_enabled() -> bool:
+    """Whether JAX keeps 64-bit types (``jax_enable_x64``), as a conversion now sees it:
+    the thread-local ``with jax.enable_x64(...)`` context included."""
     return bool(jax.config.read("jax_enable_x64"))
+
+
+_x64_enabled = x64_enabled
 
 
 def _by_copy(t: Tensor, target: Any, copy: bool | None) -> jax.Array:
