@@ -955,6 +955,7 @@ def _load_files(paths: Sequence[Any], mmap: bool, verify: bool) -> TensorFile:
     """:func:`load` of several files, such as every rank's file of one checkpoint."""
     if not paths:
         raise UnsupportedError("hb.load() of a list needs at least one path")
+    order: dict[str, None] = {}  # the names in the order they first appear
     plain: dict[str, tuple[Tensor, str]] = {}
     shards: dict[str, tuple[list[Tensor], list[str]]] = {}
     metas, alignment = [], MAX_BUFFER_ALIGNMENT
@@ -975,24 +976,29 @@ def _load_files(paths: Sequence[Any], mmap: bool, verify: bool) -> TensorFile:
                     f"{label} and {other} both claim the name {key!r}; only the shards of a "
                     "sharded tensor (entries NAME[k]) may be spread over files: keep one "
                     "copy (save it from one process only)", field="name")
+            order[key] = None
             if group is None:
                 plain[name] = (t, label)
             else:
                 ts, labels = shards.setdefault(group, ([], []))
                 ts.append(t)
                 labels.append(label)
-    out: dict[str, Tensor | ShardedTensor] = {name: t for name, (t, _) in plain.items()}
-    for group, (ts, labels) in shards.items():
-        st = _sharded(group, ts, labels, partial=True)
+    out: dict[str, Tensor | ShardedTensor] = {}
+    for key in order:
+        if key in plain:
+            out[key] = plain[key][0]
+            continue
+        ts, labels = shards[key]
+        st = _sharded(key, ts, labels, partial=True)
         if not st.is_complete:
             box = _missing_box(st.shape, st.boxes)
             at = (f"box {box} of global shape {list(st.shape)} is in no file given"
                   if box is not None else
                   f"the files given do not cover its global shape {list(st.shape)}")
             raise FormatError(
-                f"sharded tensor {group!r}: {at}; pass every rank's file (one file alone "
+                f"sharded tensor {key!r}: {at}; pass every rank's file (one file alone "
                 "loads as a partial set)", field="shards")
-        out[group] = st
+        out[key] = st
     meta = dict(metas[0])
     for m in metas[1:]:
         meta = {k: v for k, v in meta.items() if m.get(k) == v}
