@@ -159,8 +159,9 @@ def to_dtensor(sharded: ShardedTensor, device_mesh: Any, placements: Sequence[An
     else:
         why = ("copy=True" if copy else
                f"box {box} of this rank is not a box of the shards (resharding)")
+        pieces = _pieces_for(sharded, box)  # a box these shards do not cover: FormatError
         require_copy(copy, None, why, refusal=f"to_dtensor(copy=False) needs a copy: {why}")
-        dense = _extract_dense(_pieces_for(sharded, box), box, dtype, padded)
+        dense = _extract_dense(pieces, box, dtype, padded)
         local = dense_from_hurray(dense, device=device)
         if copy is None:
             warn_copy("torch", why)
