@@ -16,7 +16,7 @@ from typing import Any
 
 from . import _shortcuts
 from ._copy_policy import check_copy, warn_copy
-from ._registry import _ALIASES, adapter_name_for_type, get_adapter
+from ._registry import _ALIASES, adapter_name_for_type, get_adapter, get_adapter_module
 from .errors import UnsupportedError
 from .tensor import Tensor, from_producer
 
@@ -47,10 +47,14 @@ def route_for_type(tp: type) -> tuple[bool, str] | None:
 
 
 def special_torch(obj: Any) -> ModuleType | None:
-    """The module for a sparse or quantized torch tensor (which the torch adapter refuses)."""
+    """The module for a sparse, quantized or distributed (DTensor) torch tensor, all of which
+    the torch adapter refuses."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(obj, torch.Tensor):
         return None
+    dt = sys.modules.get("torch.distributed.tensor")
+    if dt is not None and isinstance(obj, dt.DTensor):  # its part: a partial ShardedTensor
+        return get_adapter_module("torch", "shards")
     if obj.layout is not torch.strided:
         return importlib.import_module("hurray_bridge.sparse")
     if obj.is_quantized:

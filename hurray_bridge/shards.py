@@ -33,7 +33,8 @@ from .errors import BackendNotAvailableError, CopyRequiredError, FormatError, Un
 from .layout import BufferRole, Layout
 from .tensor import Buffer, Device, Tensor, _is_compact
 
-__all__ = ["Box", "ShardedTensor", "assemble", "from_jax", "grid_boxes", "split", "to_jax"]
+__all__ = ["Box", "ShardedTensor", "assemble", "from_jax", "grid_boxes", "split", "to_dtensor",
+           "to_jax"]
 
 # A set whose boxes form a compressed grid larger than this is not searched
 # for the exact gap; the error then reports how many elements are missing.
@@ -200,14 +201,20 @@ class ShardedTensor:
         hb.Tensors, each with a shard section whose ``global_shape`` is the
         global shape. Their own layout is free (strided views, quantized
         shards); :func:`assemble` needs dense ones.
+    partial:
+        ``True`` for some of the shards only, such as one process's shards of a
+        tensor spread over processes: the boxes need not cover the global shape
+        (they still must not overlap). :attr:`is_complete` says whether they do;
+        assembling an incomplete set is refused, naming a missing box.
 
     The shard set is validated on construction; any broken rule raises
     :class:`~hurray_bridge.FormatError` naming the shard, the rule and the fix.
     """
 
-    __slots__ = ("__weakref__", "_boxes", "_descriptor", "_origin", "_shards")
+    __slots__ = ("__weakref__", "_boxes", "_complete", "_descriptor", "_origin", "_shards")
 
-    def __init__(self, descriptor: Descriptor, shards: Iterable[Tensor]) -> None:
+    def __init__(self, descriptor: Descriptor, shards: Iterable[Tensor], *,
+                 partial: bool = False) -> None:
         if not isinstance(descriptor, Descriptor):
             raise UnsupportedError(  # a TypeError too
                 f"descriptor must be an hb.Descriptor, got {type(descriptor).__name__}")
@@ -227,7 +234,7 @@ class ShardedTensor:
         self._descriptor = descriptor
         self._shards = tuple(shards)
         self._origin: tuple[Any, ...] | None = None
-        self._boxes = _validate(descriptor, self._shards)
+        self._boxes, self._complete = _validate(descriptor, self._shards, partial)
 
     # ------------------------------------------------------------ properties
     @property
@@ -252,6 +259,11 @@ class ShardedTensor:
         return self._shards
 
     @property
+    def is_complete(self) -> bool:
+        """Whether the boxes cover the global shape (always, unless built ``partial``)."""
+        return self._complete
+
+    @property
     def boxes(self) -> tuple[Box, ...]:
         """The box of each shard, in shard order."""
         return self._boxes
@@ -265,12 +277,13 @@ class ShardedTensor:
     def __repr__(self) -> str:
         dims = ", ".join(map(str, self.shape))
         distinct = len({b for b, t in zip(self._boxes, self._shards) if not b.is_empty})
+        part = "" if self._complete else ", partial"
         return (f"hb.ShardedTensor(shape=[{dims}], dtype={self.dtype.name}, "
-                f"shards={len(self._shards)}, boxes={distinct})")
+                f"shards={len(self._shards)}, boxes={distinct}{part})")
 
     def __reduce__(self) -> Any:
         # Shards pickle as hb.Tensors (protocol-5 buffers); the global descriptor as its bytes.
-        return _rebuild_sharded, (self._descriptor.to_bytes(), self._shards)
+        return _rebuild_sharded, (self._descriptor.to_bytes(), self._shards, not self._complete)
 
     def primary_shards(self) -> list[Tensor]:
         """One shard per distinct non-empty box: the one with the lowest replica id."""
@@ -288,8 +301,9 @@ class ShardedTensor:
         return assemble(self, to=to)
 
 
-def _rebuild_sharded(desc: bytes, shards: tuple[Tensor, ...]) -> ShardedTensor:
-    return ShardedTensor(Descriptor.from_bytes(desc), shards)
+def _rebuild_sharded(desc: bytes, shards: tuple[Tensor, ...],
+                     partial: bool = False) -> ShardedTensor:
+    return ShardedTensor(Descriptor.from_bytes(desc), shards, partial=partial)
 
 
 def _replica(t: Tensor) -> int:
@@ -298,7 +312,9 @@ def _replica(t: Tensor) -> int:
     return sh.replica_id
 
 
-def _validate(desc: Descriptor, shards: tuple[Tensor, ...]) -> tuple[Box, ...]:
+def _validate(desc: Descriptor, shards: tuple[Tensor, ...],
+              partial: bool = False) -> tuple[tuple[Box, ...], bool]:
+    """The shards' boxes, and whether they cover the global shape (required unless partial)."""
     shape = desc.shape
     boxes: list[Box] = []
     seen: dict[tuple[Box, int], int] = {}
@@ -359,7 +375,7 @@ def _validate(desc: Descriptor, shards: tuple[Tensor, ...]) -> tuple[Box, ...]:
     total = 1
     for g in shape:
         total *= g
-    if covered != total:
+    if covered != total and not partial:
         gap = _find_gap(shape, distinct)
         at = f"; index {list(gap)} is in no box" if gap is not None else ""
         raise FormatError(
@@ -367,7 +383,7 @@ def _validate(desc: Descriptor, shards: tuple[Tensor, ...]) -> tuple[Box, ...]:
             f"{at}; the boxes must tile the global shape (add the missing shards)",
             field="shards",
         )
-    return tuple(boxes)
+    return tuple(boxes), covered == total
 
 
 def _find_gap(shape: tuple[int, ...], boxes: list[Box]) -> tuple[int, ...] | None:
@@ -643,6 +659,8 @@ def _extract_packed(pieces: list[tuple[Box, Tensor]], target: Box, dtype: DType)
 
 
 def _pieces(sharded: ShardedTensor) -> list[tuple[Box, Tensor]]:
+    if not sharded.is_complete:
+        _refuse_incomplete(sharded, "assemble")
     out = []
     for t in sharded.primary_shards():
         if not t.is_dense:
@@ -694,3 +712,71 @@ def to_jax(sharded: ShardedTensor, sharding: Any, *, copy: bool | None = None) -
     See ``hurray_bridge.adapters.jax.shards.to_jax``.
     """
     return get_adapter_module("jax", "shards").to_jax(sharded, sharding, copy=copy)
+
+
+# ------------------------------------------------------ partial sets, torch
+# A process of a distributed program holds some shards only (a DTensor's local shard, one
+# rank's file): such a set is built ``partial`` and is read box by box.
+def _missing_box(shape: tuple[int, ...], boxes: Iterable[Box]) -> Box | None:
+    """A box no shard covers: the cell, on the grid the box edges cut, of an uncovered index.
+
+    ``None`` when every index is covered, or when that grid is too large to search.
+    """
+    distinct = list({b for b in boxes if not b.is_empty})
+    point = _find_gap(shape, distinct)
+    if point is None:
+        return None
+    sizes = []
+    for k, p in enumerate(point):
+        ends = [e for b in distinct for e in (b.offsets[k], b.offsets[k] + b.sizes[k]) if e > p]
+        sizes.append(min([shape[k], *ends]) - p)
+    return Box(point, tuple(sizes))
+
+
+def _refuse_incomplete(sharded: ShardedTensor, what: str) -> None:
+    box = _missing_box(sharded.shape, sharded.boxes)
+    at = f"box {box} is in no shard" if box is not None else "some indices are in no shard"
+    raise FormatError(
+        f"cannot {what} a partial shard set: {at} of global shape {list(sharded.shape)}; "
+        "bring every process's shards together first (hb.load of every rank's file, or the "
+        "framework's gather)", field="shards",
+    )
+
+
+def _pieces_for(sharded: ShardedTensor, box: Box) -> list[tuple[Box, Tensor]]:
+    """The dense primary shards that overlap ``box``; they must cover it (partial sets too)."""
+    out, covered = [], 0
+    for t in sharded.primary_shards():
+        b = _box_of(t)
+        common = b.intersect(box)
+        if common is None:
+            continue
+        if not t.is_dense:
+            raise UnsupportedError(
+                f"cannot copy from a {form_name(t.descriptor)} shard (box {b}): copies take "
+                "dense elements; dequantize or densify the shards first")
+        out.append((b, t))
+        covered += common.volume
+    if covered != box.volume:
+        raise FormatError(
+            f"box {box} is not covered by these shards (they hold {covered} of its "
+            f"{box.volume} elements): a process has only its own shards; bring the others "
+            "here first (hb.load of every rank's file)", field="shards",
+        )
+    return out
+
+
+# The torch code is the torch adapter's (hurray_bridge.adapters.torch.shards); a DTensor
+# reaches it through hb.asarray (conversion.special_torch).
+def to_dtensor(sharded: ShardedTensor, device_mesh: Any, placements: Sequence[Any], *,
+               copy: bool | None = None) -> Any:
+    """A torch ``DTensor`` on ``device_mesh`` with ``placements``, built in each process.
+
+    Each process passes the shards it has (all of them, or a partial set such as
+    its own file's); its local tensor is the shard whose box the placements give
+    this rank, without a copy, or is copied out of the shards that cover that box
+    (resharding, reported with :class:`hb.CopyWarning`; ``copy=False`` raises).
+    See ``hurray_bridge.adapters.torch.shards.to_dtensor``.
+    """
+    return get_adapter_module("torch", "shards").to_dtensor(sharded, device_mesh, placements,
+                                                           copy=copy)

@@ -208,9 +208,13 @@ def _import_zero_copy(t: Tensor, jdev: Any, want: Device) -> tuple[Any, str | No
     if t.nbytes and want.type == 1 and t.data_ptr % 64:
         return None, "JAX copies CPU memory that is not 64-byte aligned"
     # Relabel host memory with the target CPU device: JAX places a DLPack import on
-    # the device its capsule names (it reports every CPU device as id 0 itself).
+    # the device its capsule names (it reports every CPU device as id 0 itself), by its
+    # local hardware id: in a multi-process run process 1's first CPU device has id 2048
+    # and local id 0.
+    local = getattr(jdev, "local_hardware_id", None)
+    label = Device(1, local) if want.type == 1 and local is not None else want
     view = Tensor(Descriptor(t.shape, t.dtype, padded=t.descriptor.padded), t.buffers,
-                  device=want, owner=t, readonly=t.readonly)
+                  device=label, owner=t, readonly=t.readonly)
     # JAX arrays are immutable: a read-only shard may go in the legacy capsule JAX asks for.
     arr = jax.dlpack.from_dlpack(for_immutable_consumer(view), device=jdev)
     if t.nbytes and arr.unsafe_buffer_pointer() != t.data_ptr:
