@@ -390,6 +390,34 @@ def test_code_that_takes_one_tensor_names_the_way_out() -> None:
         hb.shm.share(st)
 
 
+def test_readme_sharded_jax_block_runs_as_written() -> None:
+    """The README's sharded jax.Array lines in a fresh interpreter: each "True" comment
+    holds, the copy=False line raises, and the last line warns."""
+    pytest.importorskip("jax")
+    from tests.test_examples import _readme_block
+
+    lines = _readme_block("import os; os.environ[\"XLA_FLAGS\"]").splitlines()
+    code = ["import warnings"]
+    for ln in lines:
+        stmt = ln.split("  #")[0].rstrip()
+        if "raises CopyRequiredError" in ln:
+            code += ["try:", f"    {stmt}", "except hb.CopyRequiredError:", "    pass",
+                     "else:", "    raise SystemExit('the copy=False line did not raise')"]
+        elif ln.rstrip().endswith("# True"):
+            code.append(f"assert {stmt}")
+        elif ln.startswith("hb.convert(x, \"numpy\")"):
+            code += ["with warnings.catch_warnings(record=True) as caught:",
+                     "    warnings.simplefilter('always')", f"    {stmt}",
+                     "assert any('assembled' in str(w.message) for w in caught), caught"]
+        else:
+            code.append(ln)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    res = subprocess.run([sys.executable, "-c", "\n".join([*code, "print('ok')"])],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env=dict(env, JAX_PLATFORMS="cpu"))
+    assert res.returncode == 0 and res.stdout.endswith("ok\n"), res.stdout + res.stderr
+
+
 # ----------------------------------------------------------------------- JAX
 def test_run_the_jax_cases_in_a_subprocess() -> None:
     if IN_JAX_CHILD:
@@ -763,3 +791,12 @@ if IN_JAX_CHILD:
         assert "assembled" in str(rec[0].message)
         assert out.dtype == host.dtype and bits(out.view(np.uint8) & 15) == bits(
             host.view(np.uint8) & 15)
+
+    def test_jax_shard_set_pickled_to_another_process_is_placed_again() -> None:
+        x, host = sharded("partly_replicated")
+        back = pickle.loads(pickle.dumps(hb.asarray(x), protocol=5))
+        assert [t.descriptor.shard for t in back] == [t.descriptor.shard for t in hb.asarray(x)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hb.CopyWarning)  # pickled bytes may be unaligned
+            y = hb.convert(back, "jax")
+        assert same_placement(y.sharding, x.sharding, x.shape) and bits(y) == bits(host)
