@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 from ._memory import alloc_aligned, buffer_address
 from ._safetensors_header import read_header_from
 from ._trailing import placed_pieces, set_trailing_bits
-from .conversion import asarray
+from .conversion import asarray, asarray_one
 from .descriptor import Descriptor
 from .errors import FormatError, UnsupportedError
 from .layout import BufferRole, Layout
@@ -1109,7 +1109,7 @@ def _host_entries(name: str, value: Any) -> list[tuple[str, Tensor]]:
 
 def _host_tensor(name: str, value: Any) -> Tensor:
     try:
-        t = value if isinstance(value, Tensor) else asarray(value)
+        t = value if isinstance(value, Tensor) else asarray_one(value, what="a file entry")
     except UnsupportedError as exc:
         raise UnsupportedError(f"entry {name!r}: {exc}") from exc
     if not t.device.is_host_accessible:

@@ -13,7 +13,8 @@ different replica id) are allowed; uneven splits and empty shards too.
 * :func:`assemble` materialises the global tensor as one dense tensor (an
   explicit copy);
 * :func:`from_jax` and :func:`to_jax` convert a sharded ``jax.Array`` without
-  copying the shards (the jax adapter's ``shards`` module, imported on first use).
+  copying the shards (the jax adapter's ``shards`` module, imported on first use);
+  ``hb.asarray`` and ``hb.convert`` use them for a jax.Array on several devices.
 """
 
 from __future__ import annotations
@@ -24,17 +25,17 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from ._memory import alloc_aligned
+from ._memory import ALIGNMENT, alloc_aligned
 from ._numpy import numpy
 from ._registry import get_adapter, get_adapter_module
 from .descriptor import DYNAMIC, Descriptor, Shard, compact_strides, form_name
 from .dtypes import DType
 from .errors import BackendNotAvailableError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
-from .tensor import Buffer, Device, Tensor, _is_compact
+from .tensor import Buffer, Device, Tensor, _is_compact, from_native
 
-__all__ = ["Box", "ShardedTensor", "assemble", "from_jax", "grid_boxes", "split", "to_dtensor",
-           "to_jax"]
+__all__ = ["Box", "ShardedTensor", "assemble", "copy_shards", "from_jax", "grid_boxes", "split",
+           "to_dtensor", "to_jax"]
 
 # A set whose boxes form a compressed grid larger than this is not searched
 # for the exact gap; the error then reports how many elements are missing.
@@ -285,6 +286,20 @@ class ShardedTensor:
         # Shards pickle as hb.Tensors (protocol-5 buffers); the global descriptor as its bytes.
         return _rebuild_sharded, (self._descriptor.to_bytes(), self._shards, not self._complete)
 
+    @classmethod
+    def _trusted(cls, descriptor: Descriptor, shards: tuple[Tensor, ...],
+                 boxes: tuple[Box, ...], complete: bool = True) -> ShardedTensor:
+        """A set laid out exactly as one validated before (the same shard descriptors, boxes
+        in shard order, as complete as that one): the jax adapter's per-sharding cache skips
+        checking it again."""
+        self = cls.__new__(cls)
+        self._descriptor = descriptor
+        self._shards = shards
+        self._origin = None
+        self._boxes = boxes
+        self._complete = complete
+        return self
+
     def primary_shards(self) -> list[Tensor]:
         """One shard per distinct non-empty box: the one with the lowest replica id."""
         best: dict[Box, Tensor] = {}
@@ -428,10 +443,19 @@ def _strided_tensor(
                   readonly=readonly, copied=copied)
 
 
-def _dense_source(obj: Any) -> Tensor:
-    from .conversion import asarray
+def _shard_view(d: Descriptor, ptr: int, device: Device, owner: object, readonly: bool,
+                copied: bool, source: Any = None) -> Tensor:
+    """A dense shard over ``ptr`` (element [0..0]) with the prebuilt, validated descriptor
+    ``d``, shard section included, without building and checking it again."""
+    t = Tensor._dense(ptr, d.shape, d.dtype, strides=d.strides, padded=d.padded, device=device,
+                      owner=owner, readonly=readonly, copied=copied, source=source)
+    t._desc = d
+    return t
 
-    t = asarray(obj)
+
+def _dense_source(obj: Any) -> Tensor:
+    # Not hb.asarray: hb.asarray routes sharded arrays here, so this module cannot call it.
+    t = from_native(obj)
     if not t.is_dense:
         d = t.descriptor
         what = form_name(d)
@@ -573,6 +597,8 @@ def _require_host(t: Tensor, what: str) -> None:
 
 
 # ----------------------------------------------------------------- assembly
+_WORDS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}  # element size -> copy unit
+
 def _copy_strided(
     dst: int, dst_strides: Sequence[int], src: int, src_strides: Sequence[int],
     shape: Sequence[int], isz: int,
@@ -582,11 +608,18 @@ def _copy_strided(
         return
     np = sys.modules.get("numpy")
     if np is not None:
-        # NumPy is loaded in this process anyway: let it walk the strides in C.
+        # NumPy is loaded in this process anyway: let it walk the strides in C, moving
+        # whole elements as unsigned integers of their size (bytes one by one are ~10x
+        # slower); other sizes go as rows of bytes.
+        word = _WORDS.get(isz)
+        dt = np.dtype(word or np.uint8)
+        tail: tuple[int, ...] = () if word else (isz,)  # shape and stride of the byte rows
+        step: tuple[int, ...] = () if word else (1,)
+
         def view(ptr: int, strides: Sequence[int], writeable: bool) -> Any:
-            base = np.frombuffer((ctypes.c_ubyte * 1).from_address(ptr), np.uint8, 1)
+            base = np.frombuffer((ctypes.c_ubyte * dt.itemsize).from_address(ptr), dt, 1)
             return np.lib.stride_tricks.as_strided(
-                base, shape=(*shape, isz), strides=(*(s * isz for s in strides), 1),
+                base, shape=(*shape, *tail), strides=(*(s * isz for s in strides), *step),
                 writeable=writeable)
 
         view(dst, dst_strides, True)[...] = view(src, src_strides, False)
@@ -606,15 +639,18 @@ def _copy_strided(
 def _extract_dense(
     pieces: list[tuple[Box, Tensor]], target: Box, dtype: DType, padded: bool,
 ) -> Tensor:
-    """Copy the part of each (box, dense host tensor) inside ``target`` into a fresh tensor."""
+    """Copy the part of each (box, dense host tensor) inside ``target`` into a fresh tensor.
+
+    The pieces must cover ``target``: the memory is not zeroed first.
+    """
     out_shape = target.sizes
     n = _volume(out_shape)
     if dtype.is_subbyte and not padded:
         return _extract_packed(pieces, target, dtype)
-    alloc = alloc_aligned(n * dtype.itemsize)
-    if alloc is None:
+    if not n:
         return Tensor._dense(0, out_shape, dtype, strides=None, padded=padded, device=Device(1, 0),
                              owner=None, readonly=False, copied=True)
+    base, owner = _fresh_host(n * dtype.itemsize)
     out_strides = compact_strides(out_shape)
     isz = dtype.itemsize
     for box, t in pieces:
@@ -625,11 +661,28 @@ def _extract_dense(
         src_strides = t.strides if t.strides is not None else compact_strides(t.shape)
         src = t.data_ptr + sum((c - o) * s for c, o, s in
                                zip(common.offsets, box.offsets, src_strides)) * isz
-        dst = alloc.ptr + sum((c - o) * s for c, o, s in
-                              zip(common.offsets, target.offsets, out_strides)) * isz
+        dst = base + sum((c - o) * s for c, o, s in
+                         zip(common.offsets, target.offsets, out_strides)) * isz
         _copy_strided(dst, out_strides, src, src_strides, common.sizes, isz)
-    return Tensor._dense(alloc.ptr, out_shape, dtype, strides=None, padded=padded,
-                         device=Device(1, 0), owner=alloc, readonly=False, copied=True)
+    return Tensor._dense(base, out_shape, dtype, strides=None, padded=padded,
+                         device=Device(1, 0), owner=owner, readonly=False, copied=True)
+
+
+_UNZEROED_FROM = 1 << 20  # bytes; smaller allocations are cheap to zero
+
+
+def _fresh_host(nbytes: int) -> tuple[int, object]:
+    """``(pointer, owner)`` of ``nbytes`` of 64-byte aligned host memory, not zeroed when
+    NumPy is loaded and the size is large: an assembly writes every byte, and zeroing
+    first (ctypes' memset) took longer than the copy itself (65 ms for 64 MiB)."""
+    np = sys.modules.get("numpy")
+    if np is None or nbytes < _UNZEROED_FROM:
+        alloc = alloc_aligned(nbytes)
+        assert alloc is not None  # nbytes > 0
+        return alloc.ptr, alloc
+    raw = np.empty(nbytes + ALIGNMENT - 1, np.uint8)
+    ptr = raw.ctypes.data
+    return ptr + (-ptr % ALIGNMENT), raw
 
 
 def _extract_packed(pieces: list[tuple[Box, Tensor]], target: Box, dtype: DType) -> Tensor:
@@ -690,6 +743,34 @@ def assemble(sharded: ShardedTensor, to: str = "numpy") -> Any:
     if to in ("hurray", "hb"):
         return out
     return get_adapter(to).from_hurray(out)
+
+
+def copy_shards(sharded: ShardedTensor) -> ShardedTensor:
+    """The same shard set with every shard copied into fresh compact host memory.
+
+    What ``hb.asarray(x, copy=True)`` gives for a sharded ``x``: each shard keeps
+    its box, replica id and device record. Shards must be host-accessible.
+    """
+    shards = []
+    for i, (box, t) in enumerate(zip(sharded.boxes, sharded.shards)):
+        sh = t.descriptor.shard
+        assert sh is not None  # checked when the set was built
+        if not t.is_dense:
+            _require_host(t, "copy a shard")
+            shards.append(t.copy())  # buffer by buffer; the descriptor keeps its section
+            continue
+        whole = Box(tuple(0 for _ in box.sizes), box.sizes)
+        shards.append(_cut(t, whole, sh, True, f"shards[{i}]"))
+    return ShardedTensor(sharded.descriptor, shards)
+
+
+def describe(sharded: ShardedTensor) -> str:
+    """``8 shards of 4 distinct boxes on 8 devices``: for messages about a whole set."""
+    boxes = len({b for b in sharded.boxes if not b.is_empty})
+    sections = [t.descriptor.shard for t in sharded.shards]
+    devices = len({(sh.device_type, sh.device_id) for sh in sections if sh is not None})
+    return (f"{len(sharded)} shard{'s' * (len(sharded) != 1)} of {boxes} distinct "
+            f"box{'es' * (boxes != 1)} on {devices} device{'s' * (devices != 1)}")
 
 
 # ---------------------------------------------------------------------- JAX
