@@ -406,6 +406,31 @@ def test_convert_refuses_a_damaged_file(capsys: pytest.CaptureFixture[str],
     assert rc == 0 and err == "" and out.exists()  # on purpose: converted as it is
 
 
+@pytest.mark.parametrize("route", ["hurray->safetensors", "safetensors->hurray",
+                                   "hurray->hurray", "npy->hurray"])
+def test_convert_no_fsync_skips_the_flushes(capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: pathlib.Path, ckpt: pathlib.Path,
+                                            route: str) -> None:
+    src_fmt, dst_fmt = route.split("->")
+    src = {"hurray": ckpt, "safetensors": tmp_path / "in.safetensors",
+           "npy": tmp_path / "in.npy"}[src_fmt]
+    if src_fmt == "safetensors":
+        hb.safetensors_io.hurray_to_safetensors(ckpt, src)
+    elif src_fmt == "npy":
+        np.save(src, np.arange(10))
+    out = tmp_path / f"out.{dst_fmt}"
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(hb.container.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    assert run(capsys, "convert", "-q", "--no-fsync", str(src), str(out))[0] == 0
+    assert synced == [] and out.exists()
+    first = out.read_bytes()
+    assert run(capsys, "convert", "-q", str(src), str(out))[0] == 0
+    assert len(synced) == (2 if os.name == "posix" else 1)  # durable by default
+    assert out.read_bytes() == first
+
+
 def test_convert_refuses_an_output_named_for_another_format(
         capsys: pytest.CaptureFixture[str], ckpt: pathlib.Path, tmp_path: pathlib.Path) -> None:
     for argv in (["--to", "hurray", str(tmp_path / "x.safetensors")],
