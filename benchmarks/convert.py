@@ -8,19 +8,26 @@ no side pays for freeing a previous file's blocks.
 
 - ``safetensors_to_hurray`` and ``hurray_to_safetensors`` as ``hurray convert``
   calls them (durable: fsync of the file and its directory; CRC-32 checksums
-  written, or checked on the way back), against ``shutil.copyfile`` (neither)
-  and ``shutil.copyfile`` + fsync (durable, no checksums);
+  written, or checked on the way back) against ``shutil.copyfile`` + fsync of
+  the same input (durable, no checksums), and with ``fsync=False``
+  (``hurray convert --no-fsync``) against plain ``shutil.copyfile``;
 - the ``hurray convert`` command itself (a new interpreter per call);
 - peak resident memory of ``hurray convert`` (the child's ``VmHWM``) at the
   full size and at a quarter of it: memory that follows the file size shows as
   a ratio near 4.
 
-``python -m benchmarks convert [--small]``; ``python -m benchmarks.convert --size 1.5GiB``.
+``--baseline DIR`` (or ``HURRAY_BENCH_BASELINE``) also times the library calls
+of another checkout (say ``git worktree add /tmp/base HEAD~1``) in a child
+interpreter, in the same rounds, and its peak memory: before and after in one run.
+
+``python -m benchmarks convert [--small]``;
+``python -m benchmarks.convert --size 1.5GiB [--baseline DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -45,6 +52,44 @@ with open("/proc/self/status") as f:
 print(hwm * 1024)
 sys.exit(status)
 """
+
+
+_SERVE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import hurray_bridge
+from hurray_bridge import safetensors_io as sio
+print(hurray_bridge.__file__, flush=True)
+for line in sys.stdin:
+    fn, src, dst, fsync = json.loads(line)
+    getattr(sio, fn)(src, dst, fsync=fsync)
+    print("done", flush=True)
+"""
+
+
+class _Baseline:
+    """The library of another checkout, in a child interpreter that runs one call per line."""
+
+    def __init__(self, tree: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _SERVE, tree], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=tree)
+        assert self.proc.stdout is not None
+        self.module = self.proc.stdout.readline().strip()
+        if not self.module.startswith(os.path.abspath(tree)):
+            self.close()
+            raise RuntimeError(f"the baseline imported {self.module}, not {tree}'s hurray_bridge")
+
+    def call(self, fn: str, src: str, dst: str, fsync: bool) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps([fn, src, dst, fsync]) + "\n")
+        self.proc.stdin.flush()
+        if self.proc.stdout.readline().strip() != "done":
+            raise RuntimeError(f"the baseline's {fn} failed")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def _write(path: str, size: int) -> int:
@@ -90,17 +135,21 @@ def _rounds(cases: dict[str, tuple[Callable[[], object], str]], repeat: int) -> 
     return out_t
 
 
-def _peak_rss(*argv: str) -> int:
+def _peak_rss(*argv: str, tree: str | None = None) -> int:
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.path.abspath(tree)
     res = subprocess.run([sys.executable, "-c", _PEAK, *argv], capture_output=True, text=True,
-                         timeout=600, check=True)
+                         timeout=600, check=True, env=env, cwd=tree)
     return int(res.stdout.split()[-1])
 
 
-def run(size: int | None = None, small: bool = False,
-        directory: str | None = None) -> dict[str, Any]:
+def run(size: int | None = None, small: bool = False, directory: str | None = None,
+        baseline: str | None = None) -> dict[str, Any]:
     from hurray_bridge import safetensors_io as sio
 
     size = size or (SMALL_SIZE if small else DEFAULT_SIZE)
+    baseline = baseline or os.environ.get("HURRAY_BENCH_BASELINE") or None
     repeat = 5 if small else 3
     tmp = tempfile.mkdtemp(prefix="hurray-convert-", dir=directory)
     st, hr = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "in.hurray")
@@ -108,75 +157,108 @@ def run(size: int | None = None, small: bool = False,
     copy_out = os.path.join(tmp, "copy.bin")
     cli = [sys.executable, "-m", "hurray_bridge", "convert", "-q"]
     results: dict[str, Any] = {"timings": [], "ratios": {}, "notes": []}
+    base = _Baseline(baseline) if baseline else None
     try:
         nbytes = _write(st, size)
         sio.safetensors_to_hurray(st, hr)
         assert sio.hurray_to_safetensors(hr, st_out) and _same(st, st_out)
 
-        def copy_st() -> None:
-            shutil.copyfile(st, copy_out)
-
-        def copy_st_fsync() -> None:
-            shutil.copyfile(st, copy_out)
-            _fsync_file(copy_out)
-
-        def copy_hr() -> None:
-            shutil.copyfile(hr, copy_out)
+        def copy(src: str, durable: bool) -> Callable[[], None]:
+            def call() -> None:
+                shutil.copyfile(src, copy_out)
+                if durable:
+                    _fsync_file(copy_out)
+            return call
 
         mib = nbytes >> 20
-        names = (f"shutil.copyfile of the safetensors input ({mib} MiB)",
-                 "shutil.copyfile + fsync (durable, no checksums)",
-                 "shutil.copyfile of the Hurray input",
-                 "safetensors -> hurray (fsync, checksums written)",
-                 "hurray -> safetensors (fsync, checksums checked)",
-                 "hurray convert safetensors -> hurray (new process)",
-                 "hurray convert hurray -> safetensors (new process)")
-        calls: tuple[tuple[Callable[[], object], str], ...] = (
-            (copy_st, copy_out), (copy_st_fsync, copy_out), (copy_hr, copy_out),
-            (lambda: sio.safetensors_to_hurray(st, hr_out), hr_out),
-            (lambda: sio.hurray_to_safetensors(hr, st_out), st_out),
-            (lambda: subprocess.run([*cli, st, hr_out], check=True), hr_out),
-            (lambda: subprocess.run([*cli, hr, st_out], check=True), st_out))
-        timings = _rounds(dict(zip(names, calls)), repeat)
+        cases: dict[str, tuple[Callable[[], object], str]] = {
+            f"shutil.copyfile of the safetensors input ({mib} MiB)": (copy(st, False), copy_out),
+            "shutil.copyfile + fsync of it (durable, no checksums)": (copy(st, True), copy_out),
+            "shutil.copyfile of the Hurray input": (copy(hr, False), copy_out),
+            "shutil.copyfile + fsync of it": (copy(hr, True), copy_out),
+            "safetensors -> hurray (fsync, checksums written)": (
+                lambda: sio.safetensors_to_hurray(st, hr_out), hr_out),
+            "safetensors -> hurray, fsync=False": (
+                lambda: sio.safetensors_to_hurray(st, hr_out, fsync=False), hr_out),
+            "hurray -> safetensors (fsync, checksums checked)": (
+                lambda: sio.hurray_to_safetensors(hr, st_out), st_out),
+            "hurray -> safetensors, fsync=False": (
+                lambda: sio.hurray_to_safetensors(hr, st_out, fsync=False), st_out),
+            "hurray convert safetensors -> hurray (new process)": (
+                lambda: subprocess.run([*cli, st, hr_out], check=True), hr_out),
+            "hurray convert hurray -> safetensors (new process)": (
+                lambda: subprocess.run([*cli, hr, st_out], check=True), st_out),
+        }
+        if base is not None:
+            b = base
+            results["notes"].append(f"baseline: {b.module}")
+            cases.update({
+                "baseline: safetensors -> hurray (fsync)": (
+                    lambda: b.call("safetensors_to_hurray", st, hr_out, True), hr_out),
+                "baseline: safetensors -> hurray, fsync=False": (
+                    lambda: b.call("safetensors_to_hurray", st, hr_out, False), hr_out),
+                "baseline: hurray -> safetensors (fsync)": (
+                    lambda: b.call("hurray_to_safetensors", hr, st_out, True), st_out),
+                "baseline: hurray -> safetensors, fsync=False": (
+                    lambda: b.call("hurray_to_safetensors", hr, st_out, False), st_out),
+            })
+        timings = _rounds(cases, repeat)
         results["timings"] = [t.as_dict() for t in timings]
-        cp_st, cp_sync, cp_hr, to_h, to_s, cli_to, cli_back = (t.median_us for t in timings)
+        us = [t.median_us for t in timings]
+        cp_st, cp_st_sync, cp_hr, cp_hr_sync, to_h, to_h_nosync, to_s, to_s_nosync = us[:8]
+        cli_to, cli_back = us[8:10]
         r = results["ratios"]
-        r["safetensors_to_hurray_vs_copyfile"] = {"value": to_h / cp_st, "goal": "<= 1.2"}
-        r["hurray_to_safetensors_vs_copyfile"] = {"value": to_s / cp_hr, "goal": "<= 1.2"}
-        r["safetensors_to_hurray_vs_durable_copy"] = {"value": to_h / cp_sync,
-                                                      "goal": "informational"}
-        r["hurray_to_safetensors_vs_durable_copy"] = {"value": to_s / cp_sync,
-                                                      "goal": "informational"}
-        r["cli_safetensors_to_hurray_vs_copyfile"] = {"value": cli_to / cp_st,
-                                                      "goal": "informational"}
-        r["cli_hurray_to_safetensors_vs_copyfile"] = {"value": cli_back / cp_hr,
-                                                      "goal": "informational"}
+
+        def ratio(name: str, value: float, goal: str = "informational") -> None:
+            r[name] = {"value": value, "goal": goal}
+
+        ratio("safetensors_to_hurray_vs_durable_copy", to_h / cp_st_sync, "<= 1.2")
+        ratio("hurray_to_safetensors_vs_durable_copy", to_s / cp_hr_sync, "<= 1.2")
+        ratio("safetensors_to_hurray_no_fsync_vs_copyfile", to_h_nosync / cp_st, "<= 1.2")
+        ratio("hurray_to_safetensors_no_fsync_vs_copyfile", to_s_nosync / cp_hr, "<= 1.2")
+        ratio("safetensors_to_hurray_durable_vs_copyfile", to_h / cp_st)
+        ratio("hurray_to_safetensors_durable_vs_copyfile", to_s / cp_hr)
+        ratio("cli_safetensors_to_hurray_vs_durable_copy", cli_to / cp_st_sync)
+        ratio("cli_hurray_to_safetensors_vs_durable_copy", cli_back / cp_hr_sync)
+        if base is not None:
+            b_to, b_to_nosync, b_back, b_back_nosync = us[10:14]
+            ratio("baseline_safetensors_to_hurray_vs_durable_copy", b_to / cp_st_sync)
+            ratio("baseline_hurray_to_safetensors_vs_durable_copy", b_back / cp_hr_sync)
+            ratio("baseline_safetensors_to_hurray_no_fsync_vs_copyfile", b_to_nosync / cp_st)
+            ratio("baseline_hurray_to_safetensors_no_fsync_vs_copyfile", b_back_nosync / cp_hr)
         if os.path.exists("/proc/self/status"):
-            peaks = {}
-            for label, n in (("full", size), ("quarter", size // 4)):
-                src = os.path.join(tmp, f"{label}.safetensors")
-                _write(src, n)
-                mid = os.path.join(tmp, f"{label}.hurray")
-                _fresh(mid)
-                to = _peak_rss("convert", "-q", src, mid)
-                _fresh(os.path.join(tmp, "back.safetensors"))
-                back = _peak_rss("convert", "-q", mid, os.path.join(tmp, "back.safetensors"))
-                peaks[label] = (to, back, os.path.getsize(src))
-                os.unlink(src)
-                os.unlink(mid)
-            (f_to, f_back, f_n), (q_to, q_back, q_n) = peaks["full"], peaks["quarter"]
-            results["notes"].append(
-                f"peak RSS of hurray convert: safetensors -> hurray {f_to >> 20} MiB at "
-                f"{f_n >> 20} MiB, {q_to >> 20} MiB at {q_n >> 20} MiB; back "
-                f"{f_back >> 20} / {q_back >> 20} MiB")
-            r["peak_rss_full_vs_quarter_to_hurray"] = {"value": f_to / q_to, "goal": "<= 1.2"}
-            r["peak_rss_full_vs_quarter_to_safetensors"] = {"value": f_back / q_back,
-                                                            "goal": "<= 1.2"}
+            trees: list[tuple[str, str | None]] = [("", None)]
+            if baseline:
+                trees.append(("baseline_", baseline))
+            for prefix, tree in trees:
+                peaks = {}
+                for label, n in (("full", size), ("quarter", size // 4)):
+                    src = os.path.join(tmp, f"{label}.safetensors")
+                    _write(src, n)
+                    mid = os.path.join(tmp, f"{label}.hurray")
+                    back_path = os.path.join(tmp, "back.safetensors")
+                    _fresh(mid)
+                    to = _peak_rss("convert", "-q", src, mid, tree=tree)
+                    _fresh(back_path)
+                    back = _peak_rss("convert", "-q", mid, back_path, tree=tree)
+                    peaks[label] = (to, back, os.path.getsize(src))
+                    os.unlink(src)
+                    os.unlink(mid)
+                (f_to, f_back, f_n), (q_to, q_back, q_n) = peaks["full"], peaks["quarter"]
+                results["notes"].append(
+                    f"{prefix.replace('_', ': ')}peak RSS of hurray convert: safetensors -> "
+                    f"hurray {f_to >> 20} MiB at {f_n >> 20} MiB, {q_to >> 20} MiB at "
+                    f"{q_n >> 20} MiB; back {f_back >> 20} / {q_back >> 20} MiB")
+                goal = "informational" if prefix else "<= 1.2"
+                ratio(f"{prefix}peak_rss_full_vs_quarter_to_hurray", f_to / q_to, goal)
+                ratio(f"{prefix}peak_rss_full_vs_quarter_to_safetensors", f_back / q_back, goal)
         for v in r.values():
             goal = str(v["goal"])
             if goal.startswith("<= "):
                 v["met"] = v["value"] <= float(goal[3:])
     finally:
+        if base is not None:
+            base.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return results
 
@@ -195,8 +277,10 @@ def main() -> int:
     p.add_argument("--size", type=_size, default=None, help="checkpoint size, e.g. 1.5GiB")
     p.add_argument("--small", action="store_true", help=f"{SMALL_SIZE >> 20} MiB, quickly")
     p.add_argument("--dir", default=None, help="where to write the files (default: $TMPDIR)")
+    p.add_argument("--baseline", default=None, metavar="DIR",
+                   help="also time the library of the checkout in DIR, in the same rounds")
     args = p.parse_args()
-    res = run(args.size, args.small, args.dir)
+    res = run(args.size, args.small, args.dir, args.baseline)
     for note in res["notes"]:
         print(f"  note: {note}")
     for t in res["timings"]:

@@ -15,6 +15,7 @@ directory, fsync, ``os.replace``, fsync of the directory.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import errno
@@ -1313,7 +1314,7 @@ def _fsync_dir(directory: str) -> None:
         os.close(dfd)
 
 
-_RING = 3  # read buffers in flight between the reads, the checksum thread and the writes
+_RING = 4  # buffers in flight: one read, one checksummed, one written, one to spare
 _WRITEBACK_BYTES = 32 << 20
 
 
@@ -1337,50 +1338,62 @@ def _start_writeback() -> Callable[[int, int, int], object] | None:
     return lambda fd, offset, length: fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
 
 
+class _Chunk(NamedTuple):
+    data: memoryview | bytes
+    read: Future[None] | None  # the read that fills ``data`` from a file region, if any
+    write: bool
+
+
 class _DataWriter:
     """Writes a file's data in order, from memory and from file regions, checksumming it.
 
     It keeps ``slots`` CRC-32s (one per entry): :meth:`put` writes a piece and
     adds its bytes to a slot's CRC (or to none), :meth:`checksum` adds a
-    region's bytes to a slot without writing them. A region is read into one of
-    a few reused buffers, checksummed and written from there: the checksum is
-    that of exactly the bytes written, and the memory used does not grow with
-    the file. (``os.copy_file_range`` was measured slower: the two files'
-    offsets differ modulo the page size, and the kernel then copies page pieces.)
-    For a large output a helper thread computes the CRCs while this one reads
-    and writes (zlib.crc32, os.preadv and os.write release the GIL); one worker
-    keeps each slot's chunks in order. ``base`` is the file offset of the first
-    byte written (the file position of ``fd``), which progress counts from.
+    region's bytes to a slot without writing them, :meth:`finish` waits for the
+    last chunk and returns the CRCs. A region is read into one of a few reused
+    buffers, checksummed and written from there: the checksum is that of
+    exactly the bytes written, and the memory used does not grow with the file.
+
+    A large output goes through three threads, one chunk behind the other: a
+    helper reads, another computes the CRCs, and the caller's thread writes
+    (os.preadv, zlib.crc32 and os.write release the GIL). Each stage keeps the
+    chunks in order (one worker each), so each slot's CRC is chained in order.
+    ``base`` is the file offset of the first byte written (the file position
+    of ``fd``), which progress counts from.
     """
 
     def __init__(self, fd: int, base: int, total: int, slots: int, *, durable: bool,
                  progress: _PROGRESS | None) -> None:
         self.fd = fd
         self.base = self.pos = self.unstarted = base  # unstarted: no writeback asked from here
+        self.end = base  # where the chunks queued so far end (pos: where the written ones do)
         self.total = total
         self.crcs = [0] * slots
         self.progress = progress
-        threaded = slots > 0 and total >= _THREADED_CRC_BYTES
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="hurray-crc") if threaded else None
-        self.pending: list[Future[None]] = []
-        self.ring: list[memoryview] = []
-        self.busy: list[Future[None] | None] = []
-        self.turn = 0
         self.writeback = _start_writeback() if durable else None
+        threaded = total >= _THREADED_CRC_BYTES
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="hurray-read") if threaded else None
+        self.summer = (ThreadPoolExecutor(1, thread_name_prefix="hurray-crc")
+                       if threaded and slots else None)
+        self.depth = _RING if threaded else 1
+        self.window: collections.deque[_Chunk] = collections.deque()
+        self.sums: list[Future[None]] = []  # of chunks in memory (no buffer to wait for)
+        self.ring: list[memoryview] = []
+        self.busy: list[Future[None] | None] = []  # the CRC still reading each buffer
+        self.turn = 0
 
     def __enter__(self) -> _DataWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+        for pool in (self.reader, self.summer):  # the reads first: a CRC may wait for one
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
 
     def pad_to(self, at: int) -> None:
         """Zeros up to file offset ``at`` (the alignment padding before a buffer)."""
-        if at > self.pos:
-            n = at - self.pos
-            _write_all(self.fd, bytes(n))
-            self.pos += n
+        if at > self.end:
+            self._queue(_Chunk(bytes(at - self.end), None, True))
 
     def put(self, src: _Piece, slot: int | None) -> None:
         if isinstance(src, _Region):
@@ -1389,39 +1402,59 @@ class _DataWriter:
         for k in range(0, len(src), _CHUNK):
             chunk = src[k:k + _CHUNK]
             if slot is not None:
-                self._sum(slot, chunk, None)
-            self._write(chunk)
+                self._sum(slot, chunk, None, None)
+            self._queue(_Chunk(chunk, None, True))
 
     def checksum(self, src: _Region, slot: int) -> None:
         self._through(src, slot, write=False)
 
     def finish(self) -> list[int]:
-        """The CRC-32 of each slot, once every chunk is summed."""
-        for fut in itertools.chain(self.pending, self.busy):
+        """The CRC-32 of each slot, once every chunk is written and summed."""
+        while self.window:
+            self._complete(self.window.popleft())
+        for fut in itertools.chain(self.sums, self.busy):
             if fut is not None:
                 fut.result()
         return self.crcs
 
-    def _add(self, slot: int, chunk: memoryview | bytes) -> None:
+    def _add(self, slot: int, chunk: memoryview | bytes, read: Future[None] | None) -> None:
+        if read is not None:
+            read.result()  # the bytes are in the buffer (or the read failed, and so does this)
         self.crcs[slot] = zlib.crc32(chunk, self.crcs[slot])
 
-    def _sum(self, slot: int, chunk: memoryview | bytes, buffer: int | None) -> None:
-        if self.pool is None:
-            self._add(slot, chunk)
+    def _sum(self, slot: int, chunk: memoryview | bytes, read: Future[None] | None,
+             buffer: int | None) -> None:
+        if self.summer is None:
+            self._add(slot, chunk, read)
             return
-        fut = self.pool.submit(self._add, slot, chunk)
+        fut = self.summer.submit(self._add, slot, chunk, read)
         if buffer is None:
-            self.pending.append(fut)
+            self.sums.append(fut)
         else:
             self.busy[buffer] = fut  # the buffer is reused once this has run
 
+    def _queue(self, chunk: _Chunk) -> None:
+        if chunk.write:
+            self.end += len(chunk.data)
+        self.window.append(chunk)
+        if len(self.window) >= self.depth:  # so fewer than depth chunks are ever queued
+            self._complete(self.window.popleft())
+
+    def _complete(self, chunk: _Chunk) -> None:
+        if chunk.read is not None:
+            chunk.read.result()
+        if chunk.write:
+            _write_all(self.fd, chunk.data)
+            self._advance(len(chunk.data))
+
     def _buffer(self) -> tuple[int, memoryview]:
+        """A free buffer. The chunk that used it last is ``depth`` or more chunks back, so it
+        has left the window (it is written); its CRC is awaited here."""
         if not self.ring:
-            n = _RING if self.pool is not None else 1
             size = max(4096, min(_CHUNK, self.total))  # a small file gets a small buffer
-            self.ring = [memoryview(bytearray(size)) for _ in range(n)]
-            self.busy = [None] * n
-        j = self.turn % len(self.ring)
+            self.ring = [memoryview(bytearray(size)) for _ in range(self.depth)]
+            self.busy = [None] * self.depth
+        j = self.turn % self.depth
         self.turn += 1
         fut = self.busy[j]
         if fut is not None:
@@ -1434,16 +1467,15 @@ class _DataWriter:
         while off < end:
             j, buf = self._buffer()
             view = buf[:min(len(buf), end - off)]
-            _pread_into(src.fd, view, off)
+            read = None
+            if self.reader is None:
+                _pread_into(src.fd, view, off)
+            else:
+                read = self.reader.submit(_pread_into, src.fd, view, off)
             if slot is not None:
-                self._sum(slot, view, j)
-            if write:
-                self._write(view)
+                self._sum(slot, view, read, j)
+            self._queue(_Chunk(view, read, write))
             off += len(view)
-
-    def _write(self, data: memoryview | bytes) -> None:
-        _write_all(self.fd, data)
-        self._advance(len(data))
 
     def _advance(self, n: int) -> None:
         self.pos += n
