@@ -1500,7 +1500,7 @@ def _write_plan(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool,
                     if len(src):
                         out.pad_to(plan.data_offset + off)
                         out.put(src, i if slots else None)
-            crcs = out.finish() if slots else [0] * len(plan.entries)
+            crcs = out.finish() or [0] * len(plan.entries)
         os.lseek(fd, 0, os.SEEK_SET)
         _write_all(fd, plan.head(crcs))
 

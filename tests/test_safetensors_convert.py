@@ -45,15 +45,18 @@ def others(folder: pathlib.Path, *keep: str) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name not in keep)
 
 
+@pytest.mark.parametrize("checked", [True, False], ids=["checksums", "none"])
 def test_conversions_write_what_the_writers_from_memory_write(tmp_path: pathlib.Path,
-                                                              chunking: str) -> None:
+                                                              chunking: str,
+                                                              checked: bool) -> None:
     t = tensors()
     sio.save(tmp_path / "ref.safetensors", t, {"k": "v"})
-    hb.save(tmp_path / "ref.hurray", t, {"k": "v"}, alignment=4096)
+    hb.save(tmp_path / "ref.hurray", t, {"k": "v"}, alignment=4096, checksums=checked)
     sio.safetensors_to_hurray(tmp_path / "ref.safetensors", tmp_path / "out.hurray",
-                              alignment=4096)
+                              alignment=4096, checksums=checked)
     assert (tmp_path / "out.hurray").read_bytes() == (tmp_path / "ref.hurray").read_bytes()
-    sio.hurray_to_safetensors(tmp_path / "ref.hurray", tmp_path / "out.safetensors")
+    sio.hurray_to_safetensors(tmp_path / "ref.hurray", tmp_path / "out.safetensors",
+                              verify=checked)
     assert ((tmp_path / "out.safetensors").read_bytes()
             == (tmp_path / "ref.safetensors").read_bytes())
 
@@ -248,3 +251,15 @@ def test_peak_memory_does_not_follow_the_file_size(tmp_path: pathlib.Path) -> No
     back = growth(lambda: sio.hurray_to_safetensors(tmp_path / "big.hurray",
                                                     tmp_path / "back.safetensors", fsync=False))
     assert to < 32 << 20 and back < 32 << 20, (to >> 20, back >> 20)  # a few 4 MiB buffers
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["checksums", "none"])
+def test_save_from_memory_through_the_pipeline(tmp_path: pathlib.Path, chunking: str,
+                                               checked: bool) -> None:
+    t = tensors()
+    hb.save(tmp_path / "m.hurray", t, checksums=checked, alignment=128)
+    assert (tmp_path / "m.hurray").read_bytes() == hb.dumps(t, checksums=checked, alignment=128)
+    sio.save(tmp_path / "m.safetensors", t)
+    assert sio.hurray_to_safetensors(tmp_path / "m.hurray", tmp_path / "back.safetensors")
+    assert ((tmp_path / "back.safetensors").read_bytes()
+            == (tmp_path / "m.safetensors").read_bytes())
