@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -60,10 +61,15 @@ sys.path.insert(0, sys.argv[1])
 import hurray_bridge
 from hurray_bridge import safetensors_io as sio
 print(hurray_bridge.__file__, flush=True)
+import resource
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 for line in sys.stdin:
     fn, src, dst, fsync = json.loads(line)
+    c0 = cpu()
     getattr(sio, fn)(src, dst, fsync=fsync)
-    print("done", flush=True)
+    print(cpu() - c0, flush=True)
 """
 
 
@@ -79,12 +85,15 @@ class _Baseline:
             self.close()
             raise RuntimeError(f"the baseline imported {self.module}, not {tree}'s hurray_bridge")
 
-    def call(self, fn: str, src: str, dst: str, fsync: bool) -> None:
+    def call(self, fn: str, src: str, dst: str, fsync: bool) -> float:
+        """Run ``sio.fn(src, dst, fsync=fsync)`` there; its CPU seconds."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps([fn, src, dst, fsync]) + "\n")
         self.proc.stdin.flush()
-        if self.proc.stdout.readline().strip() != "done":
+        line = self.proc.stdout.readline().strip()
+        if not line:
             raise RuntimeError(f"the baseline's {fn} failed")
+        return float(line)
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -115,9 +124,55 @@ def _fresh(out: str) -> None:
         os.unlink(out)
 
 
-def _rounds(cases: dict[str, tuple[Callable[[], object], str]], repeat: int) -> list[Timing]:
-    """Median seconds of each case over ``repeat`` rounds, cases interleaved per round."""
+def _stages(src: str, out: str, repeat: int) -> dict[str, float]:
+    """Median ms of each stage of a copy with checksums, alone: reading ``src`` into one 4 MiB
+    buffer (os.preadv), CRC-32 of it from that buffer, writing as many bytes to a new file."""
+    import zlib
+
+    size = os.path.getsize(src)
+    buf = memoryview(bytearray(4 << 20))
+    times: dict[str, list[float]] = {"read": [], "crc32": [], "write": []}
+    for _ in range(repeat):
+        fd = os.open(src, os.O_RDONLY)
+        t0 = time.perf_counter()
+        off = 0
+        while off < size:
+            off += os.preadv(fd, [buf[:min(len(buf), size - off)]], off)
+        t1 = time.perf_counter()
+        crc = 0
+        for _ in range(size // len(buf)):
+            crc = zlib.crc32(buf, crc)
+        t2 = time.perf_counter()
+        os.close(fd)
+        _fresh(out)
+        os.sync()
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        t3 = time.perf_counter()
+        off = 0
+        while off < size:
+            off += os.write(fd, buf[:min(len(buf), size - off)])
+        t4 = time.perf_counter()
+        os.close(fd)
+        for k, v in (("read", t1 - t0), ("crc32", t2 - t1), ("write", t4 - t3)):
+            times[k].append(v * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its waited-for children, every thread counted."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _rounds(cases: dict[str, tuple[Callable[[], object], str]],
+            repeat: int) -> tuple[list[Timing], dict[str, float]]:
+    """Median seconds of each case over ``repeat`` rounds, cases interleaved per round, and
+    the median CPU seconds (all threads) of each in microseconds: on a shared machine the
+    wall clock of a parallel copy depends on the cores others leave free, its CPU time
+    much less. A case whose call returns a float reports its own CPU seconds."""
     samples: dict[str, list[float]] = {k: [] for k in cases}
+    cpu: dict[str, list[float]] = {k: [] for k in cases}
     names = list(cases)
     for r in range(repeat):
         order = names if r % 2 == 0 else names[::-1]
@@ -125,14 +180,16 @@ def _rounds(cases: dict[str, tuple[Callable[[], object], str]], repeat: int) -> 
             fn, out = cases[name]
             _fresh(out)
             os.sync()  # everyone starts with nothing dirty to write back
+            c0 = _cpu()
             t0 = time.perf_counter()
-            fn()
+            got = fn()
             samples[name].append(time.perf_counter() - t0)
+            cpu[name].append(got if isinstance(got, float) else _cpu() - c0)
     out_t = []
     for name, s in samples.items():
         q = statistics.quantiles(s, n=4) if len(s) > 1 else [s[0], s[0], s[0]]
         out_t.append(Timing(name, statistics.median(s) * 1e6, (q[2] - q[0]) * 1e6, 1))
-    return out_t
+    return out_t, {k: statistics.median(v) * 1e6 for k, v in cpu.items()}
 
 
 def _peak_rss(*argv: str, tree: str | None = None) -> int:
@@ -145,12 +202,12 @@ def _peak_rss(*argv: str, tree: str | None = None) -> int:
 
 
 def run(size: int | None = None, small: bool = False, directory: str | None = None,
-        baseline: str | None = None) -> dict[str, Any]:
+        baseline: str | None = None, repeat: int | None = None) -> dict[str, Any]:
     from hurray_bridge import safetensors_io as sio
 
     size = size or (SMALL_SIZE if small else DEFAULT_SIZE)
     baseline = baseline or os.environ.get("HURRAY_BENCH_BASELINE") or None
-    repeat = 5 if small else 3
+    repeat = repeat or (5 if small else 3)
     tmp = tempfile.mkdtemp(prefix="hurray-convert-", dir=directory)
     st, hr = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "in.hurray")
     st_out, hr_out = os.path.join(tmp, "out.safetensors"), os.path.join(tmp, "out.hurray")
@@ -202,8 +259,14 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
                 "baseline: hurray -> safetensors, fsync=False": (
                     lambda: b.call("hurray_to_safetensors", hr, st_out, False), st_out),
             })
-        timings = _rounds(cases, repeat)
+        timings, cpu = _rounds(cases, repeat)
         results["timings"] = [t.as_dict() for t in timings]
+        results["cpu_us"] = cpu
+        stages = _stages(st, copy_out, repeat)
+        results["stages_ms"] = stages
+        results["notes"].append(
+            "stages alone (safetensors input, 4 MiB buffer): " + ", ".join(
+                f"{k} {v:.1f} ms" for k, v in stages.items()))
         us = [t.median_us for t in timings]
         cp_st, cp_st_sync, cp_hr, cp_hr_sync, to_h, to_h_nosync, to_s, to_s_nosync = us[:8]
         cli_to, cli_back = us[8:10]
@@ -218,6 +281,9 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
         ratio("hurray_to_safetensors_no_fsync_vs_copyfile", to_s_nosync / cp_hr, "<= 1.2")
         ratio("safetensors_to_hurray_durable_vs_copyfile", to_h / cp_st)
         ratio("hurray_to_safetensors_durable_vs_copyfile", to_s / cp_hr)
+        c = list(cpu.values())
+        ratio("cpu_safetensors_to_hurray_no_fsync_vs_copyfile", c[5] / c[0])
+        ratio("cpu_hurray_to_safetensors_no_fsync_vs_copyfile", c[7] / c[2])
         ratio("cli_safetensors_to_hurray_vs_durable_copy", cli_to / cp_st_sync)
         ratio("cli_hurray_to_safetensors_vs_durable_copy", cli_back / cp_hr_sync)
         if base is not None:
@@ -226,6 +292,8 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
             ratio("baseline_hurray_to_safetensors_vs_durable_copy", b_back / cp_hr_sync)
             ratio("baseline_safetensors_to_hurray_no_fsync_vs_copyfile", b_to_nosync / cp_st)
             ratio("baseline_hurray_to_safetensors_no_fsync_vs_copyfile", b_back_nosync / cp_hr)
+            ratio("baseline_cpu_safetensors_to_hurray_no_fsync_vs_copyfile", c[11] / c[0])
+            ratio("baseline_cpu_hurray_to_safetensors_no_fsync_vs_copyfile", c[13] / c[2])
         if os.path.exists("/proc/self/status"):
             trees: list[tuple[str, str | None]] = [("", None)]
             if baseline:
@@ -279,12 +347,15 @@ def main() -> int:
     p.add_argument("--dir", default=None, help="where to write the files (default: $TMPDIR)")
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="also time the library of the checkout in DIR, in the same rounds")
+    p.add_argument("--repeat", type=int, default=None, help="rounds (default 3; 5 with --small)")
     args = p.parse_args()
-    res = run(args.size, args.small, args.dir, args.baseline)
+    res = run(args.size, args.small, args.dir, args.baseline, args.repeat)
     for note in res["notes"]:
         print(f"  note: {note}")
     for t in res["timings"]:
-        print(f"  {t['name']:<58} {t['median_us'] / 1e3:10.1f} ms  (IQR {t['iqr_us'] / 1e3:.1f})")
+        cpu = res["cpu_us"][t["name"]] / 1e3
+        print(f"  {t['name']:<58} {t['median_us'] / 1e3:8.1f} ms  (IQR {t['iqr_us'] / 1e3:6.1f})"
+              f"  CPU {cpu:7.1f} ms")
     for k, r in res["ratios"].items():
         met = {True: "met", False: "NOT MET"}.get(r.get("met"), "")  # type: ignore[arg-type]
         print(f"  ratio {k:<44} {r['value']:8.3f}   goal {r['goal']} {met}")

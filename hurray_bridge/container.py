@@ -899,9 +899,10 @@ def loads(buffer: Any, *, copy: bool = False, verify: bool = False) -> TensorFil
 class _Region:
     """``length`` bytes of the open file ``fd`` from ``offset``: a source for the writers.
 
-    A region is copied (in the kernel, or through a small reused buffer), never
-    mapped, so a conversion's memory does not grow with the file. It slices
-    like the memoryview it stands for (``_trailing.written_pieces`` takes both).
+    A region is read through a few small reused buffers (:class:`_DataWriter`),
+    never mapped, so a conversion's memory does not grow with the file. It
+    slices like the memoryview it stands for (``_trailing.written_pieces``
+    takes both).
     """
 
     __slots__ = ("fd", "length", "offset")

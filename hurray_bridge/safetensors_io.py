@@ -5,10 +5,9 @@ names are re-exported here); :func:`hurray_bridge.load` opens a safetensors file
 through :mod:`hurray_bridge.container`. This module writes safetensors files and
 converts between the two formats.
 
-Conversions copy the bytes from one file into the other (in the kernel where no
-checksum needs them, else through a few reused buffers): no tensor is
-materialised, no value is ever cast, and the memory used does not grow with
-the file.
+Conversions copy the bytes from one file into the other through a few reused
+buffers (``container._DataWriter``): no tensor is materialised, no value is
+ever cast, and the memory used does not grow with the file.
 """
 
 from __future__ import annotations
@@ -157,10 +156,11 @@ def hurray_to_safetensors(src: str | os.PathLike[str], dst: str | os.PathLike[st
     Dense tensors of the types safetensors names convert bit-exactly (strided
     ones are gathered to row-major); anything else (sparse, quantized, shards,
     types safetensors lacks) is an :class:`UnsupportedError` naming the entry.
-    ``verify`` (the default) first checks every byte of ``src``, its data
-    checksums included: safetensors has no checksums, so damage that is not
-    caught here would pass on unnoticed. A damaged ``src`` is a
-    :class:`FormatError` and nothing is written.
+    ``verify`` (the default) checks every byte of ``src``, its data
+    checksums included, as it copies them: safetensors has no checksums, so
+    damage that is not caught here would pass on unnoticed. A damaged ``src``
+    is a :class:`FormatError` (the one :func:`container.verify` raises) and
+    nothing is written. ``fsync=False`` keeps the write atomic but not durable.
     """
     check_suffix(dst, "safetensors")
     with _open_regular(src) as f:
@@ -208,9 +208,9 @@ def _from_hurray(f: Any, path: str, dst: str | os.PathLike[str], *, fsync: bool,
                          b.length if view is None else len(view), pieces))
     read = functools.partial(_read_range, fd)
 
-    def check(crcs: Sequence[int]) -> None:
-        for e in entries:
-            if sums:
+    def check(crcs: Sequence[int]) -> None:  # what verify checks after the index, in order
+        if sums:
+            for e in entries:
                 _check_checksum(e, crcs[e.position])
         _check_padding_and_bits(read, h, entries)
 
