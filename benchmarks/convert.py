@@ -241,6 +241,12 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
                 lambda: sio.hurray_to_safetensors(hr, st_out), st_out),
             "hurray -> safetensors, fsync=False": (
                 lambda: sio.hurray_to_safetensors(hr, st_out, fsync=False), st_out),
+            "safetensors -> hurray, fsync=False, no checksums (the copy alone)": (
+                lambda: sio.safetensors_to_hurray(st, hr_out, fsync=False, checksums=False),
+                hr_out),
+            "hurray -> safetensors, fsync=False, verify=False (the copy alone)": (
+                lambda: sio.hurray_to_safetensors(hr, st_out, fsync=False, verify=False),
+                st_out),
             "hurray convert safetensors -> hurray (new process)": (
                 lambda: subprocess.run([*cli, st, hr_out], check=True), hr_out),
             "hurray convert hurray -> safetensors (new process)": (
@@ -269,7 +275,7 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
                 f"{k} {v:.1f} ms" for k, v in stages.items()))
         us = [t.median_us for t in timings]
         cp_st, cp_st_sync, cp_hr, cp_hr_sync, to_h, to_h_nosync, to_s, to_s_nosync = us[:8]
-        cli_to, cli_back = us[8:10]
+        copy_to, copy_back, cli_to, cli_back = us[8:12]
         r = results["ratios"]
 
         def ratio(name: str, value: float, goal: str = "informational") -> None:
@@ -284,16 +290,18 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
         c = list(cpu.values())
         ratio("cpu_safetensors_to_hurray_no_fsync_vs_copyfile", c[5] / c[0])
         ratio("cpu_hurray_to_safetensors_no_fsync_vs_copyfile", c[7] / c[2])
+        ratio("copy_alone_safetensors_to_hurray_vs_copyfile", copy_to / cp_st)
+        ratio("copy_alone_hurray_to_safetensors_vs_copyfile", copy_back / cp_hr)
         ratio("cli_safetensors_to_hurray_vs_durable_copy", cli_to / cp_st_sync)
         ratio("cli_hurray_to_safetensors_vs_durable_copy", cli_back / cp_hr_sync)
         if base is not None:
-            b_to, b_to_nosync, b_back, b_back_nosync = us[10:14]
+            b_to, b_to_nosync, b_back, b_back_nosync = us[12:16]
             ratio("baseline_safetensors_to_hurray_vs_durable_copy", b_to / cp_st_sync)
             ratio("baseline_hurray_to_safetensors_vs_durable_copy", b_back / cp_hr_sync)
             ratio("baseline_safetensors_to_hurray_no_fsync_vs_copyfile", b_to_nosync / cp_st)
             ratio("baseline_hurray_to_safetensors_no_fsync_vs_copyfile", b_back_nosync / cp_hr)
-            ratio("baseline_cpu_safetensors_to_hurray_no_fsync_vs_copyfile", c[11] / c[0])
-            ratio("baseline_cpu_hurray_to_safetensors_no_fsync_vs_copyfile", c[13] / c[2])
+            ratio("baseline_cpu_safetensors_to_hurray_no_fsync_vs_copyfile", c[13] / c[0])
+            ratio("baseline_cpu_hurray_to_safetensors_no_fsync_vs_copyfile", c[15] / c[2])
         if os.path.exists("/proc/self/status"):
             trees: list[tuple[str, str | None]] = [("", None)]
             if baseline:
@@ -354,7 +362,7 @@ def main() -> int:
         print(f"  note: {note}")
     for t in res["timings"]:
         cpu = res["cpu_us"][t["name"]] / 1e3
-        print(f"  {t['name']:<58} {t['median_us'] / 1e3:8.1f} ms  (IQR {t['iqr_us'] / 1e3:6.1f})"
+        print(f"  {t['name']:<66} {t['median_us'] / 1e3:8.1f} ms  (IQR {t['iqr_us'] / 1e3:6.1f})"
               f"  CPU {cpu:7.1f} ms")
     for k, r in res["ratios"].items():
         met = {True: "met", False: "NOT MET"}.get(r.get("met"), "")  # type: ignore[arg-type]

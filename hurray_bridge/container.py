@@ -91,7 +91,7 @@ _MIN_DESCRIPTOR = 56  # rank 0, row-major, one buffer: the smallest descriptor a
 _MIN_ENTRY = _ENTRY.size + 8 + _MIN_DESCRIPTOR
 _MIN_META = _META.size + 8
 _CHUNK = 4 << 20  # write and checksum in slices that stay in the CPU cache
-_THREADED_CRC_BYTES = 16 << 20
+_THREADED_CRC_BYTES = 16 << 20  # from this size, reads and checksums run on helper threads
 _PROGRESS = Callable[[int, int], None]
 
 assert _HEADER.size == HEADER_SIZE
