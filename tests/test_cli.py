@@ -591,6 +591,60 @@ def test_an_interrupted_convert_leaves_no_temporary(tmp_path: pathlib.Path, sig:
                                                           "out.hurray"]
 
 
+SLOW_READ = """
+import sys, time
+from hurray_bridge import container
+from hurray_bridge.__main__ import main
+container._THREADED_CRC_BYTES = 0  # the reads on their thread, even for a small file
+container._CHUNK = 1 << 16
+real, calls = container._pread_into, [0]
+def slow(fd, view, offset):
+    calls[0] += 1
+    if calls[0] == 3:
+        print("reading", flush=True)
+        time.sleep(3)  # the main thread waits for this read when the signal comes
+    return real(fd, view, offset)
+container._pread_into = slow
+sys.exit(main(["convert", "-q", sys.argv[1], sys.argv[2]]))
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("direction", ["to hurray", "to safetensors"])
+def test_a_convert_interrupted_while_a_helper_thread_reads_leaves_no_temporary(
+        tmp_path: pathlib.Path, sig: int, direction: str) -> None:
+    from hurray_bridge import safetensors_io
+
+    hb.save(tmp_path / "in.hurray", {"w": np.arange(1 << 18, dtype=np.float32)})
+    src = tmp_path / "in.hurray"
+    out = tmp_path / "out.safetensors"
+    if direction == "to hurray":
+        src = tmp_path / "in.safetensors"
+        safetensors_io.hurray_to_safetensors(tmp_path / "in.hurray", src)
+        out = tmp_path / "out.hurray"
+        hb.save(out, {"old": np.ones(3)})
+    else:
+        safetensors_io.save(out, {"old": np.ones(3)})
+    before = out.read_bytes()
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_READ, str(src), str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "reading"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert err.startswith(f"hurray: error: {out}: interrupted by {signal.Signals(sig).name}")
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        {"in.hurray", src.name, out.name})
+
+
 def test_a_progress_bar_that_cannot_draw_does_not_stop_the_conversion(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, ckpt: pathlib.Path) -> None:
     import hurray_bridge.__main__ as cli
