@@ -8,20 +8,28 @@ no side pays for freeing a previous file's blocks.
 
 - ``safetensors_to_hurray`` and ``hurray_to_safetensors`` as ``hurray convert``
   calls them (durable: fsync of the file and its directory; CRC-32 checksums
-  written, or checked on the way back), against ``shutil.copyfile`` (neither)
-  and ``shutil.copyfile`` + fsync (durable, no checksums);
+  written, or checked on the way back) against ``shutil.copyfile`` + fsync of
+  the same input (durable, no checksums), and with ``fsync=False``
+  (``hurray convert --no-fsync``) against plain ``shutil.copyfile``;
 - the ``hurray convert`` command itself (a new interpreter per call);
 - peak resident memory of ``hurray convert`` (the child's ``VmHWM``) at the
   full size and at a quarter of it: memory that follows the file size shows as
   a ratio near 4.
 
-``python -m benchmarks convert [--small]``; ``python -m benchmarks.convert --size 1.5GiB``.
+``--baseline DIR`` (or ``HURRAY_BENCH_BASELINE``) also times the library calls
+of another checkout (say ``git worktree add /tmp/base HEAD~1``) in a child
+interpreter, in the same rounds, and its peak memory: before and after in one run.
+
+``python -m benchmarks convert [--small]``;
+``python -m benchmarks.convert --size 1.5GiB [--baseline DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -47,6 +55,52 @@ sys.exit(status)
 """
 
 
+_SERVE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import hurray_bridge
+from hurray_bridge import safetensors_io as sio
+print(hurray_bridge.__file__, flush=True)
+import resource
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+for line in sys.stdin:
+    fn, src, dst, fsync = json.loads(line)
+    c0 = cpu()
+    getattr(sio, fn)(src, dst, fsync=fsync)
+    print(cpu() - c0, flush=True)
+"""
+
+
+class _Baseline:
+    """The library of another checkout, in a child interpreter that runs one call per line."""
+
+    def __init__(self, tree: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _SERVE, tree], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=tree)
+        assert self.proc.stdout is not None
+        self.module = self.proc.stdout.readline().strip()
+        if not self.module.startswith(os.path.abspath(tree)):
+            self.close()
+            raise RuntimeError(f"the baseline imported {self.module}, not {tree}'s hurray_bridge")
+
+    def call(self, fn: str, src: str, dst: str, fsync: bool) -> float:
+        """Run ``sio.fn(src, dst, fsync=fsync)`` there; its CPU seconds."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps([fn, src, dst, fsync]) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline().strip()
+        if not line:
+            raise RuntimeError(f"the baseline's {fn} failed")
+        return float(line)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
 def _write(path: str, size: int) -> int:
     from safetensors.numpy import save_file
 
@@ -70,9 +124,55 @@ def _fresh(out: str) -> None:
         os.unlink(out)
 
 
-def _rounds(cases: dict[str, tuple[Callable[[], object], str]], repeat: int) -> list[Timing]:
-    """Median seconds of each case over ``repeat`` rounds, cases interleaved per round."""
+def _stages(src: str, out: str, repeat: int) -> dict[str, float]:
+    """Median ms of each stage of a copy with checksums, alone: reading ``src`` into one 4 MiB
+    buffer (os.preadv), CRC-32 of it from that buffer, writing as many bytes to a new file."""
+    import zlib
+
+    size = os.path.getsize(src)
+    buf = memoryview(bytearray(4 << 20))
+    times: dict[str, list[float]] = {"read": [], "crc32": [], "write": []}
+    for _ in range(repeat):
+        fd = os.open(src, os.O_RDONLY)
+        t0 = time.perf_counter()
+        off = 0
+        while off < size:
+            off += os.preadv(fd, [buf[:min(len(buf), size - off)]], off)
+        t1 = time.perf_counter()
+        crc = 0
+        for _ in range(size // len(buf)):
+            crc = zlib.crc32(buf, crc)
+        t2 = time.perf_counter()
+        os.close(fd)
+        _fresh(out)
+        os.sync()
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        t3 = time.perf_counter()
+        off = 0
+        while off < size:
+            off += os.write(fd, buf[:min(len(buf), size - off)])
+        t4 = time.perf_counter()
+        os.close(fd)
+        for k, v in (("read", t1 - t0), ("crc32", t2 - t1), ("write", t4 - t3)):
+            times[k].append(v * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its waited-for children, every thread counted."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _rounds(cases: dict[str, tuple[Callable[[], object], str]],
+            repeat: int) -> tuple[list[Timing], dict[str, float]]:
+    """Median seconds of each case over ``repeat`` rounds, cases interleaved per round, and
+    the median CPU seconds (all threads) of each in microseconds: on a shared machine the
+    wall clock of a parallel copy depends on the cores others leave free, its CPU time
+    much less. A case whose call returns a float reports its own CPU seconds."""
     samples: dict[str, list[float]] = {k: [] for k in cases}
+    cpu: dict[str, list[float]] = {k: [] for k in cases}
     names = list(cases)
     for r in range(repeat):
         order = names if r % 2 == 0 else names[::-1]
@@ -80,103 +180,161 @@ def _rounds(cases: dict[str, tuple[Callable[[], object], str]], repeat: int) -> 
             fn, out = cases[name]
             _fresh(out)
             os.sync()  # everyone starts with nothing dirty to write back
+            c0 = _cpu()
             t0 = time.perf_counter()
-            fn()
+            got = fn()
             samples[name].append(time.perf_counter() - t0)
+            cpu[name].append(got if isinstance(got, float) else _cpu() - c0)
     out_t = []
     for name, s in samples.items():
         q = statistics.quantiles(s, n=4) if len(s) > 1 else [s[0], s[0], s[0]]
         out_t.append(Timing(name, statistics.median(s) * 1e6, (q[2] - q[0]) * 1e6, 1))
-    return out_t
+    return out_t, {k: statistics.median(v) * 1e6 for k, v in cpu.items()}
 
 
-def _peak_rss(*argv: str) -> int:
+def _peak_rss(*argv: str, tree: str | None = None) -> int:
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.path.abspath(tree)
     res = subprocess.run([sys.executable, "-c", _PEAK, *argv], capture_output=True, text=True,
-                         timeout=600, check=True)
+                         timeout=600, check=True, env=env, cwd=tree)
     return int(res.stdout.split()[-1])
 
 
-def run(size: int | None = None, small: bool = False,
-        directory: str | None = None) -> dict[str, Any]:
+def run(size: int | None = None, small: bool = False, directory: str | None = None,
+        baseline: str | None = None, repeat: int | None = None) -> dict[str, Any]:
     from hurray_bridge import safetensors_io as sio
 
     size = size or (SMALL_SIZE if small else DEFAULT_SIZE)
-    repeat = 5 if small else 3
+    baseline = baseline or os.environ.get("HURRAY_BENCH_BASELINE") or None
+    repeat = repeat or (5 if small else 3)
     tmp = tempfile.mkdtemp(prefix="hurray-convert-", dir=directory)
     st, hr = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "in.hurray")
     st_out, hr_out = os.path.join(tmp, "out.safetensors"), os.path.join(tmp, "out.hurray")
     copy_out = os.path.join(tmp, "copy.bin")
     cli = [sys.executable, "-m", "hurray_bridge", "convert", "-q"]
     results: dict[str, Any] = {"timings": [], "ratios": {}, "notes": []}
+    base = _Baseline(baseline) if baseline else None
     try:
         nbytes = _write(st, size)
         sio.safetensors_to_hurray(st, hr)
         assert sio.hurray_to_safetensors(hr, st_out) and _same(st, st_out)
 
-        def copy_st() -> None:
-            shutil.copyfile(st, copy_out)
-
-        def copy_st_fsync() -> None:
-            shutil.copyfile(st, copy_out)
-            _fsync_file(copy_out)
-
-        def copy_hr() -> None:
-            shutil.copyfile(hr, copy_out)
+        def copy(src: str, durable: bool) -> Callable[[], None]:
+            def call() -> None:
+                shutil.copyfile(src, copy_out)
+                if durable:
+                    _fsync_file(copy_out)
+            return call
 
         mib = nbytes >> 20
-        names = (f"shutil.copyfile of the safetensors input ({mib} MiB)",
-                 "shutil.copyfile + fsync (durable, no checksums)",
-                 "shutil.copyfile of the Hurray input",
-                 "safetensors -> hurray (fsync, checksums written)",
-                 "hurray -> safetensors (fsync, checksums checked)",
-                 "hurray convert safetensors -> hurray (new process)",
-                 "hurray convert hurray -> safetensors (new process)")
-        calls: tuple[tuple[Callable[[], object], str], ...] = (
-            (copy_st, copy_out), (copy_st_fsync, copy_out), (copy_hr, copy_out),
-            (lambda: sio.safetensors_to_hurray(st, hr_out), hr_out),
-            (lambda: sio.hurray_to_safetensors(hr, st_out), st_out),
-            (lambda: subprocess.run([*cli, st, hr_out], check=True), hr_out),
-            (lambda: subprocess.run([*cli, hr, st_out], check=True), st_out))
-        timings = _rounds(dict(zip(names, calls)), repeat)
+        cases: dict[str, tuple[Callable[[], object], str]] = {
+            f"shutil.copyfile of the safetensors input ({mib} MiB)": (copy(st, False), copy_out),
+            "shutil.copyfile + fsync of it (durable, no checksums)": (copy(st, True), copy_out),
+            "shutil.copyfile of the Hurray input": (copy(hr, False), copy_out),
+            "shutil.copyfile + fsync of it": (copy(hr, True), copy_out),
+            "safetensors -> hurray (fsync, checksums written)": (
+                lambda: sio.safetensors_to_hurray(st, hr_out), hr_out),
+            "safetensors -> hurray, fsync=False": (
+                lambda: sio.safetensors_to_hurray(st, hr_out, fsync=False), hr_out),
+            "hurray -> safetensors (fsync, checksums checked)": (
+                lambda: sio.hurray_to_safetensors(hr, st_out), st_out),
+            "hurray -> safetensors, fsync=False": (
+                lambda: sio.hurray_to_safetensors(hr, st_out, fsync=False), st_out),
+            "safetensors -> hurray, fsync=False, no checksums (the copy alone)": (
+                lambda: sio.safetensors_to_hurray(st, hr_out, fsync=False, checksums=False),
+                hr_out),
+            "hurray -> safetensors, fsync=False, verify=False (the copy alone)": (
+                lambda: sio.hurray_to_safetensors(hr, st_out, fsync=False, verify=False),
+                st_out),
+            "hurray convert safetensors -> hurray (new process)": (
+                lambda: subprocess.run([*cli, st, hr_out], check=True), hr_out),
+            "hurray convert hurray -> safetensors (new process)": (
+                lambda: subprocess.run([*cli, hr, st_out], check=True), st_out),
+        }
+        if base is not None:
+            b = base
+            results["notes"].append(f"baseline: {b.module}")
+            cases.update({
+                "baseline: safetensors -> hurray (fsync)": (
+                    lambda: b.call("safetensors_to_hurray", st, hr_out, True), hr_out),
+                "baseline: safetensors -> hurray, fsync=False": (
+                    lambda: b.call("safetensors_to_hurray", st, hr_out, False), hr_out),
+                "baseline: hurray -> safetensors (fsync)": (
+                    lambda: b.call("hurray_to_safetensors", hr, st_out, True), st_out),
+                "baseline: hurray -> safetensors, fsync=False": (
+                    lambda: b.call("hurray_to_safetensors", hr, st_out, False), st_out),
+            })
+        timings, cpu = _rounds(cases, repeat)
         results["timings"] = [t.as_dict() for t in timings]
-        cp_st, cp_sync, cp_hr, to_h, to_s, cli_to, cli_back = (t.median_us for t in timings)
+        results["cpu_us"] = cpu
+        stages = _stages(st, copy_out, repeat)
+        results["stages_ms"] = stages
+        results["notes"].append(
+            "stages alone (safetensors input, 4 MiB buffer): " + ", ".join(
+                f"{k} {v:.1f} ms" for k, v in stages.items()))
+        us = [t.median_us for t in timings]
+        cp_st, cp_st_sync, cp_hr, cp_hr_sync, to_h, to_h_nosync, to_s, to_s_nosync = us[:8]
+        copy_to, copy_back, cli_to, cli_back = us[8:12]
         r = results["ratios"]
-        r["safetensors_to_hurray_vs_copyfile"] = {"value": to_h / cp_st, "goal": "<= 1.2"}
-        r["hurray_to_safetensors_vs_copyfile"] = {"value": to_s / cp_hr, "goal": "<= 1.2"}
-        r["safetensors_to_hurray_vs_durable_copy"] = {"value": to_h / cp_sync,
-                                                      "goal": "informational"}
-        r["hurray_to_safetensors_vs_durable_copy"] = {"value": to_s / cp_sync,
-                                                      "goal": "informational"}
-        r["cli_safetensors_to_hurray_vs_copyfile"] = {"value": cli_to / cp_st,
-                                                      "goal": "informational"}
-        r["cli_hurray_to_safetensors_vs_copyfile"] = {"value": cli_back / cp_hr,
-                                                      "goal": "informational"}
+
+        def ratio(name: str, value: float, goal: str = "informational") -> None:
+            r[name] = {"value": value, "goal": goal}
+
+        ratio("safetensors_to_hurray_vs_durable_copy", to_h / cp_st_sync, "<= 1.2")
+        ratio("hurray_to_safetensors_vs_durable_copy", to_s / cp_hr_sync, "<= 1.2")
+        ratio("safetensors_to_hurray_no_fsync_vs_copyfile", to_h_nosync / cp_st, "<= 1.2")
+        ratio("hurray_to_safetensors_no_fsync_vs_copyfile", to_s_nosync / cp_hr, "<= 1.2")
+        ratio("safetensors_to_hurray_durable_vs_copyfile", to_h / cp_st)
+        ratio("hurray_to_safetensors_durable_vs_copyfile", to_s / cp_hr)
+        c = list(cpu.values())
+        ratio("cpu_safetensors_to_hurray_no_fsync_vs_copyfile", c[5] / c[0])
+        ratio("cpu_hurray_to_safetensors_no_fsync_vs_copyfile", c[7] / c[2])
+        ratio("copy_alone_safetensors_to_hurray_vs_copyfile", copy_to / cp_st)
+        ratio("copy_alone_hurray_to_safetensors_vs_copyfile", copy_back / cp_hr)
+        ratio("cli_safetensors_to_hurray_vs_durable_copy", cli_to / cp_st_sync)
+        ratio("cli_hurray_to_safetensors_vs_durable_copy", cli_back / cp_hr_sync)
+        if base is not None:
+            b_to, b_to_nosync, b_back, b_back_nosync = us[12:16]
+            ratio("baseline_safetensors_to_hurray_vs_durable_copy", b_to / cp_st_sync)
+            ratio("baseline_hurray_to_safetensors_vs_durable_copy", b_back / cp_hr_sync)
+            ratio("baseline_safetensors_to_hurray_no_fsync_vs_copyfile", b_to_nosync / cp_st)
+            ratio("baseline_hurray_to_safetensors_no_fsync_vs_copyfile", b_back_nosync / cp_hr)
+            ratio("baseline_cpu_safetensors_to_hurray_no_fsync_vs_copyfile", c[13] / c[0])
+            ratio("baseline_cpu_hurray_to_safetensors_no_fsync_vs_copyfile", c[15] / c[2])
         if os.path.exists("/proc/self/status"):
-            peaks = {}
-            for label, n in (("full", size), ("quarter", size // 4)):
-                src = os.path.join(tmp, f"{label}.safetensors")
-                _write(src, n)
-                mid = os.path.join(tmp, f"{label}.hurray")
-                _fresh(mid)
-                to = _peak_rss("convert", "-q", src, mid)
-                _fresh(os.path.join(tmp, "back.safetensors"))
-                back = _peak_rss("convert", "-q", mid, os.path.join(tmp, "back.safetensors"))
-                peaks[label] = (to, back, os.path.getsize(src))
-                os.unlink(src)
-                os.unlink(mid)
-            (f_to, f_back, f_n), (q_to, q_back, q_n) = peaks["full"], peaks["quarter"]
-            results["notes"].append(
-                f"peak RSS of hurray convert: safetensors -> hurray {f_to >> 20} MiB at "
-                f"{f_n >> 20} MiB, {q_to >> 20} MiB at {q_n >> 20} MiB; back "
-                f"{f_back >> 20} / {q_back >> 20} MiB")
-            r["peak_rss_full_vs_quarter_to_hurray"] = {"value": f_to / q_to, "goal": "<= 1.2"}
-            r["peak_rss_full_vs_quarter_to_safetensors"] = {"value": f_back / q_back,
-                                                            "goal": "<= 1.2"}
+            trees: list[tuple[str, str | None]] = [("", None)]
+            if baseline:
+                trees.append(("baseline_", baseline))
+            for prefix, tree in trees:
+                peaks = {}
+                for label, n in (("full", size), ("quarter", size // 4)):
+                    src = os.path.join(tmp, f"{label}.safetensors")
+                    _write(src, n)
+                    mid = os.path.join(tmp, f"{label}.hurray")
+                    back_path = os.path.join(tmp, "back.safetensors")
+                    _fresh(mid)
+                    to = _peak_rss("convert", "-q", src, mid, tree=tree)
+                    _fresh(back_path)
+                    back = _peak_rss("convert", "-q", mid, back_path, tree=tree)
+                    peaks[label] = (to, back, os.path.getsize(src))
+                    os.unlink(src)
+                    os.unlink(mid)
+                (f_to, f_back, f_n), (q_to, q_back, q_n) = peaks["full"], peaks["quarter"]
+                results["notes"].append(
+                    f"{prefix.replace('_', ': ')}peak RSS of hurray convert: safetensors -> "
+                    f"hurray {f_to >> 20} MiB at {f_n >> 20} MiB, {q_to >> 20} MiB at "
+                    f"{q_n >> 20} MiB; back {f_back >> 20} / {q_back >> 20} MiB")
+                goal = "informational" if prefix else "<= 1.2"
+                ratio(f"{prefix}peak_rss_full_vs_quarter_to_hurray", f_to / q_to, goal)
+                ratio(f"{prefix}peak_rss_full_vs_quarter_to_safetensors", f_back / q_back, goal)
         for v in r.values():
             goal = str(v["goal"])
             if goal.startswith("<= "):
                 v["met"] = v["value"] <= float(goal[3:])
     finally:
+        if base is not None:
+            base.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return results
 
@@ -195,12 +353,17 @@ def main() -> int:
     p.add_argument("--size", type=_size, default=None, help="checkpoint size, e.g. 1.5GiB")
     p.add_argument("--small", action="store_true", help=f"{SMALL_SIZE >> 20} MiB, quickly")
     p.add_argument("--dir", default=None, help="where to write the files (default: $TMPDIR)")
+    p.add_argument("--baseline", default=None, metavar="DIR",
+                   help="also time the library of the checkout in DIR, in the same rounds")
+    p.add_argument("--repeat", type=int, default=None, help="rounds (default 3; 5 with --small)")
     args = p.parse_args()
-    res = run(args.size, args.small, args.dir)
+    res = run(args.size, args.small, args.dir, args.baseline, args.repeat)
     for note in res["notes"]:
         print(f"  note: {note}")
     for t in res["timings"]:
-        print(f"  {t['name']:<58} {t['median_us'] / 1e3:10.1f} ms  (IQR {t['iqr_us'] / 1e3:.1f})")
+        cpu = res["cpu_us"][t["name"]] / 1e3
+        print(f"  {t['name']:<66} {t['median_us'] / 1e3:8.1f} ms  (IQR {t['iqr_us'] / 1e3:6.1f})"
+              f"  CPU {cpu:7.1f} ms")
     for k, r in res["ratios"].items():
         met = {True: "met", False: "NOT MET"}.get(r.get("met"), "")  # type: ignore[arg-type]
         print(f"  ratio {k:<44} {r['value']:8.3f}   goal {r['goal']} {met}")

@@ -380,16 +380,18 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     except FormatError as exc:
         return _fail(args.output, exc)
     verify = not args.no_verify  # what is read is checked, checksums included
+    fsync = not args.no_fsync  # durable unless asked: atomic either way
     bar = _ProgressBar(f"converting {args.input}", not args.quiet)
     restore_signals = _signals_raise()
     try:
         if src_fmt == "safetensors" and dst_fmt == "hurray":
             n = safetensors_io.safetensors_to_hurray(args.input, args.output,
                                                      checksums=not args.no_checksums,
-                                                     progress=bar, alignment=alignment)
+                                                     fsync=fsync, progress=bar,
+                                                     alignment=alignment)
         elif src_fmt == "hurray" and dst_fmt == "safetensors":
-            n = safetensors_io.hurray_to_safetensors(args.input, args.output, progress=bar,
-                                                     verify=verify)
+            n = safetensors_io.hurray_to_safetensors(args.input, args.output, fsync=fsync,
+                                                     progress=bar, verify=verify)
         elif dst_fmt == "hurray" and src_fmt in ("hurray", "npy", "npz"):
             if src_fmt == "hurray":
                 loaded = container.load(args.input, verify=verify)
@@ -399,7 +401,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                 tensors, metadata = _numpy_tensors(args.input, src_fmt, args.name), {}
             plan = container._plan_tensors(tensors, metadata or None, alignment,
                                            not args.no_checksums)
-            container._write_plan(args.output, plan, fsync=True, progress=bar)
+            container._write_plan(args.output, plan, fsync=fsync, progress=bar)
             n = len(tensors)
         else:
             bar.close()
@@ -447,8 +449,9 @@ def _add_file_commands(sub: argparse._SubParsersAction) -> None:
         "convert", help="convert safetensors <-> hurray, and .npy/.npz -> hurray",
         description="Convert a file bit-exactly: safetensors -> hurray, hurray -> safetensors, "
                     ".npy/.npz -> hurray (and hurray -> hurray to re-lay out a file). The "
-                    "output is written atomically. Formats come from the input's magic bytes "
-                    "and the output's suffix unless given.")
+                    "output is written atomically and, unless --no-fsync, durably (the file and "
+                    "its folder are flushed to the disk). Formats come from the input's magic "
+                    "bytes and the output's suffix unless given.")
     c.add_argument("input", help="the file to convert")
     c.add_argument("output", help="the file to write (.hurray or .safetensors)")
     c.add_argument("--from", dest="from_format", choices=_FORMATS,
@@ -463,7 +466,12 @@ def _add_file_commands(sub: argparse._SubParsersAction) -> None:
                    help="do not store CRC-32 checksums of the data in a Hurray output")
     c.add_argument("--no-verify", action="store_true",
                    help="convert a Hurray input without checking its data checksums and padding "
-                        "first (by default a damaged input is refused and nothing is written)")
+                        "(by default they are checked as it is read, and a damaged input is "
+                        "refused with nothing written)")
+    c.add_argument("--no-fsync", action="store_true",
+                   help="do not flush the output to the disk before and after renaming it into "
+                        "place: faster, still atomic, but a crash soon after may lose the new "
+                        "file (the old one, or nothing, is then left under its name)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
     c.set_defaults(func=_cmd_convert)
 

@@ -15,6 +15,7 @@ directory, fsync, ``os.replace``, fsync of the directory.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import errno
@@ -34,7 +35,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from ._memory import alloc_aligned, buffer_address
 from ._safetensors_header import read_header_from
@@ -91,7 +92,7 @@ _MIN_DESCRIPTOR = 56  # rank 0, row-major, one buffer: the smallest descriptor a
 _MIN_ENTRY = _ENTRY.size + 8 + _MIN_DESCRIPTOR
 _MIN_META = _META.size + 8
 _CHUNK = 4 << 20  # write and checksum in slices that stay in the CPU cache
-_THREADED_CRC_BYTES = 16 << 20
+_THREADED_CRC_BYTES = 16 << 20  # from this size, reads and checksums run on helper threads
 _PROGRESS = Callable[[int, int], None]
 
 assert _HEADER.size == HEADER_SIZE
@@ -480,8 +481,10 @@ def _verify_data(view: memoryview, h: _Header, entries: Sequence[EntryInfo]) -> 
 
     ``view`` is the whole file. After this, every byte of the file is checked.
     """
-    if _any_nonzero(view[h.index_end:h.data_offset]):
-        raise FormatError("the padding before the data region must be zero", field="data_offset")
+    def read(start: int, stop: int) -> memoryview:
+        return view[start:stop]
+
+    _check_head_padding(read, h)
     base = h.data_offset
     for e in entries:
         if e.checksum is None:
@@ -490,20 +493,41 @@ def _verify_data(view: memoryview, h: _Header, entries: Sequence[EntryInfo]) -> 
         for b in e.buffers:
             if b.length:
                 crc = zlib.crc32(view[base + b.offset:base + b.offset + b.length], crc)
-        if crc != e.checksum:
-            raise _entry_error(e.position, e.name, None,
-                               f"data checksum mismatch (stored 0x{e.checksum:08x}, computed "
-                               f"0x{crc:08x}): the tensor's bytes are corrupt", field="checksum")
+        _check_checksum(e, crc)
+    _check_padding_and_bits(read, h, entries)
+
+
+# read(start, stop): the file's bytes [start, stop), from a map or read from the file
+_Read = Callable[[int, int], "memoryview | bytes"]
+
+
+def _check_head_padding(read: _Read, h: _Header) -> None:
+    if _any_nonzero(read(h.index_end, h.data_offset)):
+        raise FormatError("the padding before the data region must be zero", field="data_offset")
+
+
+def _check_checksum(e: EntryInfo, crc: int) -> None:
+    """``crc`` is the CRC-32 of the entry's buffers as the file holds them."""
+    if e.checksum is not None and crc != e.checksum:
+        raise _entry_error(e.position, e.name, None,
+                           f"data checksum mismatch (stored 0x{e.checksum:08x}, computed "
+                           f"0x{crc:08x}): the tensor's bytes are corrupt", field="checksum")
+
+
+def _check_padding_and_bits(read: _Read, h: _Header, entries: Sequence[EntryInfo]) -> None:
+    """The padding between buffers is zero, and so are packed sub-byte data's trailing bits."""
+    base = h.data_offset
     spans = sorted((b.offset, b.offset + b.length, e.position, j)
                    for e in entries for j, b in enumerate(e.buffers) if b.length)
     for (_, stop, _, _), (off, _, i, j) in itertools.pairwise(spans):
-        if _any_nonzero(view[base + stop:base + off]):
+        if off > stop and _any_nonzero(read(base + stop, base + off)):
             raise _entry_error(i, entries[i].name, None, "the padding before this buffer must "
                                "be zero", field=f"buffers[{j}].offset")
     for e in entries:  # element-types.md §4.1 rule 6: packed sub-byte data ends in zero bits
         first = e.buffers[0] if e.buffers else None
         if first is not None and first.length and e.descriptor.trailing_bits:
-            last = view[base + first.offset + first.length - 1]
+            at = base + first.offset + first.length - 1
+            last = read(at, at + 1)[0]
             if set_trailing_bits(e.descriptor, last):
                 mask = 0xFF & ~(0xFF >> e.descriptor.trailing_bits)
                 raise _entry_error(
@@ -514,7 +538,7 @@ def _verify_data(view: memoryview, h: _Header, entries: Sequence[EntryInfo]) -> 
                     "(hb.save writes them as zero)", field="buffers[0].trailing_bits")
 
 
-def _any_nonzero(view: memoryview) -> bool:
+def _any_nonzero(view: memoryview | bytes) -> bool:
     n = len(view)
     return n > 0 and bytes(view) != bytes(n)
 
@@ -575,13 +599,26 @@ def _file_reader(f: io.BufferedIOBase, data_start: int) -> Callable[[int, memory
         f.seek(data_start + offset)
         got = 0
         while got < len(dest):
+            want = len(dest) - got
             n = f.readinto(dest[got:])
             if not n:
-                raise FormatError("truncated: the file ended while a buffer was read "
-                                  "(did it change?)", field="file_size")
+                raise _truncated_read()
+            if not 0 < n <= want:
+                raise _bad_count("readinto", n, want)
             got += n
 
     return read
+
+
+def _truncated_read() -> FormatError:
+    return FormatError("truncated: the file ended while a buffer was read (did it change?)",
+                       field="file_size")
+
+
+def _bad_count(call: str, n: object, want: int) -> OSError:
+    """A file that says it moved bytes it cannot have moved: nothing after can be trusted."""
+    return OSError(errno.EIO, f"{call}() returned {n!r} for {want} bytes (should have been "
+                              f"between 0 and {want})")
 
 
 def _copy_tensors(entries: Sequence[EntryInfo],
@@ -1006,10 +1043,70 @@ def _load_files(paths: Sequence[Any], mmap: bool, verify: bool) -> TensorFile:
 
 
 # ------------------------------------------------------------------- writing
+class _Region:
+    """``length`` bytes of the open file ``fd`` from ``offset``: a source for the writers.
+
+    A region is read through a few small reused buffers (:class:`_DataWriter`),
+    never mapped, so a conversion's memory does not grow with the file. It
+    slices like the memoryview it stands for (``_trailing.written_pieces``
+    takes both).
+    """
+
+    __slots__ = ("fd", "length", "offset")
+
+    def __init__(self, fd: int, offset: int, length: int) -> None:
+        self.fd = fd
+        self.offset = offset
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, key: int | slice) -> Any:
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.length)
+            if step != 1:
+                raise ValueError("a file region slices with step 1 only")
+            return _Region(self.fd, self.offset + start, max(0, stop - start))
+        byte = bytearray(1)
+        _pread_into(self.fd, memoryview(byte), self.offset + range(self.length)[key])
+        return byte[0]
+
+
+_Piece = memoryview | bytes | _Region
+
+
+def _pread_into(fd: int, view: memoryview, offset: int) -> None:
+    """Fill ``view`` from ``offset`` of ``fd`` (leaving its file position alone where possible)."""
+    preadv = getattr(os, "preadv", None)
+    got = 0
+    while got < len(view):
+        want = len(view) - got
+        if preadv is not None:
+            n = preadv(fd, [view[got:]], offset + got)
+        else:  # no positional read here (Windows): the region's file is read by nobody else
+            os.lseek(fd, offset + got, os.SEEK_SET)
+            data = os.read(fd, want)
+            n = len(data)
+            view[got:got + min(n, want)] = data[:want]
+        if not n:
+            raise _truncated_read()
+        if not 0 < n <= want:
+            raise _bad_count("preadv", n, want)
+        got += n
+
+
+def _read_range(fd: int, start: int, stop: int) -> bytes:
+    """The bytes [start, stop) of ``fd`` (a ``_Read`` for the checks of :func:`_verify_data`)."""
+    buf = bytearray(max(0, stop - start))
+    _pread_into(fd, memoryview(buf), start)
+    return bytes(buf)
+
+
 class _PlanEntry(NamedTuple):
     name_bytes: bytes
     descriptor_bytes: bytes
-    sources: tuple[memoryview | bytes, ...]  # the bytes to write, in table order: one
+    sources: tuple[_Piece, ...]  # the bytes to write, in table order: one
     offsets: tuple[int, ...]  # piece per buffer, or two (_trailing.written_pieces)
 
 
@@ -1119,10 +1216,11 @@ def _host_tensor(name: str, value: Any) -> Tensor:
     return t
 
 
-def _plan(items: Sequence[tuple[str, Descriptor, Sequence[memoryview]]],
+def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece]]],
           metadata: Mapping[str, str] | None, alignment: int, checksums: bool,
           keep_alive: Sequence[object]) -> _Plan:
-    """Lay out a file: ``items`` are (name, descriptor, one byte view per buffer)."""
+    """Lay out a file: ``items`` are (name, descriptor, one byte view or file region per
+    buffer)."""
     if (isinstance(alignment, bool) or not isinstance(alignment, int)
             or not BUFFER_ALIGNMENT <= alignment <= MAX_BUFFER_ALIGNMENT
             or alignment & (alignment - 1)):
@@ -1150,7 +1248,9 @@ def _plan(items: Sequence[tuple[str, Descriptor, Sequence[memoryview]]],
                 offsets.append(0)
         desc = encode(d, offsets)
         # Each buffer as the pieces to write: packed sub-byte data ends with zero bits.
-        entries.append(_PlanEntry(nb, desc, *placed_pieces(d, sources, offsets)))
+        # (A file region slices like the view it stands for.)
+        views = cast(Sequence[memoryview], sources)
+        entries.append(_PlanEntry(nb, desc, *placed_pieces(d, views, offsets)))
         table += _ENTRY.size + _pad8(len(nb)) + len(desc)
     index_end = HEADER_SIZE + table + len(meta)
     data_offset = _align(index_end, max(PAGE_ALIGNMENT, alignment)) if cursor else index_end
@@ -1181,6 +1281,8 @@ def _write_all(fd: int, data: memoryview | bytes) -> None:
     view = memoryview(data)
     while len(view):
         n = os.write(fd, view)
+        if not 0 < n <= len(view):  # 0 would loop forever
+            raise _bad_count("write", n, len(view))
         view = view[n:]
 
 
@@ -1376,51 +1478,195 @@ def _fsync_dir(directory: str) -> None:
         os.close(dfd)
 
 
+_RING = 4  # buffers in flight: one read, one checksummed, one written, one to spare
+_WRITEBACK_BYTES = 32 << 20
+
+
+@functools.lru_cache(maxsize=1)
+def _start_writeback() -> Callable[[int, int, int], object] | None:
+    """``start(fd, offset, length)``: have the kernel begin writing a range to the disk.
+
+    Linux's ``sync_file_range(SYNC_FILE_RANGE_WRITE)``, which does not wait:
+    a durable write calls it as it goes, so the disk works while the copy does
+    and the final fsync (which alone makes the data durable) has little left to
+    do. ``None`` where there is no such call.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return lambda fd, offset, length: fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
+
+
+class _Chunk(NamedTuple):
+    data: memoryview | bytes
+    read: Future[None] | None  # the read that fills ``data`` from a file region, if any
+    write: bool
+
+
+class _DataWriter:
+    """Writes a file's data in order, from memory and from file regions, checksumming it.
+
+    It keeps ``slots`` CRC-32s (one per entry): :meth:`put` writes a piece and
+    adds its bytes to a slot's CRC (or to none), :meth:`checksum` adds a
+    region's bytes to a slot without writing them, :meth:`finish` waits for the
+    last chunk and returns the CRCs. A region is read into one of a few reused
+    buffers, checksummed and written from there: the checksum is that of
+    exactly the bytes written, and the memory used does not grow with the file.
+
+    A large output goes through three threads, one chunk behind the other: a
+    helper reads, another computes the CRCs, and the caller's thread writes
+    (os.preadv, zlib.crc32 and os.write release the GIL). Each stage keeps the
+    chunks in order (one worker each), so each slot's CRC is chained in order.
+    ``base`` is the file offset of the first byte written (the file position
+    of ``fd``), which progress counts from.
+    """
+
+    def __init__(self, fd: int, base: int, total: int, slots: int, *, durable: bool,
+                 progress: _PROGRESS | None) -> None:
+        self.fd = fd
+        self.base = self.pos = self.unstarted = base  # unstarted: no writeback asked from here
+        self.end = base  # where the chunks queued so far end (pos: where the written ones do)
+        self.total = total
+        self.crcs = [0] * slots
+        self.progress = progress
+        self.writeback = _start_writeback() if durable else None
+        threaded = total >= _THREADED_CRC_BYTES
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="hurray-read") if threaded else None
+        self.summer = (ThreadPoolExecutor(1, thread_name_prefix="hurray-crc")
+                       if threaded and slots else None)
+        self.depth = _RING if threaded else 1
+        self.window: collections.deque[_Chunk] = collections.deque()
+        self.sums: list[Future[None]] = []  # of chunks in memory (no buffer to wait for)
+        self.ring: list[memoryview] = []
+        self.busy: list[Future[None] | None] = []  # the CRC still reading each buffer
+        self.turn = 0
+
+    def __enter__(self) -> _DataWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for pool in (self.reader, self.summer):  # the reads first: a CRC may wait for one
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+    def pad_to(self, at: int) -> None:
+        """Zeros up to file offset ``at`` (the alignment padding before a buffer)."""
+        if at > self.end:
+            self._queue(_Chunk(bytes(at - self.end), None, True))
+
+    def put(self, src: _Piece, slot: int | None) -> None:
+        if isinstance(src, _Region):
+            self._through(src, slot, write=True)
+            return
+        for k in range(0, len(src), _CHUNK):
+            chunk = src[k:k + _CHUNK]
+            if slot is not None:
+                self._sum(slot, chunk, None, None)
+            self._queue(_Chunk(chunk, None, True))
+
+    def checksum(self, src: _Region, slot: int) -> None:
+        self._through(src, slot, write=False)
+
+    def finish(self) -> list[int]:
+        """The CRC-32 of each slot, once every chunk is written and summed."""
+        while self.window:
+            self._complete(self.window.popleft())
+        for fut in itertools.chain(self.sums, self.busy):
+            if fut is not None:
+                fut.result()
+        return self.crcs
+
+    def _add(self, slot: int, chunk: memoryview | bytes, read: Future[None] | None) -> None:
+        if read is not None:
+            read.result()  # the bytes are in the buffer (or the read failed, and so does this)
+        self.crcs[slot] = zlib.crc32(chunk, self.crcs[slot])
+
+    def _sum(self, slot: int, chunk: memoryview | bytes, read: Future[None] | None,
+             buffer: int | None) -> None:
+        if self.summer is None:
+            self._add(slot, chunk, read)
+            return
+        fut = self.summer.submit(self._add, slot, chunk, read)
+        if buffer is None:
+            self.sums.append(fut)
+        else:
+            self.busy[buffer] = fut  # the buffer is reused once this has run
+
+    def _queue(self, chunk: _Chunk) -> None:
+        if chunk.write:
+            self.end += len(chunk.data)
+        self.window.append(chunk)
+        if len(self.window) >= self.depth:  # so fewer than depth chunks are ever queued
+            self._complete(self.window.popleft())
+
+    def _complete(self, chunk: _Chunk) -> None:
+        if chunk.read is not None:
+            chunk.read.result()
+        if chunk.write:
+            _write_all(self.fd, chunk.data)
+            self._advance(len(chunk.data))
+
+    def _buffer(self) -> tuple[int, memoryview]:
+        """A free buffer. The chunk that used it last is ``depth`` or more chunks back, so it
+        has left the window (it is written); its CRC is awaited here."""
+        if not self.ring:
+            size = max(4096, min(_CHUNK, self.total))  # a small file gets a small buffer
+            self.ring = [memoryview(bytearray(size)) for _ in range(self.depth)]
+            self.busy = [None] * self.depth
+        j = self.turn % self.depth
+        self.turn += 1
+        fut = self.busy[j]
+        if fut is not None:
+            self.busy[j] = None
+            fut.result()
+        return j, self.ring[j]
+
+    def _through(self, src: _Region, slot: int | None, *, write: bool) -> None:
+        off, end = src.offset, src.offset + src.length
+        while off < end:
+            j, buf = self._buffer()
+            view = buf[:min(len(buf), end - off)]
+            read = None
+            if self.reader is None:
+                _pread_into(src.fd, view, off)
+            else:
+                read = self.reader.submit(_pread_into, src.fd, view, off)
+            if slot is not None:
+                self._sum(slot, view, read, j)
+            self._queue(_Chunk(view, read, write))
+            off += len(view)
+
+    def _advance(self, n: int) -> None:
+        self.pos += n
+        if self.writeback is not None and self.pos - self.unstarted >= _WRITEBACK_BYTES:
+            self.writeback(self.fd, self.unstarted, self.pos - self.unstarted)
+            self.unstarted = self.pos
+        if self.progress is not None:
+            self.progress(self.pos - self.base, self.total)
+
+
 def _write_plan(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool,
                 progress: _PROGRESS | None = None) -> None:
-    zeros = bytes(plan.alignment)
-    total = plan.data_length
-    crcs = [0] * len(plan.entries)
-
-    def checksum(i: int, chunk: memoryview | bytes) -> None:
-        crcs[i] = zlib.crc32(chunk, crcs[i])
-
-    # zlib.crc32 and os.write both release the GIL: for a large file a helper
-    # thread checksums each chunk while this one writes it, so the checksums
-    # cost (almost) no time. One worker keeps each entry's chunks in order.
-    threaded = plan.checksums and total >= _THREADED_CRC_BYTES
-    pool = ThreadPoolExecutor(1, thread_name_prefix="hurray-crc") if threaded else None
-    pending: list[Future[None]] = []
-    try:
-        with atomic_output(path, fsync=fsync) as fd:
-            # The data first, checksummed as it goes; the head, which holds the
-            # checksums, last. Its size is known in advance, so one pass suffices.
-            os.lseek(fd, plan.data_offset, os.SEEK_SET)
-            pos = 0
+    slots = len(plan.entries) if plan.checksums else 0
+    with atomic_output(path, fsync=fsync) as fd:
+        # The data first, checksummed as it goes; the head, which holds the
+        # checksums, last. Its size is known in advance, so one pass suffices.
+        os.lseek(fd, plan.data_offset, os.SEEK_SET)
+        with _DataWriter(fd, plan.data_offset, plan.data_length, slots, durable=fsync,
+                         progress=progress) as out:
             for i, e in enumerate(plan.entries):
                 for src, off in zip(e.sources, e.offsets, strict=True):
-                    n = len(src)
-                    if not n:
-                        continue
-                    if off > pos:
-                        _write_all(fd, zeros[:off - pos])
-                    for k in range(0, n, _CHUNK):
-                        chunk = src[k:k + _CHUNK]
-                        if pool is not None:
-                            pending.append(pool.submit(checksum, i, chunk))
-                        elif plan.checksums:
-                            checksum(i, chunk)
-                        _write_all(fd, chunk)
-                        if progress is not None:
-                            progress(off + k + len(chunk), total)
-                    pos = off + n
-            for f in pending:
-                f.result()
-            os.lseek(fd, 0, os.SEEK_SET)
-            _write_all(fd, plan.head(crcs))
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+                    if len(src):
+                        out.pad_to(plan.data_offset + off)
+                        out.put(src, i if slots else None)
+            crcs = out.finish() or [0] * len(plan.entries)
+        os.lseek(fd, 0, os.SEEK_SET)
+        _write_all(fd, plan.head(crcs))
 
 
 def _serialise(plan: _Plan) -> bytes:
@@ -1431,6 +1677,7 @@ def _serialise(plan: _Plan) -> bytes:
         for src, off in zip(e.sources, e.offsets, strict=True):
             if not len(src):
                 continue
+            assert not isinstance(src, _Region)  # dumps plans tensors in memory only
             if off > pos:
                 parts.append(bytes(off - pos))
             parts.append(src)

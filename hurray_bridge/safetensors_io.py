@@ -5,32 +5,48 @@ names are re-exported here); :func:`hurray_bridge.load` opens a safetensors file
 through :mod:`hurray_bridge.container`. This module writes safetensors files and
 converts between the two formats.
 
-Conversions stream the bytes from one memory map into the other file: no
-tensor is materialised, and no value is ever cast.
+Conversions copy the bytes from one file into the other through a few reused
+buffers (``container._DataWriter``): no tensor is materialised, no value is
+ever cast, and the memory used does not grow with the file.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import mmap as _mmap
 import os
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from ._safetensors_header import LENGTH as _LEN
 from ._safetensors_header import MAX_HEADER_SIZE, SafetensorsEntry, SafetensorsIndex, parse_header
 from ._safetensors_header import METADATA_KEY as _METADATA_KEY
 from ._safetensors_header import read_header_from as _read_header_from
 from .container import (
-    _CHUNK,
     BUFFER_ALIGNMENT,
+    FLAG_DATA_CHECKSUMS,
+    MAGIC,
+    EntryInfo,
+    _check_checksum,
+    _check_head_padding,
+    _check_padding_and_bits,
+    _DataWriter,
     _encode_metadata,
     _fspath,
+    _Header,
     _host_tensor,
     _load_safetensors,
+    _map,
+    _Mapping,
     _open_regular,
+    _Piece,
     _plan,
+    _read_head,
+    _read_range,
+    _Region,
+    _tensors_over,
+    _verify_mapped,
     _write_all,
     _write_plan,
     atomic_output,
@@ -40,7 +56,7 @@ from .container import (
 from .descriptor import Descriptor, form_name
 from .errors import FormatError, UnsupportedError
 from .layout import Layout
-from .shards import ShardedTensor
+from .tensor import Tensor
 
 __all__ = [
     "MAX_HEADER_SIZE",
@@ -76,42 +92,31 @@ def safetensors_to_hurray(src: str | os.PathLike[str], dst: str | os.PathLike[st
         raise UnsupportedError("both formats are little-endian; this host is big-endian")
     with _open_regular(src, "src") as f:
         idx = _read_header_from(f)
-        mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)  # >= 8 bytes: parsed
-    views: list[memoryview] = []
-    failed = True
-    try:
-        whole = memoryview(mm)
-        views.append(whole)
-        if len(whole) != idx.file_size:
-            raise FormatError("the file changed size while it was opened", field="file_size")
-        items = []
-        for e in idx.entries:
-            v = whole[idx.data_start + e.begin:idx.data_start + e.end]
-            views.append(v)
-            items.append((e.name, e.descriptor, [v]))
+        fd = f.fileno()
+        items = [(e.name, e.descriptor, [_Region(fd, idx.data_start + e.begin, e.end - e.begin)])
+                 for e in idx.entries]
         plan = _plan(items, idx.metadata, alignment, checksums, [])
         _write_plan(dst, plan, fsync=fsync, progress=progress)
-        failed = False
-        return len(items)
-    finally:
-        for v in reversed(views):
-            v.release()
-        try:
-            mm.close()
-        except BufferError:
-            # Slices of the map are still referenced by the traceback of the error
-            # being raised (a full disk, Ctrl-C, a failing progress callback): that
-            # error is the one to report; the map closes when they are freed.
-            if not failed:
-                raise
+    return len(items)
 
 
-def _safetensors_view(name: str, t: Any) -> tuple[str, list[int], memoryview]:
-    if isinstance(t, ShardedTensor):  # a Hurray file's NAME[k] shard entries, grouped by load
-        raise UnsupportedError(f"entry {name!r} is a sharded tensor; safetensors has no place "
-                               "for its shards' positions in the global tensor (hb.assemble it "
-                               "first)")
-    d: Descriptor = t.descriptor
+class _Out(NamedTuple):
+    """One tensor of a safetensors output, and where its bytes come from."""
+
+    name: str
+    dtype: str  # the safetensors name
+    shape: list[int]
+    nbytes: int
+    # (bytes, checksum slot or None, written?): a piece that is only read is checked
+    pieces: tuple[tuple[_Piece, int | None, bool], ...]
+
+
+def _safetensors_dtype(name: str, d: Descriptor) -> str:
+    """The safetensors type of entry ``name``, or the error that says why it has none."""
+    if name == _METADATA_KEY:
+        raise FormatError(f"an entry named {_METADATA_KEY!r} cannot be written to "
+                          "safetensors, whose header reserves that key for the metadata: "
+                          "rename the entry", field="name")
     if d.layout not in (Layout.ROW_MAJOR, Layout.STRIDED) or d.quantization is not None:
         what = form_name(d)
         raise UnsupportedError(f"entry {name!r} is {what}; safetensors holds dense tensors only")
@@ -130,9 +135,17 @@ def _safetensors_view(name: str, t: Any) -> tuple[str, list[int], memoryview]:
             raise UnsupportedError(f"entry {name!r} has {d.element_count} {d.dtype.name} "
                                    "elements, which do not fill whole bytes as safetensors "
                                    "requires")
+    return st
+
+
+def _out_of(name: str, t: Tensor) -> _Out:
+    """A tensor in memory as a safetensors entry (a strided one gathered to row-major)."""
+    d = t.descriptor
+    st = _safetensors_dtype(name, d)
     if d.layout == Layout.STRIDED:
         t = t.copy()  # safetensors is row-major only: gather the strided view
-    return st, list(d.shape), t.memoryview()
+    view = t.memoryview()
+    return _Out(name, st, list(d.shape), len(view), ((view, None, True),))
 
 
 def hurray_to_safetensors(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
@@ -143,14 +156,85 @@ def hurray_to_safetensors(src: str | os.PathLike[str], dst: str | os.PathLike[st
     Dense tensors of the types safetensors names convert bit-exactly (strided
     ones are gathered to row-major); anything else (sparse, quantized, shards,
     types safetensors lacks) is an :class:`UnsupportedError` naming the entry.
-    ``verify`` (the default) first checks every byte of ``src``, its data
-    checksums included: safetensors has no checksums, so damage that is not
-    caught here would pass on unnoticed. A damaged ``src`` is a
-    :class:`FormatError` and nothing is written.
+    ``verify`` (the default) checks every byte of ``src``, its data
+    checksums included, as it copies them: safetensors has no checksums, so
+    damage that is not caught here would pass on unnoticed. A damaged ``src``
+    is a :class:`FormatError` (the one :func:`container.verify` raises) and
+    nothing is written. ``fsync=False`` keeps the write atomic but not durable.
     """
     check_suffix(dst, "safetensors")
+    with _open_regular(src) as f:
+        if f.read(len(MAGIC)) == MAGIC:
+            f.seek(0)
+            return _from_hurray(f, _fspath(src, "path"), dst, fsync=fsync, progress=progress,
+                                verify=verify)
+    # Not a Hurray file: load opens a safetensors file too, and names anything else.
     tensors = load(src, verify=verify)
-    return _write_safetensors(dst, tensors, tensors.metadata, fsync=fsync, progress=progress)
+    return _write_safetensors(dst, [_out_of(name, t) for name, t in tensors.items()],
+                              tensors.metadata, fsync=fsync, progress=progress)
+
+
+def _from_hurray(f: Any, path: str, dst: str | os.PathLike[str], *, fsync: bool,
+                 progress: _Progress | None, verify: bool) -> int:
+    """:func:`hurray_to_safetensors` of the Hurray file open as ``f``, in one pass.
+
+    Each tensor's bytes are copied from the file; with ``verify`` the copy
+    computes the data checksums on the way and the padding is read as well,
+    in the order :func:`container.verify` checks them, and any defect raises
+    before the output replaces ``dst`` (so nothing is written).
+    """
+    h, entries, meta = _read_head(f)
+    try:
+        dtypes = [_safetensors_dtype(e.name, e.descriptor) for e in entries]
+    except (FormatError, UnsupportedError):
+        if verify:
+            _verify_mapped(f, h, entries)  # a damaged file is refused as damaged first
+        raise
+    fd = f.fileno()
+    sums = verify and bool(h.flags & FLAG_DATA_CHECKSUMS)
+    gathered = _gather(f, path, h, [e for e in entries if e.descriptor.layout == Layout.STRIDED])
+    outs = []
+    for e, st in zip(entries, dtypes, strict=True):
+        (b,) = e.buffers  # a dense tensor has its data buffer alone
+        stored = _Region(fd, h.data_offset + b.offset, b.length)
+        slot = e.position if sums and e.checksum is not None else None
+        view = gathered.get(e.name)
+        if view is None:
+            pieces: tuple[tuple[_Piece, int | None, bool], ...] = ((stored, slot, True),)
+        else:  # the gathered copy is written, the stored span checked
+            pieces = ((view, None, True),) if slot is None else (
+                (stored, slot, False), (view, None, True))
+        outs.append(_Out(e.name, st, list(e.descriptor.shape),
+                         b.length if view is None else len(view), pieces))
+    read = functools.partial(_read_range, fd)
+
+    def check(crcs: Sequence[int]) -> None:  # what verify checks after the index, in order
+        if sums:
+            for e in entries:
+                _check_checksum(e, crcs[e.position])
+        _check_padding_and_bits(read, h, entries)
+
+    if verify:
+        _check_head_padding(read, h)
+    return _write_safetensors(dst, outs, meta, fsync=fsync, progress=progress,
+                              slots=len(entries) if sums else 0,
+                              check=check if verify else None)
+
+
+def _gather(f: Any, path: str, h: _Header, strided: Sequence[EntryInfo]) -> dict[str, memoryview]:
+    """Row-major copies of the strided entries of the open Hurray file ``f``, by name."""
+    if not strided:
+        return {}
+    mm = _map(f, h.file_size)
+    view = memoryview(mm)
+    try:
+        owner = _Mapping(view, mm, path)
+    except BaseException:
+        view.release()
+        mm.close()
+        raise
+    tensors = _tensors_over(strided, owner.address + h.data_offset, owner, True)
+    return {name: t.copy().memoryview() for name, t in tensors.items()}
 
 
 def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
@@ -175,45 +259,47 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
             raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
                                    f"{name!r}")
         tensors[name] = _host_tensor(name, value)
-    return _write_safetensors(target, tensors, metadata, fsync=fsync, progress=progress)
+    outs = [_out_of(name, t) for name, t in tensors.items()]
+    return _write_safetensors(target, outs, metadata, fsync=fsync, progress=progress)
 
 
-def _write_safetensors(dst: str | os.PathLike[str], tensors: Mapping[str, Any],
+def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
                        metadata: Mapping[str, str] | None, *, fsync: bool,
-                       progress: _Progress | None) -> int:
+                       progress: _Progress | None, slots: int = 0,
+                       check: Callable[[Sequence[int]], None] | None = None) -> int:
+    """Write ``outs`` to ``dst``, atomically; ``check(crcs)`` (of the ``slots`` the pieces
+    name) runs once every byte is written, and an error it raises leaves ``dst`` as it was."""
     check_suffix(dst, "safetensors")
     if sys.byteorder != "little":
         raise UnsupportedError("both formats are little-endian; this host is big-endian")
     header: dict[str, Any] = {}
     if metadata:
         header[_METADATA_KEY] = dict(metadata)
-    views, pos = [], 0
-    for name, t in tensors.items():
-        if name == _METADATA_KEY:
-            raise FormatError(f"an entry named {_METADATA_KEY!r} cannot be written to "
-                              "safetensors, whose header reserves that key for the metadata: "
-                              "rename the entry", field="name")
-        st, shape, view = _safetensors_view(name, t)
-        header[name] = {"dtype": st, "shape": shape, "data_offsets": [pos, pos + len(view)]}
-        views.append(view)
-        pos += len(view)
+    pos = 0
+    for o in outs:
+        header[o.name] = {"dtype": o.dtype, "shape": o.shape,
+                          "data_offsets": [pos, pos + o.nbytes]}
+        pos += o.nbytes
     raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # safetensors pads its header with spaces to 8 bytes
     if len(raw) > MAX_HEADER_SIZE:
         raise UnsupportedError(f"the safetensors header would be {len(raw)} bytes, over the "
                                f"{MAX_HEADER_SIZE}-byte limit")
-    total = pos
     with atomic_output(dst, fsync=fsync) as fd:
-        _write_all(fd, _LEN.pack(len(raw)) + raw)
-        done = 0
-        for view in views:
-            for k in range(0, len(view), _CHUNK):
-                chunk = view[k:k + _CHUNK]
-                _write_all(fd, chunk)
-                done += len(chunk)
-                if progress is not None:
-                    progress(done, total)
-    return len(views)
+        head = _LEN.pack(len(raw)) + raw
+        _write_all(fd, head)
+        with _DataWriter(fd, len(head), pos, slots, durable=fsync, progress=progress) as out:
+            for o in outs:
+                for piece, slot, written in o.pieces:
+                    if written:
+                        out.put(piece, slot)
+                    else:
+                        assert isinstance(piece, _Region) and slot is not None
+                        out.checksum(piece, slot)
+            crcs = out.finish()
+        if check is not None:
+            check(crcs)
+    return len(outs)
 
 
 # hb.load opens safetensors files through the container's reader, which maps both formats

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import io
 import mmap as _mmap
 import os
@@ -168,6 +169,10 @@ class StreamWriter:
                 raise
             if written is None:
                 raise BlockingIOError("the stream's file object is non-blocking and is full")
+            if not 0 < written <= view.nbytes:  # after a write of nothing, trying again loops
+                raise OSError(errno.EIO, f"the stream's file object's write() returned "
+                                         f"{written!r} for {view.nbytes} bytes (it must take "
+                                         f"between 1 and {view.nbytes}, or raise)")
             self._pos += written
             view = view[written:]
 
@@ -405,15 +410,20 @@ class StreamReader:
     # ------------------------------------------------------------ raw reads
     def _readinto(self, view: memoryview) -> int:
         f = self._f
+        data = None
         if self._has_readinto:
             n = f.readinto(view)
         else:
             data = f.read(len(view))
             n = None if data is None else len(data)
-            if n:
-                view[:n] = data
         if n is None:
             raise BlockingIOError("the stream's file object is non-blocking and has no data")
+        if not 0 <= n <= len(view):  # bytes it cannot have placed: nothing after is trusted
+            raise OSError(errno.EIO, f"the stream's file object returned {n!r} bytes for a "
+                                     f"read of {len(view)} (it must be between 0 and "
+                                     f"{len(view)})")
+        if data is not None and n:
+            view[:n] = data
         return int(n)
 
     def _truncated(self, what: str, got: int, want: int, offset: int) -> FormatError:

@@ -406,6 +406,31 @@ def test_convert_refuses_a_damaged_file(capsys: pytest.CaptureFixture[str],
     assert rc == 0 and err == "" and out.exists()  # on purpose: converted as it is
 
 
+@pytest.mark.parametrize("route", ["hurray->safetensors", "safetensors->hurray",
+                                   "hurray->hurray", "npy->hurray"])
+def test_convert_no_fsync_skips_the_flushes(capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: pathlib.Path, ckpt: pathlib.Path,
+                                            route: str) -> None:
+    src_fmt, dst_fmt = route.split("->")
+    src = {"hurray": ckpt, "safetensors": tmp_path / "in.safetensors",
+           "npy": tmp_path / "in.npy"}[src_fmt]
+    if src_fmt == "safetensors":
+        hb.safetensors_io.hurray_to_safetensors(ckpt, src)
+    elif src_fmt == "npy":
+        np.save(src, np.arange(10))
+    out = tmp_path / f"out.{dst_fmt}"
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(hb.container.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    assert run(capsys, "convert", "-q", "--no-fsync", str(src), str(out))[0] == 0
+    assert synced == [] and out.exists()
+    first = out.read_bytes()
+    assert run(capsys, "convert", "-q", str(src), str(out))[0] == 0
+    assert len(synced) == (2 if os.name == "posix" else 1)  # durable by default
+    assert out.read_bytes() == first
+
+
 def test_convert_refuses_an_output_named_for_another_format(
         capsys: pytest.CaptureFixture[str], ckpt: pathlib.Path, tmp_path: pathlib.Path) -> None:
     for argv in (["--to", "hurray", str(tmp_path / "x.safetensors")],
@@ -564,6 +589,60 @@ def test_an_interrupted_convert_leaves_no_temporary(tmp_path: pathlib.Path, sig:
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.hurray", "in.safetensors",
                                                           "out.hurray"]
+
+
+SLOW_READ = """
+import sys, time
+from hurray_bridge import container
+from hurray_bridge.__main__ import main
+container._THREADED_CRC_BYTES = 0  # the reads on their thread, even for a small file
+container._CHUNK = 1 << 16
+real, calls = container._pread_into, [0]
+def slow(fd, view, offset):
+    calls[0] += 1
+    if calls[0] == 3:
+        print("reading", flush=True)
+        time.sleep(3)  # the main thread waits for this read when the signal comes
+    return real(fd, view, offset)
+container._pread_into = slow
+sys.exit(main(["convert", "-q", sys.argv[1], sys.argv[2]]))
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("direction", ["to hurray", "to safetensors"])
+def test_a_convert_interrupted_while_a_helper_thread_reads_leaves_no_temporary(
+        tmp_path: pathlib.Path, sig: int, direction: str) -> None:
+    from hurray_bridge import safetensors_io
+
+    hb.save(tmp_path / "in.hurray", {"w": np.arange(1 << 18, dtype=np.float32)})
+    src = tmp_path / "in.hurray"
+    out = tmp_path / "out.safetensors"
+    if direction == "to hurray":
+        src = tmp_path / "in.safetensors"
+        safetensors_io.hurray_to_safetensors(tmp_path / "in.hurray", src)
+        out = tmp_path / "out.hurray"
+        hb.save(out, {"old": np.ones(3)})
+    else:
+        safetensors_io.save(out, {"old": np.ones(3)})
+    before = out.read_bytes()
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_READ, str(src), str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "reading"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert err.startswith(f"hurray: error: {out}: interrupted by {signal.Signals(sig).name}")
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        {"in.hurray", src.name, out.name})
 
 
 def test_a_progress_bar_that_cannot_draw_does_not_stop_the_conversion(

@@ -211,6 +211,38 @@ def test_a_failing_progress_callback_surfaces_as_itself(tmp_path: pathlib.Path,
     assert sio.safetensors_to_hurray(st_file, out) == 2
 
 
+# ----------------------------------------------------- counts a file cannot have moved
+def test_a_write_of_nothing_raises_instead_of_looping(tmp_path: pathlib.Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "z.hurray"
+    hb.save(out, {"old": np.ones(2)})
+    before = out.read_bytes()
+    monkeypatch.setattr(container.os, "write", lambda fd, data: 0)
+    with pytest.raises(OSError, match=r"write\(\) returned 0") as e:
+        hb.save(out, {"w": np.ones(1000)})
+    monkeypatch.undo()
+    assert e.value.errno == errno.EIO and e.value.filename == str(out)
+    assert out.read_bytes() == before and others(tmp_path, "z.hurray") == []
+
+
+class _Boastful:
+    """A file object whose readinto() says it read one byte more than it was given room for."""
+
+    def seek(self, offset: int) -> int:
+        return offset
+
+    def readinto(self, b: Any) -> int:
+        b[:] = bytes(len(b))
+        return len(b) + 1
+
+
+def test_a_read_of_more_bytes_than_asked_is_refused() -> None:
+    read = container._file_reader(_Boastful(), 0)  # type: ignore[arg-type]
+    with pytest.raises(OSError, match=r"readinto\(\) returned 9 for 8 bytes") as e:
+        read(0, memoryview(bytearray(8)))
+    assert e.value.errno == errno.EIO
+
+
 # ---------------------------------------------------------- temporaries of the dead
 SLOW_SAVE = """
 import os, sys, time

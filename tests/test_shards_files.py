@@ -205,8 +205,13 @@ def test_safetensors_conversion_refuses_a_sharded_tensor(tmp_path: pathlib.Path)
 
     src = tmp_path / "w.hurray"
     hb.save(src, {"w": hb.split(A, hb.grid_boxes(A.shape, (2, 1)))}, fsync=False)
-    with pytest.raises(hb.UnsupportedError, match="'w' is a sharded tensor; safetensors"):
+    with pytest.raises(hb.UnsupportedError, match=r"'w\[0\]' is a shard; safetensors"):
         safetensors_io.hurray_to_safetensors(src, tmp_path / "w.safetensors")
+    # The same tensor in memory, saved straight to safetensors, is refused by its name.
+    with pytest.raises(hb.UnsupportedError, match=r"'w'.* this is a sharded tensor"):
+        safetensors_io.save(tmp_path / "m.safetensors",
+                            {"w": hb.split(A, hb.grid_boxes(A.shape, (2, 1)))})
+    assert not (tmp_path / "m.safetensors").exists()
 
 
 def test_hurray_convert_keeps_the_shard_entries(tmp_path: pathlib.Path) -> None:

@@ -710,6 +710,83 @@ def test_a_write_that_took_part_of_a_message_breaks_the_writer() -> None:
         w.write(u8(b"one"))
 
 
+class Miscounting(io.RawIOBase):
+    """A file object whose write() (after ``good`` right ones) or readinto() (once ``good``
+    bytes are read) reports ``count(len)`` bytes."""
+
+    def __init__(self, count: Any, good: int = 0, data: bytes = b"") -> None:
+        self.count = count
+        self.good = good
+        self.data = bytearray()
+        self.source = memoryview(data)
+        self.delivered = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        if self.good:
+            self.good -= 1
+            self.data += bytes(b)
+            return len(b)
+        return int(self.count(len(b)))
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), len(self.source))
+        b[:n] = self.source[:n]
+        self.source = self.source[n:]
+        self.delivered += n
+        return n if self.delivered <= self.good else int(self.count(len(b)))
+
+
+@pytest.mark.parametrize("count", [lambda n: 0, lambda n: n + 1, lambda n: -1],
+                         ids=["nothing", "more than given", "negative"])
+def test_a_write_that_reports_an_impossible_count_raises_instead_of_looping(count: Any) -> None:
+    # A write() that keeps returning 0 once made the writer call it forever.
+    with pytest.raises(OSError, match=r"write\(\) returned"):
+        StreamWriter(Miscounting(count), U8)  # the stream header
+    sink = Miscounting(count, good=1)
+    w = StreamWriter(sink, U8)
+    with pytest.raises(OSError, match=r"write\(\) returned") as e:
+        w.write(u8(b"one"))
+    assert not isinstance(e.value, BlockingIOError)
+    with pytest.raises(ValueError, match="failed part-way"):
+        w.write(u8(b"one"))
+
+
+@pytest.mark.parametrize("good", [0, 70], ids=["stream header", "message"])
+def test_a_read_that_reports_more_bytes_than_asked_fails_the_reader(good: int) -> None:
+    data = write_stream(U8, [u8(b"one"), u8(b"two")])
+    source = Miscounting(lambda n: n + 1, good=good, data=data)  # the header is 64 bytes
+    if not good:
+        with pytest.raises(OSError, match=r"returned .* bytes for a read of"):
+            StreamReader(source)
+        return
+    reader = StreamReader(source)
+    with pytest.raises(OSError, match=r"returned .* bytes for a read of"):
+        reader.read()
+    with pytest.raises(hb.FormatError, match=r"unusable after an earlier error.*OSError"):
+        reader.read()
+
+
+class ReadOnly:
+    """A file object with read() alone, which returns more than it is asked for."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def read(self, n: int) -> bytes:
+        return self.data + b"extra"
+
+
+def test_a_read_method_that_returns_too_much_is_refused() -> None:
+    with pytest.raises(OSError, match=r"returned .* bytes for a read of"):
+        StreamReader(ReadOnly(write_stream(U8, [u8(b"one")])))
+
+
 def test_dead_peer_counts_nothing() -> None:
     r_fd, w_fd = os.pipe()
     f = open(w_fd, "wb")  # buffered: the message fits, the flush finds no reader
