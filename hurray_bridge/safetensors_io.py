@@ -56,6 +56,7 @@ from .container import (
 from .descriptor import Descriptor, form_name
 from .errors import FormatError, UnsupportedError
 from .layout import Layout
+from .shards import ShardedTensor
 from .tensor import Tensor
 
 __all__ = [
@@ -138,8 +139,12 @@ def _safetensors_dtype(name: str, d: Descriptor) -> str:
     return st
 
 
-def _out_of(name: str, t: Tensor) -> _Out:
+def _out_of(name: str, t: Tensor | ShardedTensor) -> _Out:
     """A tensor in memory as a safetensors entry (a strided one gathered to row-major)."""
+    if isinstance(t, ShardedTensor):  # what hb.load makes of NAME[k] shard entries
+        raise UnsupportedError(f"entry {name!r} is a sharded tensor; safetensors has no place "
+                               "for its shards' positions in the global tensor (hb.assemble it "
+                               "first)")
     d = t.descriptor
     st = _safetensors_dtype(name, d)
     if d.layout == Layout.STRIDED:
