@@ -1,4 +1,4 @@
-"""Suite-wide fixtures, and how pytest-xdist shares the suite out between its workers."""
+"""Suite-wide fixtures."""
 
 from __future__ import annotations
 
@@ -32,13 +32,3 @@ def frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # With --dist loadgroup (pyproject addopts) a worker takes one xdist_group at a time,
-    # and a test without the marker goes wherever. Keep each file on one worker: its
-    # module fixtures (a Ray cluster, C builds) are made once, and its tests run in the
-    # order written, as in a serial run. A test with its own xdist_group keeps it.
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
