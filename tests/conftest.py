@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import pathlib
 from collections.abc import Iterator
 
 import pytest
@@ -32,3 +33,16 @@ def frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+@pytest.fixture(scope="session")
+def c_build(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """``make -C c all test example`` (library, shared library, tool, the C test driver and
+    the example), built once for the session (for each xdist worker that asks)."""
+    from .test_c_library import CC, MAKE, _make
+
+    if MAKE is None or CC is None:
+        pytest.skip("no C compiler or make to build the C library with")
+    build = tmp_path_factory.mktemp("c-build")
+    _make(build, "all", "test", "example")
+    return build
