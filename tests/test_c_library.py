@@ -70,12 +70,7 @@ def _sanitizers_available(tmp: pathlib.Path) -> bool:
     return proc.returncode == 0
 
 
-@pytest.fixture(scope="module")
-def c_build(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """`make -C c` (library, shared library, tool) plus the test driver and the example."""
-    build = tmp_path_factory.mktemp("c-build")
-    _make(build, "all", "test", "example")
-    return build
+# c_build (tests/conftest.py): `make -C c all test example`, once per session.
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ from hurray_bridge._memory import buffer_address
 from hurray_bridge.container import HEADER_SIZE, TensorFile
 
 np = pytest.importorskip("numpy")
-ml_dtypes = pytest.importorskip("ml_dtypes")
 
+from .frameworks import need  # noqa: E402
 from .vectors.generate_files import HERE as VECTORS  # noqa: E402
 from .vectors.generate_files import fields, pattern, tensor, vectors  # noqa: E402
 
@@ -64,6 +64,8 @@ SHAPES = [(0,), (3, 0, 5), (), (7,), (2, 3, 4), (1,) * 63 + (2,)]
 
 
 def sample(dtype: hb.DType, shape: tuple[int, ...]) -> Any:
+    if (dtype.numpy or "").startswith("ml_dtypes:"):
+        need("ml_dtypes")  # NumPy holds bfloat16, float8, int4... only through ml_dtypes
     nd = hb.get_adapter("numpy").native_dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) if shape else 1
     raw_bytes = pattern(n * nd.itemsize, dtype.tag)
@@ -474,6 +476,7 @@ def test_file_vector_fields(name: str) -> None:
 
 def test_file_vector_values() -> None:
     """Spot checks of what the bytes mean, through NumPy."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
     load = lambda n: hb.load(VECTORS / f"{n}.hurray")  # noqa: E731
     assert np.asarray(load("rank_0")["x"]).item() == -1.25
     assert np.asarray(load("rank_64")["x"]).reshape(-1).tolist() == [7, -8]
@@ -587,15 +590,15 @@ def test_a_killed_save_leaves_the_old_file(tmp_path: pathlib.Path) -> None:
     before = path.read_bytes()
     from tests.test_container_files import SLOW_SAVE  # the same slow child the temp-file tests use
 
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_SAVE, str(path)],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    with subprocess.Popen([sys.executable, "-c", SLOW_SAVE, str(path)],
+                          stdout=subprocess.PIPE, text=True) as proc:  # closes the pipe
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert path.read_bytes() == before  # never half-written under the target name
     assert np.asarray(hb.load(path)["old"]).tolist() == list(range(10))
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "k.hurray"]

@@ -261,16 +261,17 @@ hb.save(sys.argv[1], {"new": np.ones(1 << 20)})
 
 
 def _interrupted_save(path: pathlib.Path, sig: int) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_SAVE, str(path)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
-        proc.send_signal(sig)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with subprocess.Popen([sys.executable, "-c", SLOW_SAVE, str(path)], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:  # closes the pipes at the end
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
+            proc.send_signal(sig)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return proc
 
 

@@ -13,16 +13,19 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import jax.numpy as jnp
-import numpy as np
-import pyarrow as pa
 import pytest
-import torch
 
 import hurray_bridge as hb
 from hurray_bridge._capsule import capsule_name
 
 from .dlpack_producers import ByteOffsetProducer, DLPackOnly, IgnoresMaxVersion, LegacyOnly
+from .frameworks import need, optional
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
+# The other frameworks are optional: a test that takes or makes their arrays asks for them.
+torch = optional("torch")
+jnp = optional("jax.numpy")
+pa = optional("pyarrow")
 
 
 def _ptr(a: np.ndarray) -> int:
@@ -61,7 +64,7 @@ PRODUCERS: dict[str, Callable[[np.ndarray], Any]] = {
 
 
 def _check_values(out: Any, ref: np.ndarray) -> None:
-    got = np.asarray(out.numpy() if isinstance(out, torch.Tensor) else out)
+    got = np.asarray(out.numpy() if torch and isinstance(out, torch.Tensor) else out)
     assert got.shape == ref.shape
     assert got.tobytes() == np.ascontiguousarray(ref).tobytes()
 
@@ -99,14 +102,14 @@ def test_producer_ignoring_max_version_is_accepted() -> None:
 
 CONSUMERS: dict[str, Callable[[Any], Any]] = {
     "numpy": np.from_dlpack,
-    "torch": torch.from_dlpack,
-    "jax": jnp.from_dlpack,
+    "torch": lambda t: torch.from_dlpack(t),
+    "jax": lambda t: jnp.from_dlpack(t),
     "hb": lambda t: hb.from_dlpack(DLPackOnly(t)),
 }
 
 
 def _consumer_ptr(out: Any) -> int:
-    if isinstance(out, torch.Tensor):
+    if torch and isinstance(out, torch.Tensor):
         return out.data_ptr()
     if isinstance(out, hb.Tensor):
         return out.data_ptr
@@ -126,6 +129,8 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("consumer", CONSUMERS)
 def test_consumers_accept_hb_tensor(consumer: str, shape: str) -> None:
+    if consumer in ("torch", "jax"):
+        need(consumer)
     ref = SHAPES[shape]()
     t = hb.from_dlpack(ref)
     gap = KNOWN_GAPS.get((consumer, shape))
@@ -150,6 +155,7 @@ def test_consumers_accept_hb_tensor(consumer: str, shape: str) -> None:
     lambda: torch.tensor(2.5),
 ], ids=["torch_2d", "torch_T", "torch_empty", "torch_scalar"])
 def test_torch_producer(make: Callable[[], torch.Tensor]) -> None:
+    need("torch")
     x = make()
     t = hb.from_dlpack(x)
     assert t.shape == tuple(x.shape)
@@ -158,6 +164,7 @@ def test_torch_producer(make: Callable[[], torch.Tensor]) -> None:
 
 
 def test_jax_producer_answers_legacy_and_imports_zero_copy() -> None:
+    need("jax")
     x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
     assert capsule_name(x.__dlpack__(max_version=(1, 0))) == "dltensor"
     t = hb.from_dlpack(x)
@@ -166,6 +173,7 @@ def test_jax_producer_answers_legacy_and_imports_zero_copy() -> None:
 
 
 def test_pyarrow_producer() -> None:
+    need("arrow")
     arr = pa.array([1.5, 2.5, 3.5], pa.float64())[1:]
     t = hb.from_dlpack(arr)
     assert t.data_ptr == arr.buffers()[1].address + 8
@@ -221,6 +229,7 @@ def test_export_stream_on_cpu_must_be_none() -> None:
 
 
 def test_empty_export_has_null_pointer() -> None:
+    need("torch")
     t = hb.from_dlpack(torch.empty(3, 0, 5))
     back = hb.from_dlpack(t)
     assert back.data_ptr == 0 and back.shape == (3, 0, 5)
@@ -228,6 +237,7 @@ def test_empty_export_has_null_pointer() -> None:
 
 
 def test_source_alive_while_export_lives_and_freed_after() -> None:
+    need("torch")
     x = torch.arange(10, dtype=torch.float32)
     ref = weakref.ref(x)
     t = hb.from_dlpack(x)
@@ -245,14 +255,16 @@ def _rss_kib() -> int:
         return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
 
 
-def test_100k_import_export_cycles_do_not_leak() -> None:
+def test_import_export_cycles_do_not_leak() -> None:
     a = np.arange(16, dtype=np.float32)
     for _ in range(2000):  # warm up caches and allocators
         np.from_dlpack(hb.from_dlpack(a))
     gc.collect()
     before = _rss_kib()
-    for _ in range(100_000):
+    # The bound is per cycle: 1 MiB over 25k cycles catches a leak of 42 bytes a cycle
+    # (a leaked capsule or shape array is more); a clean run grows by nothing.
+    for _ in range(25_000):
         np.from_dlpack(hb.from_dlpack(a))
     gc.collect()
     grown = _rss_kib() - before
-    assert grown < 4096, f"RSS grew by {grown} KiB over 100k cycles"
+    assert grown < 1024, f"RSS grew by {grown} KiB over 25k cycles"

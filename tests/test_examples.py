@@ -9,6 +9,10 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
+from .frameworks import need
+
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -20,6 +24,7 @@ def _run(name: str) -> str:
 
 
 def test_torch_to_jax_state_dict_crosses_zero_copy() -> None:
+    need("torch", "jax")
     out = _run("torch_to_jax.py")
     assert "torch -> jax: 339/339 zero-copy" in out
     assert "jax -> torch: 339/339 zero-copy" in out
@@ -31,7 +36,7 @@ def test_torch_to_jax_state_dict_crosses_zero_copy() -> None:
 
 
 def test_gpu_pipeline_says_why_it_does_not_run_without_cuda() -> None:
-    import torch
+    torch = pytest.importorskip("torch", reason="torch is not installed")
 
     if torch.cuda.is_available():  # the GPU suite runs it for real
         return
@@ -40,7 +45,7 @@ def test_gpu_pipeline_says_why_it_does_not_run_without_cuda() -> None:
 
 
 def test_gpu_benchmark_says_why_it_does_not_run_without_cuda() -> None:
-    import torch
+    torch = pytest.importorskip("torch", reason="torch is not installed")
 
     if torch.cuda.is_available():  # gpu_tests/run.sh runs it for real
         return
@@ -54,7 +59,7 @@ def test_gpu_suite_skips_with_its_reason_and_imports_no_cupy_to_collect(tmp_path
     # Issue 10: on a machine without CUDA every GPU test skips and says why, and
     # collecting the suite imports neither CuPy nor JAX. A stand-in `cupy` package on
     # the path makes an import at collection time visible (CuPy is not installed here).
-    import torch
+    torch = pytest.importorskip("torch", reason="torch is not installed")
 
     if torch.cuda.is_available():  # gpu_tests/run.sh runs the suite for real
         return
@@ -66,8 +71,10 @@ def test_gpu_suite_skips_with_its_reason_and_imports_no_cupy_to_collect(tmp_path
         "    print('LOADED', json.dumps(sorted(m for m in ('cupy', 'jax') if m in sys.modules)))\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(tmp_path), str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]))
+    # -n 0: in this process, where the probe looks (pyproject's addopts ask for workers).
     out = subprocess.run([sys.executable, "-m", "pytest", "gpu_tests", "-q", "-rs", "-p",
-                          "collect_probe", "-p", "no:cacheprovider"], capture_output=True,
+                          "collect_probe", "-p", "no:cacheprovider", "-n", "0"],
+                         capture_output=True,
                          text=True, timeout=600, cwd=EXAMPLES.parent, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "LOADED []" in out.stdout, out.stdout[-3000:]
@@ -90,6 +97,7 @@ def _readme_block(first_line: str) -> str:
 def test_readme_tour_runs_and_its_copy_false_line_raises() -> None:
     """The tour as written: every line runs, the copy=False one raises CopyRequiredError,
     and the line after it copies with a CopyWarning (run in a fresh interpreter)."""
+    need("torch", "jax")
     block = _readme_block("import hurray_bridge as hb\nimport torch\n")
     lines = block.splitlines()
     at = next(i for i, ln in enumerate(lines) if "copy=False" in ln)

@@ -24,6 +24,8 @@ import hurray_bridge as hb
 from hurray_bridge import _capsule
 from hurray_bridge import _dlpack as D
 
+from .frameworks import Backend
+
 np = pytest.importorskip("numpy")
 torch = pytest.importorskip("torch")
 jax = pytest.importorskip("jax")
@@ -69,12 +71,6 @@ def test_cycles_across_frameworks_balance_and_stay_flat() -> None:
 
 
 # ------------------------------------------------- sources outlive their consumers
-def _source(fw: str) -> Any:
-    a = np.arange(64, dtype=np.float32) + 7
-    return {"numpy": lambda: a, "torch": lambda: torch.from_numpy(a),
-            "jax": lambda: jnp.asarray(a), "arrow": lambda: pa.array(a)}[fw]()
-
-
 def _ptr(x: Any) -> int:
     if isinstance(x, np.ndarray):
         return int(x.ctypes.data)
@@ -96,12 +92,14 @@ def _values(x: Any) -> list[float]:
 FWS = ("numpy", "torch", "jax", "arrow")
 
 
-@pytest.mark.parametrize("src_fw", FWS)
+@pytest.mark.parametrize("backend", FWS, indirect=True)
 @pytest.mark.parametrize("dst_fw", FWS)
-def test_source_freed_exactly_after_its_last_consumer(src_fw: str, dst_fw: str) -> None:
+def test_source_freed_exactly_after_its_last_consumer(frozen_heap: None, backend: Backend,
+                                                      dst_fw: str) -> None:
+    src_fw = backend.name
     expected = (np.arange(64, dtype=np.float32) + 7).tolist()
     before = exports()
-    src = _source(src_fw)
+    src = backend.array(np.arange(64, dtype=np.float32) + 7)
     ref = weakref.ref(src)
     src_ptr = _ptr(src)
     t = hb.asarray(src)

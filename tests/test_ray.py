@@ -35,14 +35,20 @@ def cluster() -> Iterator[None]:
     if ray.is_initialized():  # pragma: no cover - someone else's cluster: leave it alone
         yield
         return
-    ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-        # Workers import the test modules (tests.test_pickle_shm, this one) and the
-        # example by name.
-        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
-            [str(ROOT), str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")]
-        ).rstrip(os.pathsep)}},
-    )
+    with warnings.catch_warnings():
+        # Ray starts its processes with subprocess, which forks and execs at once; JAX
+        # (imported by an earlier test) warns at any fork, for the child that would go on
+        # running this process's code with JAX's threads gone. An exec'd child does not.
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
+                                category=RuntimeWarning)
+        ray.init(
+            num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+            # Workers import the test modules (tests.test_pickle_shm, this one) and the
+            # example by name.
+            runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
+                [str(ROOT), str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")]
+            ).rstrip(os.pathsep)}},
+        )
     try:
         yield
     finally:

@@ -15,19 +15,24 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-import ml_dtypes
-import numpy as np
-import pyarrow as pa
 import pytest
-import torch
 
 import hurray_bridge as hb
-from hurray_bridge.adapters import numpy as np_adapter
+
+from .frameworks import need, optional
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
+# Every other framework is optional: a cell runs when both of its ends are installed.
+torch = optional("torch")
+jax = optional("jax")
+jnp = optional("jax.numpy")
+pa = optional("pyarrow")
+ml_dtypes = optional("ml_dtypes")
+
+from hurray_bridge.adapters import numpy as np_adapter  # noqa: E402
 
 FRAMEWORKS = ("numpy", "torch", "jax", "arrow")
-X64 = bool(jax.config.jax_enable_x64)
+X64 = bool(jax and jax.config.jax_enable_x64)
 
 SHAPES: dict[str, tuple[int, ...]] = {
     "empty_0": (0,),
@@ -82,7 +87,7 @@ def make_torch(dtype: hb.DType, shape_name: str) -> Any:
     tdt = getattr(torch, dtype.torch)
     if (
         ref.dtype.kind == "V"
-        or ref.dtype.name in ml_dtypes.__dict__
+        or (ml_dtypes is not None and ref.dtype.name in vars(ml_dtypes))
         or (dtype.kind.name == "FLOAT" and ref.dtype.itemsize == 1)
     ):
         raw = torch.from_numpy(_c(ref).view(f"u{ref.dtype.itemsize}")).clone()
@@ -129,16 +134,16 @@ MAKERS: dict[str, Callable[[hb.DType, str], Any]] = {
 def pointer(x: Any) -> int:
     if isinstance(x, np.ndarray):
         return x.__array_interface__["data"][0] if x.size else 0
-    if isinstance(x, torch.Tensor):
+    if torch and isinstance(x, torch.Tensor):
         return x.data_ptr()
-    if isinstance(x, jax.Array):
+    if jax and isinstance(x, jax.Array):
         return x.unsafe_buffer_pointer() if x.size else 0
     return hb.asarray(x).data_ptr  # pyarrow exposes no address for a Tensor
 
 
 def logical(x: Any) -> np.ndarray:
     """The consumer's values as a NumPy array of element codes, read with its own API."""
-    if isinstance(x, torch.Tensor):
+    if torch and isinstance(x, torch.Tensor):
         x = x.contiguous()
         if x.dtype == torch.bool or x.element_size() == 0:
             return x.numpy().astype(np.uint8)
@@ -147,11 +152,11 @@ def logical(x: Any) -> np.ndarray:
             if x.element_size() in (1, 2, 4, 8)
             else x.numpy()
         )
-    if isinstance(x, jax.Array):
+    if jax and isinstance(x, jax.Array):
         x = np.asarray(x)
-    if isinstance(x, pa.Tensor):
+    if pa and isinstance(x, pa.Tensor):
         x = x.to_numpy()
-    if isinstance(x, (pa.Array, pa.ChunkedArray)):
+    if pa and isinstance(x, (pa.Array, pa.ChunkedArray)):
         if pa.types.is_boolean(x.type) or isinstance(x.type, pa.Bool8Type):
             return np.array(x.to_pylist(), np.uint8)
         x = x.to_numpy(zero_copy_only=False)
@@ -235,6 +240,9 @@ def _cases() -> list[Any]:
 
 @pytest.mark.parametrize("src,dst,dtype,shape_name", _cases())
 def test_handoff(src: str, dst: str, dtype: hb.DType, shape_name: str) -> None:
+    need(src, dst)
+    if (dtype.numpy or "").startswith("ml_dtypes:"):
+        need("ml_dtypes")  # the reference values are built with NumPy
     x = MAKERS[src](dtype, shape_name)
     if x is None:
         return  # the producer cannot hold this dtype/shape at all: nothing to hand over
@@ -278,6 +286,7 @@ def test_large_tensor_converts_without_copy() -> None:
     """A 256 MiB tensor crosses torch -> JAX -> NumPy with no copy and no memory growth."""
     import resource
 
+    need("torch", "jax")
     x = torch.ones(64 * 2**20, dtype=torch.float32)  # 256 MiB, 64-byte aligned by torch
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     j = hb.convert(x, "jax")

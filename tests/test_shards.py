@@ -426,8 +426,8 @@ def test_run_the_jax_cases_in_a_subprocess() -> None:
     env = dict(os.environ, HB_SHARDS_JAX_CHILD="1",
                XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "test_jax_",
-         str(Path(__file__))],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+         "-k", "test_jax_", str(Path(__file__))],
         capture_output=True, text=True, cwd=ROOT, env=env, timeout=300,
     )
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]

@@ -330,7 +330,7 @@ PLAIN = [c for c in CASES if c[3] and "empty" not in c[0]]
 
 
 @pytest.mark.parametrize("label,make,to,shortcut", PLAIN, ids=[f"{c[0]}->{c[2]}" for c in PLAIN])
-def test_shortcut_result_keeps_its_source_alive(front: Any, label: str,
+def test_shortcut_result_keeps_its_source_alive(frozen_heap: None, front: Any, label: str,
                                                 make: Callable[[], Any], to: str,
                                                 shortcut: bool) -> None:
     obj = make()

@@ -14,17 +14,20 @@ import warnings
 import weakref
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.ipc as ipc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hurray_bridge as hb
 from hurray_bridge import _capsule
-from hurray_bridge.adapters import arrow as A
 from hurray_bridge.descriptor import compact_strides
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
+pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed")
+
+import pyarrow.ipc as ipc  # noqa: E402
+
+from hurray_bridge.adapters import arrow as A  # noqa: E402
 
 # Every primitive type Arrow and Hurray share, with its NumPy spelling.
 PRIMITIVES = [

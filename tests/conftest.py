@@ -1,0 +1,48 @@
+"""Suite-wide fixtures."""
+
+from __future__ import annotations
+
+import gc
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+from .frameworks import BACKENDS, Backend
+from .frameworks import backend as _backend
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Each framework in turn (numpy, torch, jax, arrow; cupy where installed); a framework
+    that is not installed skips its case with the reason "<module> is not installed"."""
+    return _backend(request.param)
+
+
+@pytest.fixture
+def frozen_heap() -> Iterator[None]:
+    """``gc.collect()`` walks only the objects made during the test.
+
+    A full collection walks every object the session holds (torch, JAX, hypothesis...):
+    0.3 s each, where a lifetime check collects several times per case. Frozen objects
+    are roots to the collector, so everything the test makes is still collected when it
+    becomes garbage; only garbage from before the test waits for the next collection.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+@pytest.fixture(scope="session")
+def c_build(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """``make -C c all test example`` (library, shared library, tool, the C test driver and
+    the example), built once for the session (for each xdist worker that asks)."""
+    from .test_c_library import CC, MAKE, _make
+
+    if MAKE is None or CC is None:
+        pytest.skip("no C compiler or make to build the C library with")
+    build = tmp_path_factory.mktemp("c-build")
+    _make(build, "all", "test", "example")
+    return build

@@ -1,0 +1,107 @@
+"""The frameworks a test may need, each optional: a test skips, never errors, without one.
+
+Every framework is an extra (the core is stdlib-only), so no test module imports one
+unguarded: it asks for it with :func:`need` (or ``pytest.importorskip``), or takes the
+``backend`` fixture (``tests/conftest.py``), which runs once per framework and skips
+the ones that are not installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+# hb.convert's target name -> the module that provides it.
+MODULES = {"numpy": "numpy", "torch": "torch", "jax": "jax", "arrow": "pyarrow", "cupy": "cupy"}
+
+
+def not_installed(module: str) -> str:
+    return f"{module} is not installed"
+
+
+def need(*frameworks: str) -> None:
+    """Skip the calling test unless every framework named (target names) is installed."""
+    for fw in frameworks:
+        module = MODULES.get(fw, fw)
+        pytest.importorskip(module, reason=not_installed(module))
+
+
+def optional(module: str) -> Any:
+    """``module`` imported, or None when it is not installed (the tests needing it skip)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One framework as a test sees it: its target name, its module, and a way in and out."""
+
+    name: str  # the target name hb.convert takes
+    module: ModuleType
+    array: Callable[[Any], Any]  # a native array holding a NumPy array's values
+    values: Callable[[Any], Any]  # a native array's values, read back as a NumPy array
+
+
+def _numpy() -> Backend:
+    np = importlib.import_module("numpy")
+    return Backend("numpy", np, lambda a: a, np.asarray)
+
+
+def _torch() -> Backend:
+    np = importlib.import_module("numpy")
+    torch = importlib.import_module("torch")
+    return Backend("torch", torch, lambda a: torch.from_numpy(np.ascontiguousarray(a)),
+                   lambda x: x.numpy())
+
+
+def _jax() -> Backend:
+    np = importlib.import_module("numpy")
+    jnp = importlib.import_module("jax.numpy")
+    return Backend("jax", importlib.import_module("jax"), jnp.asarray, np.asarray)
+
+
+def _arrow() -> Backend:
+    np = importlib.import_module("numpy")
+    pa = importlib.import_module("pyarrow")
+
+    def array(a: Any) -> Any:  # Arrow arrays are flat; n-D data is a pa.Tensor
+        a = np.ascontiguousarray(a)
+        return pa.array(a) if a.ndim == 1 else pa.Tensor.from_numpy(a)
+
+    def values(x: Any) -> Any:
+        return x.to_numpy() if isinstance(x, pa.Tensor) else x.to_numpy(zero_copy_only=False)
+
+    return Backend("arrow", pa, array, values)
+
+
+def _cupy() -> Backend:
+    cupy = importlib.import_module("cupy")
+    try:
+        devices = cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # no driver: CuPy imports but cannot reach a device
+        devices = 0
+    if not devices:
+        pytest.skip("cupy needs a CUDA GPU")
+    return Backend("cupy", cupy, cupy.asarray, cupy.asnumpy)
+
+
+_BUILD = {"numpy": _numpy, "torch": _torch, "jax": _jax, "arrow": _arrow, "cupy": _cupy}
+
+# CuPy only where it is installed: without it there is no GPU for it to use either, and a
+# case that can never run on a CPU machine would be one more skip in every CPU run.
+BACKENDS = ["numpy", "torch", "jax", "arrow"] + (
+    ["cupy"] if importlib.util.find_spec("cupy") is not None else [])
+
+
+def backend(name: str) -> Backend:
+    """The framework ``name`` (a target name), or a skip saying it is not installed."""
+    need("numpy", name)  # every backend reads its values back through NumPy
+    return _BUILD[name]()
