@@ -81,7 +81,7 @@ def _fail(path: object, exc: BaseException) -> int:
 
 def _sniff(path: str) -> str:
     """The format of an input file: its magic bytes first, its suffix as a fallback."""
-    from .container import _open_regular
+    from ._disk import _open_regular
 
     with _open_regular(path) as f:  # a FIFO or device is refused, never waited on
         head = f.read(16)
@@ -99,7 +99,7 @@ def _sniff(path: str) -> str:
 def _suffix_format(path: str) -> str | None:
     import os
 
-    from .container import SUFFIX_FORMATS
+    from ._disk import SUFFIX_FORMATS
 
     return SUFFIX_FORMATS.get(os.path.splitext(path)[1].lower())
 
@@ -245,7 +245,7 @@ def _report_stale(path: str) -> None:
     """Warn about temporaries that killed saves of ``path`` left (container.md §7)."""
     import os
 
-    from .container import _TEMP, stale_temporaries
+    from ._disk import _TEMP, stale_temporaries
 
     for tmp in stale_temporaries(path):
         m = _TEMP.search(os.path.basename(tmp))
@@ -290,8 +290,8 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
     get_adapter("numpy")  # BackendNotAvailableError, with the pip extra, when NumPy is missing
     import os
 
+    from ._disk import _open_regular
     from ._numpy import numpy
-    from .container import _open_regular
     from .errors import FormatError
 
     np = numpy()

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from ._disk import _fspath, _open_regular, _write_all, atomic_output, check_suffix
 from ._safetensors_header import LENGTH as _LEN
 from ._safetensors_header import MAX_HEADER_SIZE, SafetensorsEntry, SafetensorsIndex, parse_header
 from ._safetensors_header import METADATA_KEY as _METADATA_KEY
@@ -33,13 +34,11 @@ from .container import (
     _check_padding_and_bits,
     _DataWriter,
     _encode_metadata,
-    _fspath,
     _Header,
     _host_tensor,
     _load_safetensors,
     _map,
     _Mapping,
-    _open_regular,
     _Piece,
     _plan,
     _read_head,
@@ -47,10 +46,7 @@ from .container import (
     _Region,
     _tensors_over,
     _verify_mapped,
-    _write_all,
     _write_plan,
-    atomic_output,
-    check_suffix,
     load,
 )
 from .descriptor import Descriptor, form_name

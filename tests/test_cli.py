@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import hurray_bridge as hb
+from hurray_bridge import _disk
 from hurray_bridge.__main__ import _ProgressBar, main
 
 np = pytest.importorskip("numpy")
@@ -676,7 +677,7 @@ def test_verify_reports_the_temporary_of_a_killed_save(capsys: pytest.CaptureFix
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     pid = int(gone.stdout)  # a process that has exited
-    stale = ckpt.parent / f".{ckpt.name}.{pid}-{hb.container._host_tag()}-0123456789ab.tmp"
+    stale = ckpt.parent / f".{ckpt.name}.{pid}-{_disk._host_tag()}-0123456789ab.tmp"
     stale.write_bytes(bytes(5000))
     rc, out, err = run(capsys, "verify", str(ckpt))
     assert rc == 0 and out.startswith(f"{ckpt}: OK")

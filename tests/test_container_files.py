@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import hurray_bridge as hb
-from hurray_bridge import container
+from hurray_bridge import _disk, container
 from hurray_bridge import safetensors_io as sio
 
 np = pytest.importorskip("numpy")
@@ -296,11 +296,11 @@ def test_the_next_save_removes_a_killed_saves_temporary(tmp_path: pathlib.Path,
     assert proc.returncode == -sig
     (stale,) = others(tmp_path, "k.hurray")  # the dead writer's temporary
     assert stale.startswith(".k.hurray.") and path.read_bytes() == before
-    found = container.stale_temporaries(path)
+    found = _disk.stale_temporaries(path)
     assert [os.path.basename(p) for p in found] == [stale]
     hb.save(path, {"new": np.ones(2)})
     assert others(tmp_path, "k.hurray") == []
-    assert container.stale_temporaries(path) == []
+    assert _disk.stale_temporaries(path) == []
 
 
 @pytest.mark.skipif(not POSIX, reason="process ids")
@@ -309,22 +309,22 @@ def test_temporaries_of_the_living_and_of_strangers_are_left_alone(
     path = tmp_path / "k.hurray"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        tag = container._host_tag()
+        tag = _disk._host_tag()
         live = f".k.hurray.{sleeper.pid}-{tag}-0123456789ab.tmp"
         elsewhere = ".k.hurray.1-deadbeef-0123456789ab.tmp"  # another host (or pid namespace)
         stranger = ".k.hurray.mine.tmp"  # not our pattern
         longer = f".k.hurray.x.{sleeper.pid}-{tag}-0123456789ab.tmp"  # k.hurray.x's, live
         for name in (live, elsewhere, stranger, longer):
             (tmp_path / name).write_bytes(b"x")
-        assert container.stale_temporaries(path) == []
+        assert _disk.stale_temporaries(path) == []
         hb.save(path, {"w": np.ones(2)})
         assert others(tmp_path, "k.hurray") == sorted([live, elsewhere, stranger, longer])
     finally:
         sleeper.kill()
         sleeper.wait()
     # their writer gone, the first is k.hurray's stale temporary; the last is k.hurray.x's
-    assert [os.path.basename(p) for p in container.stale_temporaries(path)] == [live]
-    assert [os.path.basename(p) for p in container.stale_temporaries(
+    assert [os.path.basename(p) for p in _disk.stale_temporaries(path)] == [live]
+    assert [os.path.basename(p) for p in _disk.stale_temporaries(
         tmp_path / "k.hurray.x")] == [longer]
 
 
@@ -333,7 +333,7 @@ def test_a_save_removes_the_stale_temporaries_of_every_file_in_its_folder(
         tmp_path: pathlib.Path) -> None:
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
-    dead, tag = int(gone.stdout), container._host_tag()
+    dead, tag = int(gone.stdout), _disk._host_tag()
     for name in ("a.hurray", "b.safetensors", "c.7"):
         (tmp_path / f".{name}.{dead}-{tag}-0123456789ab.tmp").write_bytes(b"x")
     (tmp_path / "c.7").write_bytes(b"not ours")
@@ -344,17 +344,17 @@ def test_a_save_removes_the_stale_temporaries_of_every_file_in_its_folder(
 def test_scans_of_a_big_folder_are_amortised(tmp_path: pathlib.Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     scans: list[str] = []
-    real = container._stale_in
+    real = _disk._stale_in
 
     def counting(directory: str, prefix: str = ".") -> tuple[list[str], int]:
         scans.append(directory)
         return real(directory, prefix)
 
-    monkeypatch.setattr(container, "_stale_in", counting)
-    monkeypatch.setitem(container._SCANS, str(tmp_path), (time.monotonic(), 0.5))
+    monkeypatch.setattr(_disk, "_stale_in", counting)
+    monkeypatch.setitem(_disk._SCANS, str(tmp_path), (time.monotonic(), 0.5))
     hb.save(tmp_path / "x.hurray", {"w": np.ones(2)})  # its last scan took 0.5 s: not again yet
     assert scans == []
-    monkeypatch.setitem(container._SCANS, str(tmp_path), (0.0, 0.5))  # long ago
+    monkeypatch.setitem(_disk._SCANS, str(tmp_path), (0.0, 0.5))  # long ago
     hb.save(tmp_path / "x.hurray", {"w": np.ones(2)})
     assert scans == [str(tmp_path)]
     hb.save(tmp_path / "x.hurray", {"w": np.ones(2)})  # a small folder: scanned every time

@@ -1,0 +1,307 @@
+"""Files on disk, below the formats: paths, atomic replacement, stale temporaries.
+
+What every writer of the bridge (``hb.save``, the safetensors writer, ``hurray
+convert``) needs from the file system, whatever the format: a path that is a
+regular file (or missing) and does not claim another format's suffix, output
+written to a temporary beside the target and renamed over it only when complete
+(durable with ``fsync``), the target's permission bits kept, and the temporaries
+that killed writers left behind found and removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import re
+import secrets
+import socket
+import stat
+import time
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+from .errors import FormatError, UnsupportedError
+
+
+def _bad_count(call: str, n: object, want: int) -> OSError:
+    """A file that says it moved bytes it cannot have moved: nothing after can be trusted."""
+    return OSError(errno.EIO, f"{call}() returned {n!r} for {want} bytes (should have been "
+                              f"between 0 and {want})")
+
+
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+               (stat.S_ISDOOR, "a door"), (stat.S_ISPORT, "an event port"))
+SUFFIX_FORMATS = {".hurray": "hurray", ".hry": "hurray", ".safetensors": "safetensors",
+                  ".npy": "npy", ".npz": "npz"}
+"""File name suffixes whose format is known: a file's name never claims another format."""
+_WRITERS = {"hurray": "hb.save(path, tensors)",
+            "safetensors": "hurray_bridge.safetensors_io.save(path, tensors)",
+            "npy": "numpy.save", "npz": "numpy.savez"}
+
+
+def _fspath(path: Any, what: str) -> str:
+    """``os.fspath(path)``, refusing an ``int``: a file descriptor is the caller's to close."""
+    if isinstance(path, int):
+        raise UnsupportedError(
+            f"{what}: got the int {path!r}, which Python's open() would take as file descriptor "
+            f"{path} and close when done; pass a path (str or os.PathLike) instead "
+            f"(for an open descriptor on Linux, the path /proc/self/fd/{path})")
+    return os.fsdecode(os.fspath(path))  # bytes paths as str: one kind of name from here on
+
+
+def _not_regular(path: str, st: os.stat_result, doing: str) -> None:
+    """Raise for anything but a regular file (a directory is IsADirectoryError, as open says)."""
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    kind = next((k for test, k in _FILE_KINDS if test(mode)), f"a special file (mode {mode:o})")
+    err = UnsupportedError(
+        f"{path!r} is {kind}, not a regular file: {doing} regular files only; use a regular "
+        "file's path (to send tensors through a pipe or socket, use hb.StreamWriter and "
+        "hb.StreamReader)")
+    err.filename = path  # type: ignore[attr-defined]  # which file, as an OSError says
+    raise err
+
+
+def _open_regular(path: Any, what: str = "path") -> Any:
+    """Open an existing regular file for reading, never blocking on a FIFO or device.
+
+    The path is checked with ``stat`` before it is opened (opening a FIFO with
+    no writer waits forever; opening some devices has side effects), then
+    opened non-blocking and checked again on the descriptor, so a file swapped
+    in between is caught too.
+    """
+    p = _fspath(path, what)
+    _not_regular(p, os.stat(p), "Hurray reads")
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+                 | getattr(os, "O_BINARY", 0))
+    try:
+        _not_regular(p, os.fstat(fd), "Hurray reads")
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_suffix(path: str | os.PathLike[str], fmt: str) -> None:
+    """Refuse to write ``fmt`` content under a name whose suffix says another format."""
+    p = os.fspath(path)
+    claimed = SUFFIX_FORMATS.get(os.path.splitext(p)[1].lower())
+    if claimed is None or claimed == fmt:
+        return
+    names = {"hurray": "Hurray", "npy": ".npy", "npz": ".npz"}
+    suffix = next(s for s, f in SUFFIX_FORMATS.items() if f == fmt)
+    raise FormatError(
+        f"{p!r} names a {names.get(claimed, claimed)} file but this writes "
+        f"{names.get(fmt, fmt)}: a {names.get(claimed, claimed)} reader would refuse it; write "
+        f"{names.get(claimed, claimed)} with {_WRITERS[claimed]}, or give the file the {suffix} "
+        "suffix", field="path")
+
+
+def _write_all(fd: int, data: memoryview | bytes) -> None:
+    view = memoryview(data)
+    while len(view):
+        n = os.write(fd, view)
+        if not 0 < n <= len(view):  # 0 would loop forever
+            raise _bad_count("write", n, len(view))
+        view = view[n:]
+
+
+_TEMP = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp\Z")
+
+
+@functools.lru_cache(maxsize=1)
+def _host_tag() -> str:
+    """8 hex digits naming this host and PID namespace: where a temporary's pid means something.
+
+    Two machines sharing a folder (NFS), or two containers sharing a volume
+    and a host name, each see the other's process ids as dead; the tag keeps a
+    process from judging a temporary whose writer it cannot see.
+    """
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return f"{zlib.crc32(f'{socket.gethostname()}|{namespace}'.encode()):08x}"
+
+
+def _temp_prefix(target: str) -> str:
+    return f".{os.path.basename(target)[:200]}."
+
+
+def _pid_alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True  # no harmless way to ask (os.kill(pid, 0) would stop it): never stale
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def stale_temporaries(path: str | os.PathLike[str]) -> list[str]:
+    """The temporary files that interrupted saves of ``path`` left beside it.
+
+    A temporary is stale only if it is provably ours and its writer is gone:
+    its name is ``.NAME.PID-HOST-RANDOM.tmp`` as :func:`atomic_output` makes
+    it, for this target, with this host's tag (:func:`_host_tag`), and no
+    process with that pid exists. A temporary of a live process, of another
+    host or PID namespace, or of another name is never listed. Saves into the
+    folder remove these; ``hurray verify`` reports them.
+    """
+    target = _fspath(path, "path")
+    directory = os.path.dirname(os.path.abspath(target))
+    return _stale_in(directory, _temp_prefix(target))[0]
+
+
+def _stale_in(directory: str, prefix: str = ".") -> tuple[list[str], int]:
+    """(stale temporaries in ``directory`` whose names start with ``prefix``, entries seen)."""
+    tag, found, seen = _host_tag(), [], 0
+    exact = prefix != "."  # one target's: the tail starts right after its prefix
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                seen += 1
+                name = entry.name
+                if not (name.startswith(prefix) and name.endswith(".tmp")):
+                    continue
+                m = _TEMP.match(name, len(prefix)) if exact else _TEMP.search(name, 2)
+                if (m is None or name[m.start() - 1] != "."
+                        or m["host"] != tag or _pid_alive(int(m["pid"]))
+                        or not entry.is_file(follow_symlinks=False)):
+                    continue
+                found.append(entry.path)
+    except OSError:
+        return [], seen
+    return sorted(found), seen
+
+
+# directory -> (time.monotonic() of its last scan for stale temporaries, seconds it took)
+_SCANS: dict[str, tuple[float, float]] = {}
+
+
+def _remove_stale(directory: str) -> None:
+    """Remove the stale temporaries of every target in ``directory`` (best effort).
+
+    A folder is scanned at every save while a scan is cheap (under a
+    millisecond: up to a few thousand entries); a larger one again only after
+    100 times as long as its last scan took (at most a minute), so that many
+    saves into one big folder spend at most about 1% of their time here.
+    """
+    now = time.monotonic()
+    last = _SCANS.get(directory)
+    if last is not None and last[1] >= 1e-3 and now - last[0] < min(100 * last[1], 60.0):
+        return
+    stale, _ = _stale_in(directory)
+    for p in stale:
+        with contextlib.suppress(OSError):
+            os.unlink(p)
+    if len(_SCANS) >= 4096:
+        _SCANS.clear()
+    _SCANS[directory] = (now, time.monotonic() - now)
+
+
+def _existing_target(target: str) -> os.stat_result | None:
+    """What ``target`` is now: ``None`` if nothing (or a link, which is replaced as such)."""
+    try:
+        st = os.lstat(target)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return None  # os.replace replaces the link itself; what it points to is untouched
+    _not_regular(target, st, "hb.save and hurray convert replace")
+    return st
+
+
+def _name_target(exc: OSError, target: str, tmp: str) -> None:
+    """An error of the temporary (or of its bare descriptor) is reported against the target."""
+    if exc.filename is None or exc.filename == tmp:
+        exc.filename = target
+        if exc.filename2 in (tmp, target):
+            exc.filename2 = None
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterator[int]:
+    """A file descriptor whose content replaces ``path`` only if the block succeeds.
+
+    The data goes to a temporary file in the same directory (so the rename
+    cannot cross file systems), which is fsynced, renamed over ``path`` with
+    ``os.replace`` (atomic on POSIX and Windows) and whose directory entry is
+    then fsynced. A crash at any point leaves either the old file or the new
+    one under ``path``, never a partial one. A memory map of the old file stays
+    valid: the rename gives the new content a new inode.
+
+    Only a regular file (or nothing, or a symbolic link, which is replaced as
+    a link) is replaced: a FIFO, device or socket is an
+    :class:`UnsupportedError` and a directory an ``IsADirectoryError``, before
+    anything is written. The new file keeps the replaced file's permission bits
+    (and, where allowed, its owner and group). Temporaries that interrupted
+    saves of ``path`` left behind (see :func:`stale_temporaries`) are removed
+    first. An ``OSError`` of the writing (a full disk, say) names ``path``.
+    """
+    target = _fspath(path, "path")
+    old = _existing_target(target)
+    directory = os.path.dirname(os.path.abspath(target))
+    _remove_stale(directory)
+    tmp = os.path.join(directory, f"{_temp_prefix(target)}{os.getpid()}-{_host_tag()}-"
+                                  f"{secrets.token_hex(6)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(
+        os, "O_BINARY", 0)
+    try:
+        fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file
+    except OSError as exc:  # name the target, not the temporary
+        _name_target(exc, target, tmp)
+        raise
+    try:
+        try:
+            if old is not None:
+                _keep_attributes(fd, old)
+            yield fd
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        _existing_target(target)  # still not a FIFO or a device
+        os.replace(tmp, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            _name_target(exc, target, tmp)
+        raise
+    if fsync:
+        _fsync_dir(directory)
+
+
+def _keep_attributes(fd: int, old: os.stat_result) -> None:
+    """Give the new file the replaced one's owner, group and permission bits (best effort)."""
+    if not hasattr(os, "fchmod"):
+        return
+    if hasattr(os, "fchown") and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+        with contextlib.suppress(OSError):  # only root may give a file away; a group, maybe
+            os.fchown(fd, old.st_uid, old.st_gid)
+    os.fchmod(fd, stat.S_IMODE(old.st_mode) & 0o777)
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        dfd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # Windows cannot open directories; NTFS journals the rename itself
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
