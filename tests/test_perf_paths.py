@@ -18,7 +18,6 @@ import warnings
 import weakref
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,6 +27,8 @@ from hurray_bridge import wire
 from hurray_bridge.layout import BufferRole, Layout
 
 from .strategies import descriptors
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HAS_TORCH = importlib.util.find_spec("torch") is not None

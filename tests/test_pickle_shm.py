@@ -14,12 +14,13 @@ import time
 import weakref
 from typing import Any
 
-import numpy as np
 import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import Buffer, Descriptor, Layout, Quantization, QuantScheme, Sparse
 from hurray_bridge.shm import SharedTensorHandle, attach, share
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 SPAWN = mp.get_context("spawn")
 TIMEOUT = 60

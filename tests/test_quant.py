@@ -15,11 +15,12 @@ import warnings
 import weakref
 from typing import Any
 
-import numpy as np
 import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import quant as hq
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 torch = pytest.importorskip("torch")
 ml_dtypes = pytest.importorskip("ml_dtypes")

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'hurray-bridge[ray]'")
 

@@ -19,13 +19,14 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import DYNAMIC, Buffer, BufferRole, Descriptor, Shard
 from hurray_bridge.shards import Box, ShardedTensor, _copy_strided, assemble, grid_boxes, split
 from tests.test_pickle_shm import make
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_JAX_CHILD = os.environ.get("HB_SHARDS_JAX_CHILD") == "1"

@@ -20,11 +20,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import sparse as hs
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 sps = pytest.importorskip("scipy.sparse")
 torch = pytest.importorskip("torch")

@@ -13,7 +13,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import hurray_bridge as hb
@@ -25,6 +24,8 @@ from hurray_bridge.stream import (
     StreamWriter,
 )
 from tests.test_pickle_shm import make, snapshot
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 60

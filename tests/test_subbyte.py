@@ -12,10 +12,11 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import numpy as np
 import pytest
 
 import hurray_bridge as hb
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 

@@ -20,7 +20,6 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import hurray_bridge as hb
@@ -28,9 +27,11 @@ import hurray_bridge.testing as kit
 import hurray_bridge.testing._round_trip as round_trip
 from hurray_bridge.testing import CHECKS, CheckResult, Report, assert_round_trip, check_producer
 
-from . import broken_producers
-from .broken_producers import BROKEN, HandMade, IgnoresCopy
-from .dlpack_producers import DLPackOnly
+np = pytest.importorskip("numpy", reason="numpy is not installed")
+
+from . import broken_producers  # noqa: E402 - NumPy arrays underneath
+from .broken_producers import BROKEN, HandMade, IgnoresCopy  # noqa: E402
+from .dlpack_producers import DLPackOnly  # noqa: E402
 
 pytest_plugins = ["pytester"]
 # The kit collects garbage before it calls a deleter missing; a broken producer makes it

@@ -23,7 +23,6 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pytest
 
 import hurray_bridge as hb
@@ -33,6 +32,8 @@ from hurray_bridge.dtypes import dtype_from_dlpack
 from hurray_bridge.layout import BufferRole
 from hurray_bridge.tensor import Tensor
 from tests.producers import FAKE_CUDA_ADDRESS, FakeCUDAProducer
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 CUPY_INSTALLED = importlib.util.find_spec("cupy") is not None
 CUDA = hb.Device(2, 0)
