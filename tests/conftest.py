@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from .frameworks import BACKENDS, Backend
+import hurray_bridge as hb
+
+from .frameworks import BACKENDS, Backend, need
 from .frameworks import backend as _backend
 
 
@@ -46,3 +48,14 @@ def c_build(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     build = tmp_path_factory.mktemp("c-build")
     _make(build, "all", "test", "example")
     return build
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    # A test that reaches a framework this install lacks (torch, JAX, ml_dtypes...) is a
+    # skip that names it, not a failure. Installed after all: the error is the finding.
+    try:
+        return (yield)
+    except hb.BackendNotAvailableError as exc:
+        need(exc.framework)
+        raise

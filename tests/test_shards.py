@@ -33,8 +33,7 @@ IN_JAX_CHILD = os.environ.get("HB_SHARDS_JAX_CHILD") == "1"
 
 
 def ml(name: str) -> Any:
-    import ml_dtypes
-
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
     return getattr(ml_dtypes, name)
 
 

@@ -83,7 +83,7 @@ def test_static_schema() -> None:
 
 @pytest.mark.parametrize("name", ["bf16", "int4_padded", "c128"])
 def test_extended_types(name: str) -> None:
-    import ml_dtypes
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
 
     rng = np.random.default_rng(1)
     a = {
