@@ -302,8 +302,10 @@ def _register_compiled() -> str | None:
 
 
 # The compiled front reads only exact torch.Tensor objects, and only when registered;
-# every other call is the Python function (to_hurray.__wrapped__).
-to_hurray = _exchange.front(_to_hurray, name="to_hurray")
+# every other call is the Python function (to_hurray.__wrapped__), under its public name
+# (its argument errors say "to_hurray()").
+_to_hurray.__name__ = _to_hurray.__qualname__ = "to_hurray"
+to_hurray = _exchange.front(_to_hurray)
 COMPILED_IMPORT = _exchange.compiled and _register_compiled() is None
 
 
