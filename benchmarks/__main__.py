@@ -11,7 +11,8 @@ import platform
 import sys
 import time
 
-SUITES = ("handoff", "size", "statedict", "codec", "c_decoder", "files", "convert", "peers")
+SUITES = ("handoff", "size", "statedict", "codec", "c_decoder", "files", "convert", "peers",
+          "shards")
 
 
 def _machine() -> dict[str, object]:

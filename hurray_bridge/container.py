@@ -39,10 +39,11 @@ from typing import Any, NamedTuple
 from ._memory import alloc_aligned, buffer_address
 from ._safetensors_header import read_header_from
 from ._trailing import placed_pieces, set_trailing_bits
-from .conversion import asarray
+from .conversion import asarray, asarray_one
 from .descriptor import Descriptor
 from .errors import FormatError, UnsupportedError
 from .layout import BufferRole, Layout
+from .shards import ShardedTensor, _missing_box
 from .tensor import CPU, Buffer, Tensor
 from .wire import BufferEntry, decode_prefix, encode
 
@@ -183,17 +184,18 @@ class FileIndex:
         return bool(self.flags & FLAG_DATA_CHECKSUMS)
 
 
-class TensorFile(dict[str, Tensor]):
+class TensorFile(dict[str, "Tensor | ShardedTensor"]):
     """What :func:`load` and :func:`loads` return: ``{name: hb.Tensor}`` plus the file's facts.
 
     ``metadata`` is the file's string metadata; ``alignment`` is the alignment
-    (in bytes) that every non-empty buffer's address is known to have.
+    (in bytes) that every non-empty buffer's address is known to have. A sharded
+    tensor's entries (``NAME[k]``, see :func:`load`) are one ``hb.ShardedTensor``.
     """
 
     metadata: dict[str, str]
     alignment: int
 
-    def __init__(self, tensors: Mapping[str, Tensor] | None = None,
+    def __init__(self, tensors: Mapping[str, Tensor | ShardedTensor] | None = None,
                  metadata: dict[str, str] | None = None, alignment: int = BUFFER_ALIGNMENT):
         super().__init__(tensors or {})
         self.metadata = {} if metadata is None else metadata
@@ -749,7 +751,25 @@ def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = Fals
 
     A safetensors file (known by its content, whatever its name) loads the same
     way (its header is read by :mod:`hurray_bridge._safetensors_header`).
+
+    Sharded tensors: the entries ``NAME[0]``, ``NAME[1]`` ... that have shard
+    sections (what :func:`save` writes for a ShardedTensor) are one
+    ``hb.ShardedTensor`` under ``NAME``, its shards zero-copy views like any
+    entry. One file may hold some of the boxes only (one process's shards): the
+    set is then ``partial`` (``is_complete`` is False). ``path`` may also be a
+    list (or tuple) of files, such as every rank's file of one checkpoint: their
+    entries are merged, each sharded tensor's shards from all files together
+    must tile its global shape (a missing or overlapping box is a
+    :class:`FormatError` naming it and the files), an unsharded name may be in
+    one file only, and ``metadata`` keeps the items on which every file agrees.
     """
+    if isinstance(path, (list, tuple)):
+        return _load_files(path, mmap, verify)
+    return _grouped(_load_file(path, mmap, verify))
+
+
+def _load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> TensorFile:
+    """One file's entries as they are (shards one by one): the body of :func:`load`."""
     with _open_regular(path) as f:
         head = f.read(16)
         f.seek(0)
@@ -828,8 +848,14 @@ def loads(buffer: Any, *, copy: bool = False, verify: bool = False) -> TensorFil
     addresses are only as aligned as ``buffer`` itself (a ``bytes`` object's
     data is typically 16-byte aligned): the result's ``alignment`` says what
     holds. ``copy=True`` copies every buffer into 64-byte aligned memory.
-    Tensors over a read-only buffer are read-only.
+    Tensors over a read-only buffer are read-only. Sharded tensors' entries
+    are grouped as by :func:`load`.
     """
+    return _grouped(_loads_entries(buffer, copy, verify))
+
+
+def _loads_entries(buffer: Any, copy: bool, verify: bool) -> TensorFile:
+    """The entries of a file in memory as they are: the body of :func:`loads`."""
     try:
         view = memoryview(buffer)
     except TypeError:
@@ -856,6 +882,127 @@ def loads(buffer: Any, *, copy: bool = False, verify: bool = False) -> TensorFil
     start = owner.address + h.data_offset
     tensors = _tensors_over(entries, start, owner, view.readonly)
     return TensorFile(tensors, meta, _pow2_alignment(start, h.alignment))
+
+
+# ----------------------------------------------------------- sharded entries
+# A sharded tensor NAME is stored as one ordinary entry per shard, NAME[0], NAME[1] ...,
+# each with its shard section (container.md §4.1): nothing in the format changes, and a
+# reader that does not group them still reads every shard.
+_SHARD_NAME = re.compile(r"(.+)\[(0|[1-9][0-9]*)\]", re.DOTALL)
+
+
+def _shard_group(name: str, d: Descriptor) -> str | None:
+    """The sharded tensor an entry belongs to, or ``None`` for an entry of its own."""
+    if name[-1:] != "]" or d.shard is None:
+        return None
+    m = _SHARD_NAME.fullmatch(name)
+    return None if m is None else m[1]
+
+
+def _check_shard_names(entries: Mapping[str, Descriptor]) -> None:
+    """Refuse a file in which a sharded tensor's name is also an entry of its own."""
+    for name, d in entries.items():
+        group = _shard_group(name, d)
+        if group is not None and group in entries and _shard_group(group, entries[group]) is None:
+            raise FormatError(
+                f"entry {group!r} and the shard entry {name!r} both claim the name {group!r} "
+                "(entries NAME[k] with shard sections are the shards of NAME); rename one",
+                field="name")
+
+
+def _sharded(group: str, shards: list[Tensor], labels: list[str],
+             partial: bool) -> ShardedTensor:
+    """The shards of one group as a ShardedTensor; errors name the entries (and files)."""
+    sh = shards[0].descriptor
+    assert sh.shard is not None
+    try:
+        return ShardedTensor(Descriptor(sh.shard.global_shape, sh.dtype, padded=sh.padded),
+                             shards, partial=partial)
+    except FormatError as exc:
+        message = str(exc)
+        if exc.field and message.startswith(exc.field + ": "):
+            message = message[len(exc.field) + 2:]
+        message = re.sub(r"shards\[(\d+)\]", lambda m: labels[int(m[1])], message)
+        raise FormatError(f"sharded tensor {group!r}: {message}", field="shards") from None
+
+
+def _grouped(tensors: TensorFile) -> TensorFile:
+    """``tensors`` with each sharded tensor's entries replaced by one partial ShardedTensor,
+    at the place of its first shard (``tensors`` itself when there are none)."""
+    groups: dict[str, list[str]] = {}
+    for name, t in tensors.items():
+        # The name first: most entries are decided without reading their descriptor.
+        group = _shard_group(name, t.descriptor) if name[-1:] == "]" else None
+        if group is not None:
+            groups.setdefault(group, []).append(name)
+    if not groups:
+        return tensors
+    _check_shard_names({name: t.descriptor for name, t in tensors.items()})
+    out: dict[str, Tensor | ShardedTensor] = {}
+    for name, t in tensors.items():
+        group = _shard_group(name, t.descriptor)
+        if group is None:
+            out[name] = t
+        elif group not in out:
+            names = groups[group]
+            # (a ShardedTensor's own descriptor has no shard section: it is never grouped)
+            out[group] = _sharded(group, [t for n in names if isinstance(t := tensors[n], Tensor)],
+                                  [f"entry {n!r}" for n in names], partial=True)
+    return TensorFile(out, tensors.metadata, tensors.alignment)
+
+
+def _load_files(paths: Sequence[Any], mmap: bool, verify: bool) -> TensorFile:
+    """:func:`load` of several files, such as every rank's file of one checkpoint."""
+    if not paths:
+        raise UnsupportedError("hb.load() of a list needs at least one path")
+    order: dict[str, None] = {}  # the names in the order they first appear
+    plain: dict[str, tuple[Tensor, str]] = {}
+    shards: dict[str, tuple[list[Tensor], list[str]]] = {}
+    metas, alignment = [], MAX_BUFFER_ALIGNMENT
+    for path in paths:
+        where = _fspath(path, "path")
+        f = _load_file(path, mmap, verify)
+        metas.append(f.metadata)
+        alignment = min(alignment, f.alignment)
+        for name, t in f.items():
+            assert isinstance(t, Tensor)  # _load_file does not group
+            group = _shard_group(name, t.descriptor)
+            label = f"{where}: entry {name!r}"
+            key = name if group is None else group
+            other = plain[key][1] if key in plain else (
+                shards[key][1][0] if group is None and key in shards else None)
+            if other is not None:
+                raise FormatError(
+                    f"{label} and {other} both claim the name {key!r}; only the shards of a "
+                    "sharded tensor (entries NAME[k]) may be spread over files: keep one "
+                    "copy (save it from one process only)", field="name")
+            order[key] = None
+            if group is None:
+                plain[name] = (t, label)
+            else:
+                ts, labels = shards.setdefault(group, ([], []))
+                ts.append(t)
+                labels.append(label)
+    out: dict[str, Tensor | ShardedTensor] = {}
+    for key in order:
+        if key in plain:
+            out[key] = plain[key][0]
+            continue
+        ts, labels = shards[key]
+        st = _sharded(key, ts, labels, partial=True)
+        if not st.is_complete:
+            box = _missing_box(st.shape, st.boxes)
+            at = (f"box {box} of global shape {list(st.shape)} is in no file given"
+                  if box is not None else
+                  f"the files given do not cover its global shape {list(st.shape)}")
+            raise FormatError(
+                f"sharded tensor {key!r}: {at}; pass every rank's file (one file alone "
+                "loads as a partial set)", field="shards")
+        out[key] = st
+    meta = dict(metas[0])
+    for m in metas[1:]:
+        meta = {k: v for k, v in meta.items() if m.get(k) == v}
+    return TensorFile(out, meta, alignment)
 
 
 # ------------------------------------------------------------------- writing
@@ -945,9 +1092,24 @@ def _encode_metadata(metadata: Mapping[str, str] | None) -> tuple[bytes, int]:
     return b"".join(parts), len(metadata)
 
 
+def _host_entries(name: str, value: Any) -> list[tuple[str, Tensor]]:
+    """The entries a value becomes: itself, or ``NAME[k]`` per shard of a sharded tensor."""
+    if not isinstance(value, (Tensor, ShardedTensor)):
+        try:
+            value = asarray(value)  # a torch DTensor gives this process's ShardedTensor
+        except UnsupportedError as exc:
+            raise UnsupportedError(f"entry {name!r}: {exc}") from exc
+    if not isinstance(value, ShardedTensor):
+        return [(name, _host_tensor(name, value))]
+    if not len(value):
+        raise UnsupportedError(f"entry {name!r} is a sharded tensor without shards; a file "
+                               "holds a sharded tensor as its shards (give it an empty one)")
+    return [(f"{name}[{k}]", _host_tensor(f"{name}[{k}]", t)) for k, t in enumerate(value)]
+
+
 def _host_tensor(name: str, value: Any) -> Tensor:
     try:
-        t = value if isinstance(value, Tensor) else asarray(value)
+        t = value if isinstance(value, Tensor) else asarray_one(value, what="a file entry")
     except UnsupportedError as exc:
         raise UnsupportedError(f"entry {name!r}: {exc}") from exc
     if not t.device.is_host_accessible:
@@ -1008,9 +1170,10 @@ def _plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None
         if not isinstance(name, str):
             raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
                                    f"{name!r}")
-        t = _host_tensor(name, value)
-        keep.append(t)
-        items.append((name, t.descriptor, [t.memoryview(b.role) for b in t.buffers]))
+        for entry, t in _host_entries(name, value):
+            keep.append(t)
+            items.append((entry, t.descriptor, [t.memoryview(b.role) for b in t.buffers]))
+    _check_shard_names({name: d for name, d, _ in items})
     return _plan(items, metadata, alignment, checksums, keep)
 
 

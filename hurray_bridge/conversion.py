@@ -4,23 +4,30 @@
 quantized modules); ``convert`` is ``asarray`` followed by the target adapter's
 ``from_hurray``, with the copy policy of ``_copy_policy`` and the learned shortcuts of
 ``_shortcuts`` in front.
+
+An array sharded over several devices (a multi-device ``jax.Array``) becomes an
+:class:`hb.ShardedTensor` of zero-copy shard views, through its adapter's ``shards``
+module (``to_sharded``); ``convert`` hands a sharded tensor to the target's ``shards``
+module (``from_sharded``: JAX rebuilds the sharding) or assembles it, a copy under the
+copy policy, for a target whose arrays live on one device.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from functools import lru_cache
+from functools import cache, lru_cache
 from types import ModuleType
 from typing import Any
 
 from . import _shortcuts
-from ._copy_policy import check_copy, warn_copy
-from ._registry import _ALIASES, adapter_name_for_type, get_adapter
-from .errors import UnsupportedError
+from ._copy_policy import check_copy, require_copy, warn_copy
+from ._registry import _ALIASES, adapter_name_for_type, get_adapter, get_adapter_module
+from .errors import CopyRequiredError, UnsupportedError
+from .shards import ShardedTensor, assemble, copy_shards, describe
 from .tensor import Tensor, from_producer
 
-__all__ = ["asarray", "convert", "convert_full"]
+__all__ = ["asarray", "asarray_one", "convert", "convert_full", "convert_sharded"]
 
 
 # Sparse and quantized natives: routed to hurray_bridge.sparse / hurray_bridge.quant.
@@ -47,10 +54,14 @@ def route_for_type(tp: type) -> tuple[bool, str] | None:
 
 
 def special_torch(obj: Any) -> ModuleType | None:
-    """The module for a sparse or quantized torch tensor (which the torch adapter refuses)."""
+    """The module for a sparse, quantized or distributed (DTensor) torch tensor, all of which
+    the torch adapter refuses."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(obj, torch.Tensor):
         return None
+    dt = sys.modules.get("torch.distributed.tensor")
+    if dt is not None and isinstance(obj, dt.DTensor):  # its part: a partial ShardedTensor
+        return get_adapter_module("torch", "shards")
     if obj.layout is not torch.strided:
         return importlib.import_module("hurray_bridge.sparse")
     if obj.is_quantized:
@@ -65,12 +76,43 @@ def special_for_tensor(t: Tensor) -> ModuleType:
     return importlib.import_module("hurray_bridge.quant")
 
 
-def asarray(obj: Any, copy: bool | None = None) -> Tensor:
+@cache
+def sharded_module(name: str) -> ModuleType | None:
+    """Adapter ``name``'s ``shards`` module, or None when it has none.
+
+    Such a module may define ``to_sharded(obj, copy=...)`` (a native sharded array
+    as an hb.ShardedTensor, or None when ``obj`` is not one) and ``from_sharded(st,
+    device=..., copy=...)`` (an hb.ShardedTensor as the framework's sharded array, or
+    NotImplemented to have it assembled into one array).
+    """
+    try:
+        return get_adapter_module(name, "shards")
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("hurray_bridge.adapters."):
+            raise  # the module exists but a dependency of it is missing
+        return None
+
+
+def sharded_native(name: str, obj: Any, copy: bool | None) -> ShardedTensor | None:
+    """``obj`` as an hb.ShardedTensor when adapter ``name`` says it is a sharded array."""
+    to_sharded = getattr(sharded_module(name), "to_sharded", None)
+    if to_sharded is None:
+        return None
+    out: ShardedTensor | None = to_sharded(obj, copy=copy)
+    return out
+
+
+def asarray(obj: Any, copy: bool | None = None) -> Tensor | ShardedTensor:
     """Any supported native object (or DLPack producer) as an :class:`hb.Tensor`.
 
     ``copy=None`` shares memory when it can and copies (setting ``t.copied``)
     when it cannot; ``copy=False`` raises :class:`CopyRequiredError` instead
     of copying; ``copy=True`` always copies.
+
+    An array sharded over several devices (a ``jax.Array`` with a multi-device
+    sharding) gives an :class:`hb.ShardedTensor` instead: one shard per device
+    buffer, each a zero-copy view of it (``copy=True`` copies every shard). An
+    hb.ShardedTensor is returned as it is (copied with ``copy=True``).
     """
     if copy is not None and copy is not True and copy is not False:
         check_copy(copy)
@@ -86,14 +128,34 @@ def asarray(obj: Any, copy: bool | None = None) -> Tensor:
         try:
             t = adapter.to_hurray(obj, copy=copy)
         except UnsupportedError:
-            # Sparse and quantized torch tensors are told apart only here, after the
-            # adapter refused them, so dense tensors pay nothing for the check.
+            # Sparse and quantized torch tensors, and arrays on several devices, are told
+            # apart only here, after the adapter refused them, so dense tensors pay
+            # nothing for the check.
             mod = special_torch(obj) if name == "torch" else None
-            if mod is None:
+            if mod is not None:
+                t = mod.to_hurray(obj, copy=copy)
+                return t
+            sharded = sharded_native(name, obj, copy)
+            if sharded is None:
                 raise
-            t = mod.to_hurray(obj, copy=copy)
+            return sharded
         return t
+    if isinstance(obj, ShardedTensor):
+        return copy_shards(obj) if copy else obj
     return from_producer(obj, copy)
+
+
+def asarray_one(obj: Any, copy: bool | None = None, *, what: str) -> Tensor:
+    """:func:`asarray` for code that takes one tensor (``what`` names it in the refusal
+    of a sharded one)."""
+    t = asarray(obj, copy)
+    if isinstance(t, ShardedTensor):
+        raise UnsupportedError(
+            f"{what} holds one tensor, and this is a sharded tensor ({describe(t)}): assemble "
+            "it first (hb.convert(x, 'numpy'), or hb.shards.assemble(hb.asarray(x))), or pass "
+            "its shards one by one"
+        )
+    return t
 
 
 def convert_full(
@@ -111,11 +173,16 @@ def convert_full(
     (storage, scales, zero points). ``densify=True`` asks for a dense array
     instead (a sparse tensor densified, a quantized one dequantized to float32):
     never done without it. It has no effect on a dense tensor.
+
+    A sharded tensor (an hb.ShardedTensor, or a native array on several devices):
+    see :func:`convert_sharded`.
     """
     if copy is not None and copy is not True and copy is not False:
         check_copy(copy)
     target = get_adapter(to)
     t = asarray(obj, copy=False if copy is False else None)
+    if isinstance(t, ShardedTensor):
+        return convert_sharded(t, to, device=device, copy=copy)
     if not t.is_dense:
         return special_for_tensor(t).from_hurray(t, to, device=device, copy=copy, densify=densify)
     if copy is None and t._copied and not isinstance(obj, Tensor):
@@ -133,6 +200,48 @@ def convert_full(
             _shortcuts.learn(tp, to, adapter_name_for_type(tp),  # type: ignore[arg-type]
                              _ALIASES.get(to, to))
     return out
+
+
+def convert_sharded(
+    st: ShardedTensor, to: str, device: Any = None, copy: bool | None = None
+) -> Any:
+    """A sharded tensor for framework ``to``.
+
+    A framework with sharded arrays (JAX) gets one, over the same shard memory
+    wherever it can take it (see ``hurray_bridge.adapters.jax.shards.from_sharded``).
+    Every other target holds an array on one device, so the shards are assembled
+    into one fresh host array (each distinct box read once, from its lowest
+    replica): a copy, reported with :class:`hb.CopyWarning` under ``copy=None``,
+    refused with :class:`hb.CopyRequiredError` under ``copy=False``.
+    """
+    name = _ALIASES.get(to, to)
+    from_sharded = getattr(sharded_module(name), "from_sharded", None)
+    if from_sharded is not None:
+        out = from_sharded(st, device=device, copy=copy)
+        if out is not NotImplemented:
+            return out
+    where = describe(st)
+    for t in st.primary_shards():
+        if not t.device.is_host_accessible:
+            raise UnsupportedError(
+                f"cannot assemble a sharded tensor ({where}) into one {name} array: a shard is "
+                f"on {t.device} and the bridge assembles host memory only; gather it with its "
+                "framework first (for a jax.Array: jax.device_get(x), or jax.device_put(x, "
+                "device) onto one device)"
+            )
+    why = (f"a sharded tensor ({where}) is assembled into one array, as {name} holds an array "
+           "on one device")
+    require_copy(copy, name, why, refusal=(
+        f"{why}: that is a copy, but copy=False; pass copy=None or copy=True to assemble it, "
+        "or keep the shards (hb.asarray(x) views them without a copy)"))
+    whole = assemble(st, to="hurray")
+    target = get_adapter(name)
+    try:
+        return target.from_hurray(whole, device=device, copy=False)
+    except CopyRequiredError:
+        # The target copies once more (another device, a form it stores differently):
+        # under its own policy message.
+        return target.from_hurray(whole, device=device, copy=copy)
 
 
 # What ``hb.convert`` is: the plain two-argument call first tries a shortcut learned from

@@ -31,7 +31,7 @@ from typing import Any
 
 from ._numpy import numpy
 from ._registry import ADAPTERS, get_adapter
-from .conversion import asarray, convert
+from .conversion import asarray, asarray_one, convert
 from .dtypes import DType, all_dtypes
 from .errors import (
     BackendNotAvailableError,
@@ -132,7 +132,7 @@ def _placed(a: Any, offset: int) -> Any:
 
 def _logical_bytes(obj: Any) -> bytes:
     """The values of ``obj``, comparable across packed/padded forms (b"" off the host)."""
-    t = asarray(obj)
+    t = asarray_one(obj, what="a matrix cell")
     return canonical_bytes(t) if t.device.is_host_accessible else b""
 
 
@@ -149,12 +149,12 @@ def _measure(fn: Any, repeat: int) -> float:
 def _probe(x: Any, dst: str, repeat: int) -> tuple[str, str, float | None]:
     """(outcome, detail, median microseconds) of handing ``x`` to ``dst``."""
     try:
-        before = asarray(x).data_ptr
+        before = asarray_one(x, what="a matrix cell").data_ptr
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", CopyWarning)
             y = convert(x, dst)
         copy_reasons = [str(w.message) for w in caught if issubclass(w.category, CopyWarning)]
-        after = asarray(y).data_ptr
+        after = asarray_one(y, what="a matrix cell").data_ptr
     except HurrayError as exc:
         return "refused", f"{type(exc).__name__}: {exc}", None
     except Exception as exc:  # a framework's own error: report it, it is a gap to look at
@@ -266,7 +266,8 @@ def build_report(
     cells = run_matrix(names, dtypes, n, repeat)
     from . import _shortcuts
 
-    jax = sys.modules.get("jax") if "jax" in names else None
+    # Only where the jax cells ran, so JAX is imported already.
+    x64 = get_adapter("jax").x64_enabled() if "jax" in names and "jax" in sys.modules else None
     settings: dict[str, Any] = {
         "frameworks": names,
         "size": n,
@@ -275,7 +276,7 @@ def build_report(
         "numpy_source_alignment": f"measured {ALIGNED}-byte aligned and again "
                                   f"{UNALIGNED_OFFSET} bytes off (NumPy itself aligns arrays "
                                   f"to {UNALIGNED_OFFSET} bytes)",
-        "jax_enable_x64": bool(jax.config.read("jax_enable_x64")) if jax is not None else None,
+        "jax_enable_x64": x64,
         "compiled_speedups": bool(_shortcuts.compiled),
         "platform": f"{platform.system()} {platform.machine()}",
     }

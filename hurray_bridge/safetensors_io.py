@@ -40,6 +40,7 @@ from .container import (
 from .descriptor import Descriptor, form_name
 from .errors import FormatError, UnsupportedError
 from .layout import Layout
+from .shards import ShardedTensor
 
 __all__ = [
     "MAX_HEADER_SIZE",
@@ -106,6 +107,10 @@ def safetensors_to_hurray(src: str | os.PathLike[str], dst: str | os.PathLike[st
 
 
 def _safetensors_view(name: str, t: Any) -> tuple[str, list[int], memoryview]:
+    if isinstance(t, ShardedTensor):  # a Hurray file's NAME[k] shard entries, grouped by load
+        raise UnsupportedError(f"entry {name!r} is a sharded tensor; safetensors has no place "
+                               "for its shards' positions in the global tensor (hb.assemble it "
+                               "first)")
     d: Descriptor = t.descriptor
     if d.layout not in (Layout.ROW_MAJOR, Layout.STRIDED) or d.quantization is not None:
         what = form_name(d)

@@ -13,7 +13,8 @@ different replica id) are allowed; uneven splits and empty shards too.
 * :func:`assemble` materialises the global tensor as one dense tensor (an
   explicit copy);
 * :func:`from_jax` and :func:`to_jax` convert a sharded ``jax.Array`` without
-  copying the shards (the jax adapter's ``shards`` module, imported on first use).
+  copying the shards (the jax adapter's ``shards`` module, imported on first use);
+  ``hb.asarray`` and ``hb.convert`` use them for a jax.Array on several devices.
 """
 
 from __future__ import annotations
@@ -24,16 +25,17 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from ._memory import alloc_aligned
+from ._memory import ALIGNMENT, alloc_aligned
 from ._numpy import numpy
 from ._registry import get_adapter, get_adapter_module
 from .descriptor import DYNAMIC, Descriptor, Shard, compact_strides, form_name
 from .dtypes import DType
 from .errors import BackendNotAvailableError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
-from .tensor import Buffer, Device, Tensor, _is_compact
+from .tensor import Buffer, Device, Tensor, _is_compact, from_native
 
-__all__ = ["Box", "ShardedTensor", "assemble", "from_jax", "grid_boxes", "split", "to_jax"]
+__all__ = ["Box", "ShardedTensor", "assemble", "copy_shards", "from_jax", "grid_boxes", "split",
+           "to_dtensor", "to_jax"]
 
 # A set whose boxes form a compressed grid larger than this is not searched
 # for the exact gap; the error then reports how many elements are missing.
@@ -200,14 +202,20 @@ class ShardedTensor:
         hb.Tensors, each with a shard section whose ``global_shape`` is the
         global shape. Their own layout is free (strided views, quantized
         shards); :func:`assemble` needs dense ones.
+    partial:
+        ``True`` for some of the shards only, such as one process's shards of a
+        tensor spread over processes: the boxes need not cover the global shape
+        (they still must not overlap). :attr:`is_complete` says whether they do;
+        assembling an incomplete set is refused, naming a missing box.
 
     The shard set is validated on construction; any broken rule raises
     :class:`~hurray_bridge.FormatError` naming the shard, the rule and the fix.
     """
 
-    __slots__ = ("__weakref__", "_boxes", "_descriptor", "_origin", "_shards")
+    __slots__ = ("__weakref__", "_boxes", "_complete", "_descriptor", "_origin", "_shards")
 
-    def __init__(self, descriptor: Descriptor, shards: Iterable[Tensor]) -> None:
+    def __init__(self, descriptor: Descriptor, shards: Iterable[Tensor], *,
+                 partial: bool = False) -> None:
         if not isinstance(descriptor, Descriptor):
             raise UnsupportedError(  # a TypeError too
                 f"descriptor must be an hb.Descriptor, got {type(descriptor).__name__}")
@@ -227,7 +235,7 @@ class ShardedTensor:
         self._descriptor = descriptor
         self._shards = tuple(shards)
         self._origin: tuple[Any, ...] | None = None
-        self._boxes = _validate(descriptor, self._shards)
+        self._boxes, self._complete = _validate(descriptor, self._shards, partial)
 
     # ------------------------------------------------------------ properties
     @property
@@ -252,6 +260,11 @@ class ShardedTensor:
         return self._shards
 
     @property
+    def is_complete(self) -> bool:
+        """Whether the boxes cover the global shape (always, unless built ``partial``)."""
+        return self._complete
+
+    @property
     def boxes(self) -> tuple[Box, ...]:
         """The box of each shard, in shard order."""
         return self._boxes
@@ -265,12 +278,27 @@ class ShardedTensor:
     def __repr__(self) -> str:
         dims = ", ".join(map(str, self.shape))
         distinct = len({b for b, t in zip(self._boxes, self._shards) if not b.is_empty})
+        part = "" if self._complete else ", partial"
         return (f"hb.ShardedTensor(shape=[{dims}], dtype={self.dtype.name}, "
-                f"shards={len(self._shards)}, boxes={distinct})")
+                f"shards={len(self._shards)}, boxes={distinct}{part})")
 
     def __reduce__(self) -> Any:
         # Shards pickle as hb.Tensors (protocol-5 buffers); the global descriptor as its bytes.
-        return _rebuild_sharded, (self._descriptor.to_bytes(), self._shards)
+        return _rebuild_sharded, (self._descriptor.to_bytes(), self._shards, not self._complete)
+
+    @classmethod
+    def _trusted(cls, descriptor: Descriptor, shards: tuple[Tensor, ...],
+                 boxes: tuple[Box, ...], complete: bool = True) -> ShardedTensor:
+        """A set laid out exactly as one validated before (the same shard descriptors, boxes
+        in shard order, as complete as that one): the jax adapter's per-sharding cache skips
+        checking it again."""
+        self = cls.__new__(cls)
+        self._descriptor = descriptor
+        self._shards = shards
+        self._origin = None
+        self._boxes = boxes
+        self._complete = complete
+        return self
 
     def primary_shards(self) -> list[Tensor]:
         """One shard per distinct non-empty box: the one with the lowest replica id."""
@@ -288,8 +316,9 @@ class ShardedTensor:
         return assemble(self, to=to)
 
 
-def _rebuild_sharded(desc: bytes, shards: tuple[Tensor, ...]) -> ShardedTensor:
-    return ShardedTensor(Descriptor.from_bytes(desc), shards)
+def _rebuild_sharded(desc: bytes, shards: tuple[Tensor, ...],
+                     partial: bool = False) -> ShardedTensor:
+    return ShardedTensor(Descriptor.from_bytes(desc), shards, partial=partial)
 
 
 def _replica(t: Tensor) -> int:
@@ -298,7 +327,9 @@ def _replica(t: Tensor) -> int:
     return sh.replica_id
 
 
-def _validate(desc: Descriptor, shards: tuple[Tensor, ...]) -> tuple[Box, ...]:
+def _validate(desc: Descriptor, shards: tuple[Tensor, ...],
+              partial: bool = False) -> tuple[tuple[Box, ...], bool]:
+    """The shards' boxes, and whether they cover the global shape (required unless partial)."""
     shape = desc.shape
     boxes: list[Box] = []
     seen: dict[tuple[Box, int], int] = {}
@@ -359,7 +390,7 @@ def _validate(desc: Descriptor, shards: tuple[Tensor, ...]) -> tuple[Box, ...]:
     total = 1
     for g in shape:
         total *= g
-    if covered != total:
+    if covered != total and not partial:
         gap = _find_gap(shape, distinct)
         at = f"; index {list(gap)} is in no box" if gap is not None else ""
         raise FormatError(
@@ -367,7 +398,7 @@ def _validate(desc: Descriptor, shards: tuple[Tensor, ...]) -> tuple[Box, ...]:
             f"{at}; the boxes must tile the global shape (add the missing shards)",
             field="shards",
         )
-    return tuple(boxes)
+    return tuple(boxes), covered == total
 
 
 def _find_gap(shape: tuple[int, ...], boxes: list[Box]) -> tuple[int, ...] | None:
@@ -412,10 +443,19 @@ def _strided_tensor(
                   readonly=readonly, copied=copied)
 
 
-def _dense_source(obj: Any) -> Tensor:
-    from .conversion import asarray
+def _shard_view(d: Descriptor, ptr: int, device: Device, owner: object, readonly: bool,
+                copied: bool, source: Any = None) -> Tensor:
+    """A dense shard over ``ptr`` (element [0..0]) with the prebuilt, validated descriptor
+    ``d``, shard section included, without building and checking it again."""
+    t = Tensor._dense(ptr, d.shape, d.dtype, strides=d.strides, padded=d.padded, device=device,
+                      owner=owner, readonly=readonly, copied=copied, source=source)
+    t._desc = d
+    return t
 
-    t = asarray(obj)
+
+def _dense_source(obj: Any) -> Tensor:
+    # Not hb.asarray: hb.asarray routes sharded arrays here, so this module cannot call it.
+    t = from_native(obj)
     if not t.is_dense:
         d = t.descriptor
         what = form_name(d)
@@ -557,6 +597,8 @@ def _require_host(t: Tensor, what: str) -> None:
 
 
 # ----------------------------------------------------------------- assembly
+_WORDS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}  # element size -> copy unit
+
 def _copy_strided(
     dst: int, dst_strides: Sequence[int], src: int, src_strides: Sequence[int],
     shape: Sequence[int], isz: int,
@@ -566,11 +608,18 @@ def _copy_strided(
         return
     np = sys.modules.get("numpy")
     if np is not None:
-        # NumPy is loaded in this process anyway: let it walk the strides in C.
+        # NumPy is loaded in this process anyway: let it walk the strides in C, moving
+        # whole elements as unsigned integers of their size (bytes one by one are ~10x
+        # slower); other sizes go as rows of bytes.
+        word = _WORDS.get(isz)
+        dt = np.dtype(word or np.uint8)
+        tail: tuple[int, ...] = () if word else (isz,)  # shape and stride of the byte rows
+        step: tuple[int, ...] = () if word else (1,)
+
         def view(ptr: int, strides: Sequence[int], writeable: bool) -> Any:
-            base = np.frombuffer((ctypes.c_ubyte * 1).from_address(ptr), np.uint8, 1)
+            base = np.frombuffer((ctypes.c_ubyte * dt.itemsize).from_address(ptr), dt, 1)
             return np.lib.stride_tricks.as_strided(
-                base, shape=(*shape, isz), strides=(*(s * isz for s in strides), 1),
+                base, shape=(*shape, *tail), strides=(*(s * isz for s in strides), *step),
                 writeable=writeable)
 
         view(dst, dst_strides, True)[...] = view(src, src_strides, False)
@@ -590,15 +639,18 @@ def _copy_strided(
 def _extract_dense(
     pieces: list[tuple[Box, Tensor]], target: Box, dtype: DType, padded: bool,
 ) -> Tensor:
-    """Copy the part of each (box, dense host tensor) inside ``target`` into a fresh tensor."""
+    """Copy the part of each (box, dense host tensor) inside ``target`` into a fresh tensor.
+
+    The pieces must cover ``target``: the memory is not zeroed first.
+    """
     out_shape = target.sizes
     n = _volume(out_shape)
     if dtype.is_subbyte and not padded:
         return _extract_packed(pieces, target, dtype)
-    alloc = alloc_aligned(n * dtype.itemsize)
-    if alloc is None:
+    if not n:
         return Tensor._dense(0, out_shape, dtype, strides=None, padded=padded, device=Device(1, 0),
                              owner=None, readonly=False, copied=True)
+    base, owner = _fresh_host(n * dtype.itemsize)
     out_strides = compact_strides(out_shape)
     isz = dtype.itemsize
     for box, t in pieces:
@@ -609,11 +661,28 @@ def _extract_dense(
         src_strides = t.strides if t.strides is not None else compact_strides(t.shape)
         src = t.data_ptr + sum((c - o) * s for c, o, s in
                                zip(common.offsets, box.offsets, src_strides)) * isz
-        dst = alloc.ptr + sum((c - o) * s for c, o, s in
-                              zip(common.offsets, target.offsets, out_strides)) * isz
+        dst = base + sum((c - o) * s for c, o, s in
+                         zip(common.offsets, target.offsets, out_strides)) * isz
         _copy_strided(dst, out_strides, src, src_strides, common.sizes, isz)
-    return Tensor._dense(alloc.ptr, out_shape, dtype, strides=None, padded=padded,
-                         device=Device(1, 0), owner=alloc, readonly=False, copied=True)
+    return Tensor._dense(base, out_shape, dtype, strides=None, padded=padded,
+                         device=Device(1, 0), owner=owner, readonly=False, copied=True)
+
+
+_UNZEROED_FROM = 1 << 20  # bytes; smaller allocations are cheap to zero
+
+
+def _fresh_host(nbytes: int) -> tuple[int, object]:
+    """``(pointer, owner)`` of ``nbytes`` of 64-byte aligned host memory, not zeroed when
+    NumPy is loaded and the size is large: an assembly writes every byte, and zeroing
+    first (ctypes' memset) took longer than the copy itself (65 ms for 64 MiB)."""
+    np = sys.modules.get("numpy")
+    if np is None or nbytes < _UNZEROED_FROM:
+        alloc = alloc_aligned(nbytes)
+        assert alloc is not None  # nbytes > 0
+        return alloc.ptr, alloc
+    raw = np.empty(nbytes + ALIGNMENT - 1, np.uint8)
+    ptr = raw.ctypes.data
+    return ptr + (-ptr % ALIGNMENT), raw
 
 
 def _extract_packed(pieces: list[tuple[Box, Tensor]], target: Box, dtype: DType) -> Tensor:
@@ -643,6 +712,8 @@ def _extract_packed(pieces: list[tuple[Box, Tensor]], target: Box, dtype: DType)
 
 
 def _pieces(sharded: ShardedTensor) -> list[tuple[Box, Tensor]]:
+    if not sharded.is_complete:
+        _refuse_incomplete(sharded, "assemble")
     out = []
     for t in sharded.primary_shards():
         if not t.is_dense:
@@ -674,6 +745,34 @@ def assemble(sharded: ShardedTensor, to: str = "numpy") -> Any:
     return get_adapter(to).from_hurray(out)
 
 
+def copy_shards(sharded: ShardedTensor) -> ShardedTensor:
+    """The same shard set with every shard copied into fresh compact host memory.
+
+    What ``hb.asarray(x, copy=True)`` gives for a sharded ``x``: each shard keeps
+    its box, replica id and device record. Shards must be host-accessible.
+    """
+    shards = []
+    for i, (box, t) in enumerate(zip(sharded.boxes, sharded.shards)):
+        sh = t.descriptor.shard
+        assert sh is not None  # checked when the set was built
+        if not t.is_dense:
+            _require_host(t, "copy a shard")
+            shards.append(t.copy())  # buffer by buffer; the descriptor keeps its section
+            continue
+        whole = Box(tuple(0 for _ in box.sizes), box.sizes)
+        shards.append(_cut(t, whole, sh, True, f"shards[{i}]"))
+    return ShardedTensor(sharded.descriptor, shards)
+
+
+def describe(sharded: ShardedTensor) -> str:
+    """``8 shards of 4 distinct boxes on 8 devices``: for messages about a whole set."""
+    boxes = len({b for b in sharded.boxes if not b.is_empty})
+    sections = [t.descriptor.shard for t in sharded.shards]
+    devices = len({(sh.device_type, sh.device_id) for sh in sections if sh is not None})
+    return (f"{len(sharded)} shard{'s' * (len(sharded) != 1)} of {boxes} distinct "
+            f"box{'es' * (boxes != 1)} on {devices} device{'s' * (devices != 1)}")
+
+
 # ---------------------------------------------------------------------- JAX
 # The JAX code is the jax adapter's (hurray_bridge.adapters.jax.shards); these names stay.
 def from_jax(x: Any) -> ShardedTensor:
@@ -694,3 +793,71 @@ def to_jax(sharded: ShardedTensor, sharding: Any, *, copy: bool | None = None) -
     See ``hurray_bridge.adapters.jax.shards.to_jax``.
     """
     return get_adapter_module("jax", "shards").to_jax(sharded, sharding, copy=copy)
+
+
+# ------------------------------------------------------ partial sets, torch
+# A process of a distributed program holds some shards only (a DTensor's local shard, one
+# rank's file): such a set is built ``partial`` and is read box by box.
+def _missing_box(shape: tuple[int, ...], boxes: Iterable[Box]) -> Box | None:
+    """A box no shard covers: the cell, on the grid the box edges cut, of an uncovered index.
+
+    ``None`` when every index is covered, or when that grid is too large to search.
+    """
+    distinct = list({b for b in boxes if not b.is_empty})
+    point = _find_gap(shape, distinct)
+    if point is None:
+        return None
+    sizes = []
+    for k, p in enumerate(point):
+        ends = [e for b in distinct for e in (b.offsets[k], b.offsets[k] + b.sizes[k]) if e > p]
+        sizes.append(min([shape[k], *ends]) - p)
+    return Box(point, tuple(sizes))
+
+
+def _refuse_incomplete(sharded: ShardedTensor, what: str) -> None:
+    box = _missing_box(sharded.shape, sharded.boxes)
+    at = f"box {box} is in no shard" if box is not None else "some indices are in no shard"
+    raise FormatError(
+        f"cannot {what} a partial shard set: {at} of global shape {list(sharded.shape)}; "
+        "bring every process's shards together first (hb.load of every rank's file, or the "
+        "framework's gather)", field="shards",
+    )
+
+
+def _pieces_for(sharded: ShardedTensor, box: Box) -> list[tuple[Box, Tensor]]:
+    """The dense primary shards that overlap ``box``; they must cover it (partial sets too)."""
+    out, covered = [], 0
+    for t in sharded.primary_shards():
+        b = _box_of(t)
+        common = b.intersect(box)
+        if common is None:
+            continue
+        if not t.is_dense:
+            raise UnsupportedError(
+                f"cannot copy from a {form_name(t.descriptor)} shard (box {b}): copies take "
+                "dense elements; dequantize or densify the shards first")
+        out.append((b, t))
+        covered += common.volume
+    if covered != box.volume:
+        raise FormatError(
+            f"box {box} is not covered by these shards (they hold {covered} of its "
+            f"{box.volume} elements): a process has only its own shards; bring the others "
+            "here first (hb.load of every rank's file)", field="shards",
+        )
+    return out
+
+
+# The torch code is the torch adapter's (hurray_bridge.adapters.torch.shards); a DTensor
+# reaches it through hb.asarray (conversion.special_torch).
+def to_dtensor(sharded: ShardedTensor, device_mesh: Any, placements: Sequence[Any], *,
+               copy: bool | None = None) -> Any:
+    """A torch ``DTensor`` on ``device_mesh`` with ``placements``, built in each process.
+
+    Each process passes the shards it has (all of them, or a partial set such as
+    its own file's); its local tensor is the shard whose box the placements give
+    this rank, without a copy, or is copied out of the shards that cover that box
+    (resharding, reported with :class:`hb.CopyWarning`; ``copy=False`` raises).
+    See ``hurray_bridge.adapters.torch.shards.to_dtensor``.
+    """
+    return get_adapter_module("torch", "shards").to_dtensor(sharded, device_mesh, placements,
+                                                           copy=copy)

@@ -109,9 +109,9 @@ def share(tensor: Any, *, readonly: bool = False) -> SharedTensorHandle:
     """
     from multiprocessing import shared_memory
 
-    from .conversion import asarray
+    from .conversion import asarray_one
 
-    t = asarray(tensor)
+    t = asarray_one(tensor, what="a shared-memory block")
     if not t.device.is_host_accessible:
         raise UnsupportedError(
             f"cannot share a {t.device} tensor through host shared memory; convert it to a "

@@ -188,9 +188,9 @@ class StreamWriter:
             self._f.flush()
 
     def _conform(self, obj: Any) -> Tensor:
-        from .conversion import asarray
+        from .conversion import asarray_one
 
-        t = asarray(obj)
+        t = asarray_one(obj, what="a stream message")
         if not t.device.is_host_accessible:
             raise UnsupportedError(
                 f"cannot stream a {t.device} tensor: its memory is not on the host; "

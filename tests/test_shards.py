@@ -354,6 +354,70 @@ def test_copy_strided_without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert dst.tolist() == src[1:3, 2:5].tolist()
 
 
+# --------------------------------------------- hb.asarray / hb.convert of a shard set
+def test_asarray_of_a_sharded_tensor_is_itself_or_a_copy() -> None:
+    a = sample((6, 4), "float32")
+    st = split(a, grid_boxes(a.shape, (3, 2)))
+    assert hb.asarray(st) is st and hb.asarray(st, copy=False) is st
+    c = hb.asarray(st, copy=True)
+    assert isinstance(c, ShardedTensor) and c.boxes == st.boxes
+    for t, u in zip(st.shards, c.shards):
+        assert u.copied and u.strides is None and not inside(u.data_ptr, a)
+        assert u.descriptor.shard == t.descriptor.shard and bits(u) == bits(t)
+
+
+@pytest.mark.parametrize("to", ["numpy", "torch", "arrow"])
+def test_convert_a_sharded_tensor_to_a_single_device_framework(to: str) -> None:
+    pytest.importorskip({"numpy": "numpy", "torch": "torch", "arrow": "pyarrow"}[to])
+    a = sample((6, 4), "float32")
+    st = split(a, grid_boxes(a.shape, (3, 2)))
+    with pytest.warns(hb.CopyWarning, match=f"copied for {to}: a sharded tensor \\(6 shards of "
+                      "6 distinct boxes on 1 device\\) is assembled into one array"):
+        out = hb.convert(st, to)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hb.CopyWarning)
+        silent = hb.convert(st, to, copy=True)
+    for got in (out, silent):
+        assert bits(hb.convert(got, "numpy")) == bits(a)
+    with pytest.raises(hb.CopyRequiredError, match="copy=False; pass copy=None or copy=True"):
+        hb.convert(st, to, copy=False)
+
+
+def test_code_that_takes_one_tensor_names_the_way_out() -> None:
+    st = split(sample((4, 2), "float32"), grid_boxes((4, 2), (2, 1)))
+    with pytest.raises(hb.UnsupportedError, match=r"a shared-memory block holds one tensor, and "
+                       r"this is a sharded tensor \(2 shards .*hb\.convert\(x, 'numpy'\)"):
+        hb.shm.share(st)
+
+
+def test_readme_sharded_jax_block_runs_as_written() -> None:
+    """The README's sharded jax.Array lines in a fresh interpreter: each "True" comment
+    holds, the copy=False line raises, and the last line warns."""
+    pytest.importorskip("jax")
+    from tests.test_examples import _readme_block
+
+    lines = _readme_block("import os; os.environ[\"XLA_FLAGS\"]").splitlines()
+    code = ["import warnings"]
+    for ln in lines:
+        stmt = ln.split("  #")[0].rstrip()
+        if "raises CopyRequiredError" in ln:
+            code += ["try:", f"    {stmt}", "except hb.CopyRequiredError:", "    pass",
+                     "else:", "    raise SystemExit('the copy=False line did not raise')"]
+        elif ln.rstrip().endswith("# True"):
+            code.append(f"assert {stmt}")
+        elif ln.startswith("hb.convert(x, \"numpy\")"):
+            code += ["with warnings.catch_warnings(record=True) as caught:",
+                     "    warnings.simplefilter('always')", f"    {stmt}",
+                     "assert any('assembled' in str(w.message) for w in caught), caught"]
+        else:
+            code.append(ln)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    res = subprocess.run([sys.executable, "-c", "\n".join([*code, "print('ok')"])],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env=dict(env, JAX_PLATFORMS="cpu"))
+    assert res.returncode == 0 and res.stdout.endswith("ok\n"), res.stdout + res.stderr
+
+
 # ----------------------------------------------------------------------- JAX
 def test_run_the_jax_cases_in_a_subprocess() -> None:
     if IN_JAX_CHILD:
@@ -507,3 +571,232 @@ if IN_JAX_CHILD:
         assert len(st) == 1 and st.boxes[0] == Box((0, 0), (3, 4))
         y = to_jax(st, x.sharding)
         assert y.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()
+
+    # -------------------------------------------------- hb.asarray / hb.convert
+    # The meshes of the issue: 2x2 and 4x1 over four devices, fully and partially replicated.
+    MESH_2X2 = jax.make_mesh((2, 2), ("x", "y"), devices=jax.devices()[:4])
+    MESH_4X1 = jax.make_mesh((4, 1), ("x", "y"), devices=jax.devices()[4:])
+    CASES = {
+        "2x2": (MESH_2X2, P("x", "y")),
+        "4x1": (MESH_4X1, P("x", "y")),
+        "replicated": (MESH_2X2, P()),
+        "partly_replicated": (MESH_2X2, P("x", None)),
+        "cols_partly_replicated": (MESH_2X2, P(None, "y")),
+        "all_8_flat": (MESH, P(("x", "y"), None)),
+    }
+
+    def sharded(case: str, dtype: str = "float32", shape: tuple[int, int] = (8, 8)) -> Any:
+        mesh, spec = CASES[case]
+        if dtype == "int4":
+            host = (np.arange(np.prod(shape)) % 16 - 8).astype(ml("int4")).reshape(shape)
+        else:
+            host = sample(shape, dtype, seed=5)
+        return jax.device_put(host, NamedSharding(mesh, spec)), host
+
+    def same_placement(a: Any, b: Any, shape: tuple[int, ...]) -> bool:
+        return bool(a.devices_indices_map(shape) == b.devices_indices_map(shape))
+
+    @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int4", "bool"])
+    @pytest.mark.parametrize("case", sorted(CASES))
+    def test_jax_asarray_views_every_device_buffer(case: str, dtype: str) -> None:
+        x, host = sharded(case, dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", hb.CopyWarning)
+            st = hb.asarray(x)
+            again = hb.asarray(x, copy=False)
+        assert isinstance(st, hb.ShardedTensor) and len(st) == len(x.addressable_shards)
+        for t, u, s in zip(st.shards, again.shards, x.addressable_shards):
+            # Zero-copy: each shard is the device buffer itself.
+            assert t.data_ptr == u.data_ptr == s.data.unsafe_buffer_pointer()
+            assert t.descriptor.shard.replica_id == s.replica_id and not t.copied
+            assert Box(t.descriptor.shard.offsets, t.shape) == Box(
+                tuple(i.start or 0 for i in s.index),
+                tuple((i.stop if i.stop is not None else n) - (i.start or 0)
+                      for i, n in zip(s.index, x.shape)))
+        whole = hb.convert(st, "numpy", copy=True)
+        assert bits(whole if dtype != "int4" else whole.view(np.uint8) & 15) == bits(
+            host if dtype != "int4" else host.view(np.uint8) & 15)
+
+    def test_jax_asarray_copy_true_copies_every_shard() -> None:
+        x, host = sharded("partly_replicated")
+        st = hb.asarray(x, copy=True)
+        ptrs = {s.data.unsafe_buffer_pointer() for s in x.addressable_shards}
+        assert all(t.copied and t.data_ptr not in ptrs and not t.readonly for t in st)
+        assert bits(assemble(st)) == bits(host)
+
+    @pytest.mark.parametrize("to", ["numpy", "torch", "arrow"])
+    @pytest.mark.parametrize("case", sorted(CASES))
+    def test_jax_convert_to_one_device_frameworks(case: str, to: str) -> None:
+        pytest.importorskip({"numpy": "numpy", "torch": "torch", "arrow": "pyarrow"}[to])
+        x, host = sharded(case)
+        n, boxes = len(x.addressable_shards), len({str(s.index) for s in x.addressable_shards})
+        with pytest.warns(hb.CopyWarning, match=(
+                f"copied for {to}: a sharded tensor \\({n} shards of {boxes} distinct box"
+                f"(es)? on {n} devices\\) is assembled into one array, as {to} holds")) as rec:
+            out = hb.convert(x, to)
+        assert rec[0].filename == __file__
+        assert bits(hb.convert(out, "numpy")) == bits(host)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", hb.CopyWarning)
+            assert bits(hb.convert(hb.convert(x, to, copy=True), "numpy")) == bits(host)
+        with pytest.raises(hb.CopyRequiredError, match="but copy=False"):
+            hb.convert(x, to, copy=False)
+
+    @pytest.mark.parametrize("case", ["replicated", "partly_replicated"])
+    def test_jax_assembly_reads_each_replica_once(case: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+        import hurray_bridge.shards as core
+
+        x, host = sharded(case)
+        reads: list[int] = []
+        real = core._copy_strided
+
+        def counting(dst: int, ds: Any, src: int, ss: Any, shape: Any, isz: int) -> None:
+            reads.append(src)
+            real(dst, ds, src, ss, shape, isz)
+
+        monkeypatch.setattr(core, "_copy_strided", counting)
+        out = hb.convert(x, "numpy", copy=True)
+        assert bits(out) == bits(host)
+        assert len(reads) == len({str(s.index) for s in x.addressable_shards})
+        primary = {s.data.unsafe_buffer_pointer() for s in x.addressable_shards
+                   if s.replica_id == 0}
+        assert set(reads) <= primary  # the lowest replica of every box, nothing else
+
+    @pytest.mark.parametrize("case", sorted(CASES))
+    def test_jax_convert_to_jax_keeps_the_sharding_without_copies(case: str) -> None:
+        x, host = sharded(case)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", hb.CopyWarning)
+            assert hb.convert(x, "jax") is x
+            st = hb.asarray(x)
+            assert hb.convert(st, "jax") is x  # the array the shards came from
+            # A shard set that only knows its shard sections: the sharding is rebuilt.
+            fresh = hb.shards.copy_shards(st)
+            y = hb.convert(fresh, "jax")
+        assert same_placement(y.sharding, x.sharding, x.shape)
+        ptrs = {t.data_ptr for t in fresh}
+        assert {s.data.unsafe_buffer_pointer() for s in y.addressable_shards} == ptrs
+        assert bits(y) == bits(host)
+        z = hb.convert(x, "jax", copy=True)  # copies, silently
+        assert same_placement(z.sharding, x.sharding, x.shape) and bits(z) == bits(host)
+        assert not {s.data.unsafe_buffer_pointer() for s in z.addressable_shards} & {
+            s.data.unsafe_buffer_pointer() for s in x.addressable_shards}
+
+    def test_jax_convert_numpy_shards_with_devices_rebuilds_the_mesh() -> None:
+        host = aligned_copy(sample((8, 16), "float32"))
+        devs = [(1, d.id) for d in MESH_2X2.devices.flat]
+        boxes = grid_boxes(host.shape, (2, 2))  # column halves: strided views, JAX copies them
+        st = split(host, boxes, devices=devs)
+        with pytest.warns(hb.CopyWarning, match="copied for jax: 4 of 4 shards: JAX imports "
+                          "row-major memory only"):
+            y = hb.convert(st, "jax")
+        assert bits(y) == bits(host)
+        for s in y.addressable_shards:
+            assert (1, s.device.id) == devs[boxes.index(_jax_box(s.index, host.shape))]
+        rows = split(host, grid_boxes(host.shape, (4, 1)), devices=[(1, i) for i in range(4)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", hb.CopyWarning)
+            y2 = hb.convert(rows, "jax", copy=False)  # 64-byte aligned rows: all zero-copy
+        assert {s.data.unsafe_buffer_pointer() for s in y2.addressable_shards} == {
+            t.data_ptr for t in rows}
+        with pytest.raises(hb.CopyRequiredError, match="row-major"):
+            hb.convert(st, "jax", copy=False)
+
+    def _jax_box(index: Any, shape: tuple[int, ...]) -> Box:
+        return Box(tuple(i.start or 0 for i in index),
+                   tuple((i.stop if i.stop is not None else n) - (i.start or 0)
+                         for i, n in zip(index, shape)))
+
+    def test_jax_convert_with_a_sharding_or_one_device() -> None:
+        x, host = sharded("2x2")
+        target = NamedSharding(MESH_4X1, P("x", None))
+        with pytest.warns(hb.CopyWarning, match="resharding"):
+            y = hb.convert(x, "jax", device=target)
+        assert y.sharding == target and bits(y) == bits(host)
+        same = hb.convert(x, "jax", device=x.sharding)  # its own sharding: no copy
+        assert [s.data.unsafe_buffer_pointer() for s in same.addressable_shards] == [
+            s.data.unsafe_buffer_pointer() for s in x.addressable_shards]
+        dev = jax.devices()[5]
+        with pytest.warns(hb.CopyWarning, match="assembled into one array, as jax holds"):
+            one = hb.convert(x, "jax", device=dev)
+        assert one.devices() == {dev} and bits(one) == bits(host)
+        with pytest.raises(hb.CopyRequiredError):
+            hb.convert(x, "jax", device=dev, copy=False)
+
+    def test_jax_one_device_shard_set_becomes_one_array() -> None:
+        host = aligned_copy(sample((8, 16), "float32"))
+        st = split(host, grid_boxes(host.shape, (2, 1)))  # every shard on CPU 0
+        with pytest.warns(hb.CopyWarning, match="assembled into one array, as jax holds"):
+            y = hb.convert(st, "jax")
+        assert len(y.devices()) == 1 and bits(y) == bits(host)
+
+    def test_jax_shard_sets_no_sharding_can_place() -> None:
+        host = sample((8, 6), "float32")
+        uneven = split(host, grid_boxes(host.shape, (3, 1)), devices=[(1, 0), (1, 1), (1, 2)])
+        with pytest.raises(hb.UnsupportedError, match=r"no JAX sharding places this sharded "
+                           r"tensor .*unequal parts.*device=sharding"):
+            hb.convert(uneven, "jax")
+        doubled = split(host, grid_boxes(host.shape, (2, 1)), devices=[(1, 0), (1, 0)])
+        assert len(hb.convert(doubled, "jax", copy=True).devices()) == 1  # one device: one array
+        two_on_one = split(host, grid_boxes(host.shape, (3, 1)), devices=[(1, 0), (1, 0), (1, 1)])
+        with pytest.raises(hb.UnsupportedError, match="a device holds more than one shard"):
+            hb.convert(two_on_one, "jax")
+        ragged = split(host, [((0, 0), (4, 6)), ((4, 0), (4, 6)), ((0, 0), (4, 6))],
+                       devices=[(1, 0), (1, 1), (1, 2)])
+        with pytest.raises(hb.UnsupportedError, match="different replica counts"):
+            hb.convert(ragged, "jax")
+        nowhere = split(host, grid_boxes(host.shape, (2, 1)), devices=[(1, 0), (1, 99)])
+        with pytest.raises(hb.UnsupportedError, match="cpu:99, which is no JAX device"):
+            hb.convert(nowhere, "jax")
+        # Sharded tensors may still be handed over with a sharding of the caller's choice.
+        with pytest.warns(hb.CopyWarning, match="not a box of the shards"):
+            z = hb.convert(uneven, "jax", device=NamedSharding(MESH, P("x", None)))
+        assert bits(z) == bits(host)
+
+    def test_jax_refusals_name_the_way_out() -> None:
+        x, _ = sharded("2x2")
+        with pytest.raises(hb.UnsupportedError, match=r"hb\.asarray\(x\) gives an "
+                           r"hb\.ShardedTensor") as exc:
+            hb.get_adapter("jax").to_hurray(x)  # the dense adapter alone
+        assert "not implemented" not in str(exc.value)
+        with pytest.raises(hb.UnsupportedError, match="a shared-memory block holds one tensor"):
+            hb.shm.share(x)
+        x.delete()
+        with pytest.raises(hb.UnsupportedError, match="has been deleted"):
+            hb.asarray(x)
+
+    def test_jax_dense_shortcut_does_not_serve_sharded_arrays() -> None:
+        dense = jnp.arange(64, dtype=jnp.float32).reshape(8, 8)
+        for _ in range(3):  # learn, then take the shortcut
+            hb.convert(dense, "numpy")
+            hb.convert(dense, "torch")
+        x, host = sharded("2x2")
+        for to in ("numpy", "torch"):
+            with pytest.warns(hb.CopyWarning, match="assembled"):
+                out = hb.convert(x, to)
+            assert bits(hb.convert(out, "numpy")) == bits(host)
+
+    def test_jax_one_device_named_sharding_stays_dense() -> None:
+        mesh = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
+        x = jax.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("x")))
+        t = hb.asarray(x)
+        assert isinstance(t, hb.Tensor) and t.data_ptr == x.unsafe_buffer_pointer()
+        assert hb.convert(x, "numpy").ctypes.data == x.unsafe_buffer_pointer()
+
+    def test_jax_sub_byte_shards_to_numpy() -> None:
+        x, host = sharded("partly_replicated", "int4")
+        with pytest.warns(hb.CopyWarning) as rec:
+            out = hb.convert(x, "numpy")
+        assert "assembled" in str(rec[0].message)
+        assert out.dtype == host.dtype and bits(out.view(np.uint8) & 15) == bits(
+            host.view(np.uint8) & 15)
+
+    def test_jax_shard_set_pickled_to_another_process_is_placed_again() -> None:
+        x, host = sharded("partly_replicated")
+        back = pickle.loads(pickle.dumps(hb.asarray(x), protocol=5))
+        assert [t.descriptor.shard for t in back] == [t.descriptor.shard for t in hb.asarray(x)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hb.CopyWarning)  # pickled bytes may be unaligned
+            y = hb.convert(back, "jax")
+        assert same_placement(y.sharding, x.sharding, x.shape) and bits(y) == bits(host)

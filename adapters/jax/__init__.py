@@ -329,6 +329,7 @@ _device_platform: dict[Any, str] = {}  # device of a single-device sharding -> p
 
 def _platform_of(x: jax.Array) -> str:
     sharding = x.sharding
+    device = None
     if type(sharding) is _SingleDeviceSharding:
         # Keyed by the device (hashed in C): every array JAX imports over DLPack has its
         # own sharding object, equal to the others, and their Python-level __eq__ made a
@@ -343,9 +344,10 @@ def _platform_of(x: jax.Array) -> str:
         devices = sharding.device_set
         if len(devices) != 1:
             raise UnsupportedError(
-                f"this jax.Array lives on {len(devices)} devices ({sharding}); hurray_bridge "
-                "exports single-device arrays (sharded export is not implemented yet): "
-                "gather it first, e.g. jax.device_put(x, jax.devices()[0])"
+                f"this jax.Array lives on {len(devices)} devices ({sharding}); one hb.Tensor "
+                "describes one device's memory: hb.asarray(x) gives an hb.ShardedTensor of its "
+                "shards without a copy, hb.convert(x, 'numpy') assembles it (a copy), or "
+                "gather it first with jax.device_put(x, jax.devices()[0])"
             )
         if not x.is_fully_addressable:
             raise UnsupportedError(
@@ -551,9 +553,13 @@ def _home_device(dev: Device) -> Any:
     raise UnsupportedError(f"JAX has no {platform} device with hardware id {dev.id}")
 
 
-def _x64_enabled() -> bool:
-    # Honours the thread-local ``with jax.enable_x64(...)`` context as well.
+def x64_enabled() -> bool:
+    """Whether JAX keeps 64-bit types (``jax_enable_x64``), as a conversion now sees it:
+    the thread-local ``with jax.enable_x64(...)`` context included."""
     return bool(jax.config.read("jax_enable_x64"))
+
+
+_x64_enabled = x64_enabled
 
 
 def _by_copy(t: Tensor, target: Any, copy: bool | None) -> jax.Array:

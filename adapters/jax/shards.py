@@ -1,18 +1,20 @@
 """Sharded ``jax.Array`` <-> :class:`~hurray_bridge.ShardedTensor`, without copying shards.
 
-``hurray_bridge.shards.from_jax`` / ``to_jax`` forward here; the set model, its
-checks and the host copies (assembly, resharding) are the core's
-(``hurray_bridge.shards``), used from here.
+``hurray_bridge.shards.from_jax`` / ``to_jax`` forward here, and ``hb.asarray`` /
+``hb.convert`` come here through ``to_sharded`` / ``from_sharded`` for a jax.Array
+on several devices (the dense adapter refuses those) and for a sharded tensor
+going to JAX. The set model, its checks and the host copies (assembly,
+resharding) are the core's (``hurray_bridge.shards``), used from here.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
-from hurray_bridge import _capsule
 from hurray_bridge._copy_policy import require_copy, warn_copy
 from hurray_bridge.descriptor import Descriptor, Shard
 from hurray_bridge.dtypes import DType
@@ -24,17 +26,26 @@ from hurray_bridge.shards import (
     _extract_dense,
     _pieces,
     _replica,
+    _shard_view,
     _strided_tensor,
     _volume,
+    copy_shards,
+    describe,
 )
-from hurray_bridge.tensor import Device, Tensor, for_immutable_consumer, from_dlview
+from hurray_bridge.tensor import Device, Tensor
 
 from ..numpy import dtype_of as numpy_dtype_of
 from ..numpy import from_hurray as numpy_from_hurray
 from ..numpy import native_dtype as numpy_native_dtype
+from . import _import as dense_import
 from . import host_subbyte_packed
+from . import to_hurray as dense_to_hurray
 
-__all__ = ["from_jax", "to_jax"]
+__all__ = ["from_sharded", "from_jax", "to_jax", "to_sharded"]
+
+# The jax.Array each from_jax() result was taken from: hb.convert(st, "jax") hands
+# that array back (its own sharding, mesh and axis names) instead of rebuilding one.
+_sources: weakref.WeakKeyDictionary[ShardedTensor, Any] = weakref.WeakKeyDictionary()
 
 
 def _jax_device(dev: Any) -> Device:
@@ -66,19 +77,48 @@ def _packs_subbyte(platform: str, dtype: DType) -> bool:
 
 def _from_jax_shard(data: Any, dtype: DType, padded: bool) -> Tensor:
     """A zero-copy hb.Tensor over one single-device jax.Array."""
-    dev = _jax_device(next(iter(data.devices())))
     if not dtype.is_subbyte:
-        # DLPack: the capsule holds a reference that keeps JAX from freeing or
-        # donating the buffer while we look at it.
-        view = _capsule.consume_capsule(_capsule.request_capsule(data))
-        return from_dlview(view, data if not dev.is_host_accessible else None)
+        # The dense adapter's export: its pin keeps JAX from freeing or donating the
+        # buffer while we look at it (and GPU arrays keep their stream handshake).
+        return dense_to_hurray(data)
     # JAX has no DLPack form for int4 and the other sub-byte types ("XLA type S4 has
     # no DLPack equivalent", jax 0.10): take the buffer pointer, keep the array as owner.
+    dev = _jax_device(next(iter(data.devices())))
     n = _volume(data.shape)
     ptr = data.unsafe_buffer_pointer() if n else 0
     return Tensor._dense(ptr, tuple(data.shape), dtype, strides=None, padded=padded, device=dev,
                          owner=data, readonly=True, copied=False,
                          source=data if not dev.is_host_accessible else None)
+
+
+class _Layout(NamedTuple):
+    """What a sharding makes of one global shape and type, built and checked once."""
+
+    descriptor: Descriptor  # the global one
+    shards: dict[Any, tuple[Descriptor, Box, Device]]  # JAX device -> its shard's
+
+
+# (sharding, shape, dtype, padded) -> _Layout. A program hands over arrays of a few
+# layouts again and again (every step's outputs); describing a shard set from scratch
+# (boxes, shard sections, descriptors, the set rules) cost ~80 % of hb.asarray(x).
+_layouts: dict[tuple[Any, ...], _Layout] = {}
+
+
+def _layout(x: Any, shape: tuple[int, ...], dtype: DType, padded: bool) -> _Layout | None:
+    key = (x.sharding, shape, x.dtype, padded)
+    found = _layouts.get(key)
+    if found is not None:
+        return found
+    if len(_layouts) > 256:
+        _layouts.clear()
+    per: dict[Any, tuple[Descriptor, Box, Device]] = {}
+    for s in x.addressable_shards:
+        box = _jax_box(s.index, shape)
+        dev = _jax_device(s.device)
+        shard = Shard(shape, box.offsets, int(s.replica_id), dev.type, dev.id)
+        per[s.device] = (Descriptor(box.sizes, dtype, shard=shard, padded=padded), box, dev)
+    _layouts[key] = _Layout(Descriptor(shape, dtype, padded=padded), per)
+    return None  # the first set of a layout is built and checked in full
 
 
 def from_jax(x: Any) -> ShardedTensor:
@@ -101,20 +141,35 @@ def from_jax(x: Any) -> ShardedTensor:
     platform = next(iter(x.devices())).platform
     padded = dtype.is_subbyte and not _packs_subbyte(platform, dtype)
     shape = tuple(int(d) for d in x.shape)
-    shards, origin = [], []
+    layout = _layout(x, shape, dtype, padded)
+    known = layout is not None
+    shards, origin, boxes = [], [], []
     for s in x.addressable_shards:
-        box = _jax_box(s.index, shape)
-        t = _from_jax_shard(s.data, dtype, padded)
-        dev = _jax_device(s.device)
-        shard = Shard(shape, box.offsets, int(s.replica_id), dev.type, dev.id)
-        st = _strided_tensor(t.data_ptr, box.sizes, dtype, t.strides, padded, shard, dev, t,
-                             True, False)
-        if not dev.is_host_accessible:
-            st._source = s.data  # device memory: DLPack export forwards to JAX for stream sync
+        data = s.data
+        t = _from_jax_shard(data, dtype, padded)
+        if layout is not None and t.strides is None:
+            d, box, dev = layout.shards[s.device]
+            source = None if dev.is_host_accessible else data
+            st = _shard_view(d, t.data_ptr, dev, t, True, t.copied, source)
+        else:
+            known = False  # a device layout with strides: described (and checked) in full
+            box = _jax_box(s.index, shape)
+            dev = _jax_device(s.device)
+            shard = Shard(shape, box.offsets, int(s.replica_id), dev.type, dev.id)
+            st = _strided_tensor(t.data_ptr, box.sizes, dtype, t.strides, padded, shard, dev, t,
+                                 True, t.copied)
+            if not dev.is_host_accessible:
+                st._source = data  # device memory: DLPack export forwards to JAX for stream sync
         shards.append(st)
-        origin.append(s.data)
-    out = ShardedTensor(Descriptor(shape, dtype, padded=padded), shards)
+        origin.append(data)
+        boxes.append(box)
+    if known:
+        assert layout is not None
+        out = ShardedTensor._trusted(layout.descriptor, tuple(shards), tuple(boxes))
+    else:
+        out = ShardedTensor(Descriptor(shape, dtype, padded=padded), shards)
     out._origin = tuple(origin)
+    _sources[out] = x
     return out
 
 
@@ -208,11 +263,153 @@ def _import_zero_copy(t: Tensor, jdev: Any, want: Device) -> tuple[Any, str | No
     if t.nbytes and want.type == 1 and t.data_ptr % 64:
         return None, "JAX copies CPU memory that is not 64-byte aligned"
     # Relabel host memory with the target CPU device: JAX places a DLPack import on
-    # the device its capsule names (it reports every CPU device as id 0 itself).
+    # the device its capsule names (it reports every CPU device as id 0 itself), by its
+    # local hardware id: in a multi-process run process 1's first CPU device has id 2048
+    # and local id 0.
+    local = getattr(jdev, "local_hardware_id", None)
+    label = Device(1, local) if want.type == 1 and local is not None else want
     view = Tensor(Descriptor(t.shape, t.dtype, padded=t.descriptor.padded), t.buffers,
-                  device=want, owner=t, readonly=t.readonly)
-    # JAX arrays are immutable: a read-only shard may go in the legacy capsule JAX asks for.
-    arr = jax.dlpack.from_dlpack(for_immutable_consumer(view), device=jdev)
+                  device=label, owner=t, readonly=t.readonly)
+    # The dense adapter's import: jnp.from_dlpack's own calls without its per-call cost
+    # (a tenth of it), onto the device the relabelled capsule names.
+    arr = dense_import(view)
     if t.nbytes and arr.unsafe_buffer_pointer() != t.data_ptr:
         return None, "JAX copied the buffer on import"
     return arr, None
+
+
+# ------------------------------------------------------ hb.asarray / hb.convert
+def to_sharded(x: Any, *, copy: bool | None = None) -> ShardedTensor | None:
+    """``hb.asarray(x)`` for a jax.Array the dense adapter refused: an hb.ShardedTensor
+    when ``x`` lives on several devices (:func:`from_jax`, shards copied with
+    ``copy=True``), None for anything else (the adapter's refusal stands)."""
+    if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer) or x.is_deleted():
+        return None
+    if len(x.sharding.device_set) < 2:
+        return None
+    st = from_jax(x)
+    return copy_shards(st) if copy else st
+
+
+def from_sharded(sharded: ShardedTensor, *, device: Any = None,
+                 copy: bool | None = None) -> Any:
+    """``hb.convert(sharded, "jax", device=..., copy=...)``.
+
+    * ``device`` a ``jax.sharding.Sharding``: :func:`to_jax` with it (resharding
+      copies, reported).
+    * ``device`` None: the jax.Array the shards came from when :func:`from_jax`
+      made them (itself, no new array); else a sharding rebuilt from the shard
+      sections (:func:`sharding_for`) and :func:`to_jax` with it. Shards that all
+      name one device give NotImplemented: the caller assembles them into one
+      array, as for ``device`` naming one device.
+    """
+    if isinstance(device, jax.sharding.Sharding):
+        return to_jax(sharded, device, copy=copy)
+    if device is not None:
+        return NotImplemented
+    source = _sources.get(sharded)
+    if source is not None and not source.is_deleted():
+        if not copy:
+            return source
+        sharding = source.sharding
+    else:
+        sharding = sharding_for(sharded)
+        if sharding is None:
+            return NotImplemented
+    return to_jax(sharded, sharding, copy=copy)
+
+
+def sharding_for(sharded: ShardedTensor) -> Any:
+    """A ``NamedSharding`` that puts every shard's box on the device its shard section
+    names, or None when all of them name one device.
+
+    The boxes must form an even grid (JAX splits a dimension into equal parts) with
+    as many replicas of every box, one shard per device. The mesh has an axis
+    ``d<k>`` for each split dimension ``k`` and an axis ``replicas`` when boxes are
+    replicated; :class:`UnsupportedError` says which rule a set breaks.
+    """
+    keys = []
+    for t in sharded.shards:
+        sh = t.descriptor.shard
+        assert sh is not None  # checked when the set was built
+        keys.append((sh.device_type, sh.device_id))
+    if len(set(keys)) < 2:
+        return None
+    signature = (sharded.shape, sharded.boxes, tuple(keys),
+                 tuple(_replica(t) for t in sharded.shards))
+    found = _rebuilt.get(signature)
+    if found is None:
+        if len(_rebuilt) > 256:
+            _rebuilt.clear()
+        found = _rebuilt[signature] = _build_sharding(sharded, keys)
+    return found
+
+
+# Shard set signature (shape, boxes, devices, replica ids) -> the NamedSharding rebuilt
+# for it: a new Mesh per call cost more than handing the shards to JAX.
+_rebuilt: dict[tuple[Any, ...], Any] = {}
+
+
+def _build_sharding(sharded: ShardedTensor, keys: list[tuple[int, int]]) -> Any:
+
+    def refuse(why: str) -> UnsupportedError:
+        return UnsupportedError(
+            f"no JAX sharding places this sharded tensor ({describe(sharded)}) as it is: "
+            f"{why}; name one: hb.convert(st, 'jax', device=sharding) or "
+            "hb.shards.to_jax(st, sharding) (boxes it does not have are copied)"
+        )
+
+    if len(set(keys)) != len(keys):
+        raise refuse("a device holds more than one shard (JAX puts one shard on each device)")
+    if any(b.is_empty for b in sharded.boxes):
+        raise refuse("a shard is empty (JAX splits every dimension into equal parts)")
+    devices = [_device_from_section(Device(*k)) for k in keys]
+    shape = sharded.shape
+    starts = [sorted({b.offsets[k] for b in sharded.boxes}) for k in range(len(shape))]
+    parts = [len(s) for s in starts]
+    replicas: dict[Box, list[int]] = {}
+    for box, t in zip(sharded.boxes, sharded.shards):
+        replicas.setdefault(box, []).append(_replica(t))
+    counts = {len(r) for r in replicas.values()}
+    if len(counts) != 1:
+        raise refuse(f"boxes have different replica counts ({sorted(counts)})")
+    if len(replicas) != _volume(parts):
+        raise refuse("the boxes do not form a grid")
+    (n_rep,) = counts
+    split = [k for k, p in enumerate(parts) if p > 1]
+    mesh_shape = [parts[k] for k in split] + ([n_rep] if n_rep > 1 else [])
+    grid = np.empty(mesh_shape, dtype=object)
+    for box, t, dev in zip(sharded.boxes, sharded.shards, devices):
+        pos = [starts[k].index(box.offsets[k]) for k in split]
+        if n_rep > 1:
+            pos.append(sorted(replicas[box]).index(_replica(t)))
+        grid[tuple(pos)] = dev
+    names = tuple(f"d{k}" for k in split) + (("replicas",) if n_rep > 1 else ())
+    spec = jax.sharding.PartitionSpec(*(f"d{k}" if parts[k] > 1 else None
+                                        for k in range(len(shape))))
+    sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(grid, names), spec)
+    try:
+        placed = sharding.devices_indices_map(shape)
+    except ValueError:
+        raise refuse("the boxes split a dimension into unequal parts") from None
+    for box, dev in zip(sharded.boxes, devices):
+        if _jax_box(placed[dev], shape) != box:
+            raise refuse(f"box {box} is not one of equal parts of the global shape")
+    return sharding
+
+
+def _device_from_section(dev: Device) -> Any:
+    """The JAX device a shard section's (device type, id) names: the inverse of
+    ``_jax_device`` (CPU devices by id, GPUs by local hardware id)."""
+    platform = {1: "cpu", 2: "gpu", 10: "gpu"}.get(dev.type)
+    if platform is not None:
+        try:
+            for d in jax.local_devices(backend=platform):
+                if (d.id if dev.type == 1 else d.local_hardware_id) == dev.id:
+                    return d
+        except RuntimeError:
+            pass  # no such backend here: said below
+    raise UnsupportedError(
+        f"a shard belongs to {dev}, which is no JAX device of this process; pass a "
+        "sharding: hb.convert(st, 'jax', device=sharding) or hb.shards.to_jax(st, sharding)"
+    )

@@ -244,6 +244,9 @@ def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
         ptr = x.data_ptr()
     except RuntimeError as exc:  # FakeTensor, functional wrappers: no real storage
         raise UnsupportedError(f"torch tensor has no accessible storage: {exc}") from exc
+    if not ptr and x.numel():
+        # A wrapper subclass (a DTensor: its memory is its local shard) has no data at 0.
+        raise UnsupportedError(_no_memory(obj))
     if copy and not copied:
         if on_gpu:
             x = x.clone(memory_format=torch.contiguous_format)
@@ -259,6 +262,17 @@ def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
                              owner=_Tracked(x), readonly=True, copied=False, source=source)
     return Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
                          owner=x, readonly=False, copied=copied, source=source)
+
+
+def _no_memory(obj: Any) -> str:
+    dt = sys.modules.get("torch.distributed.tensor")
+    if dt is not None and isinstance(obj, dt.DTensor):
+        return ("a torch DTensor is a global tensor spread over processes; the dense adapter "
+                "takes plain tensors: hb.asarray(x) gives this process's part as a partial "
+                "hb.ShardedTensor (hurray_bridge.adapters.torch.shards), x.to_local() the "
+                "local tensor")
+    return (f"torch tensor of type {type(obj).__qualname__} reports no memory (data_ptr() is 0 "
+            "for a non-empty tensor): a wrapper subclass has no data of its own to share")
 
 
 def _sample(dt: torch.dtype) -> torch.Tensor | None:

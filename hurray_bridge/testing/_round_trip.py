@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from .._dlpack import DLPACK_VERSION
 from .._registry import _ALIASES, ADAPTERS, adapter_for
-from ..conversion import asarray, convert
+from ..conversion import asarray, asarray_one, convert
 from ..dtypes import DType
 from ..errors import CopyRequiredError, CopyWarning, UnsupportedError
 from ..tensor import Tensor, canonical_bytes, from_dlpack
@@ -44,9 +44,9 @@ class _State(NamedTuple):
 
 
 def _state(obj: Any) -> _State:
-    t = asarray(obj)
+    t = asarray_one(obj, what="round_trip")
     try:
-        ptr: int | None = asarray(obj, copy=False).data_ptr
+        ptr: int | None = asarray_one(obj, copy=False, what="round_trip").data_ptr
     except CopyRequiredError:
         ptr = None
     if not t.device.is_host_accessible:
