@@ -61,6 +61,12 @@ holds_gil(void)
 }
 
 int
+hb_holds_gil(void)
+{
+    return holds_gil();
+}
+
+int
 hb_release_begin(void)
 {
     atomic_fetch_add(&in_flight, 1);

@@ -40,6 +40,8 @@ HB_INTERNAL PyObject *hb_stop_foreign_releases(PyObject *module, PyObject *arg);
  * ends), 1 otherwise, and then hb_release_end() must follow. */
 HB_INTERNAL int hb_release_begin(void);
 HB_INTERNAL void hb_release_end(void);
+/* Whether this thread holds the GIL (its own thread state, not PyGILState_Check()). */
+HB_INTERNAL int hb_holds_gil(void);
 
 /* decoder.c */
 HB_INTERNAL PyObject *hb_decode_dense(PyObject *module, PyObject *const *args,

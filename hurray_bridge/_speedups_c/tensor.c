@@ -177,15 +177,6 @@ hb_span_ok(uint64_t data, uint64_t byte_offset, int ndim, const int64_t *shape,
 }
 #endif
 
-static void
-set_slot(PyObject *t, int s, PyObject *value)
-{
-    PyObject **p = &HB_SLOT(t, s);
-    PyObject *old = *p;
-    *p = value; /* steals */
-    Py_XDECREF(old);
-}
-
 /* Tensor._dense(data, shape, dtype, strides=..., padded=..., device=..., owner=...,
  * readonly=..., copied=..., source=...), field for field. */
 PyObject *
@@ -273,20 +264,21 @@ hb_dense_tensor(const HbDense *d)
         Py_XDECREF(o_nbytes);
         return NULL;
     }
-    set_slot(t, HB_S_DESC, Py_NewRef(Py_None));
-    set_slot(t, HB_S_BUFFERS, Py_NewRef(Py_None));
-    set_slot(t, HB_S_SHAPE, shape);
-    set_slot(t, HB_S_DTYPE, Py_NewRef(d->dtype->dtype));
-    set_slot(t, HB_S_STRIDES, strides);
-    set_slot(t, HB_S_PADDED, Py_NewRef(d->padded ? Py_True : Py_False));
-    set_slot(t, HB_S_DEVICE, Py_NewRef(d->device));
-    set_slot(t, HB_S_OWNER, Py_NewRef(d->owner));
-    set_slot(t, HB_S_READONLY, Py_NewRef(d->readonly ? Py_True : Py_False));
-    set_slot(t, HB_S_COPIED, Py_NewRef(d->copied ? Py_True : Py_False));
-    set_slot(t, HB_S_SOURCE, Py_NewRef(d->source != NULL ? d->source : Py_None));
-    set_slot(t, HB_S_BASE0, o_base0);
-    set_slot(t, HB_S_DATA, o_data);
-    set_slot(t, HB_S_NBYTES, o_nbytes);
+    /* tp_alloc zeroed the slots: each is set once, taking the reference made here. */
+    HB_SLOT(t, HB_S_DESC) = Py_NewRef(Py_None);
+    HB_SLOT(t, HB_S_BUFFERS) = Py_NewRef(Py_None);
+    HB_SLOT(t, HB_S_SHAPE) = shape;
+    HB_SLOT(t, HB_S_DTYPE) = Py_NewRef(d->dtype->dtype);
+    HB_SLOT(t, HB_S_STRIDES) = strides;
+    HB_SLOT(t, HB_S_PADDED) = Py_NewRef(d->padded ? Py_True : Py_False);
+    HB_SLOT(t, HB_S_DEVICE) = Py_NewRef(d->device);
+    HB_SLOT(t, HB_S_OWNER) = Py_NewRef(d->owner);
+    HB_SLOT(t, HB_S_READONLY) = Py_NewRef(d->readonly ? Py_True : Py_False);
+    HB_SLOT(t, HB_S_COPIED) = Py_NewRef(d->copied ? Py_True : Py_False);
+    HB_SLOT(t, HB_S_SOURCE) = Py_NewRef(d->source != NULL ? d->source : Py_None);
+    HB_SLOT(t, HB_S_BASE0) = o_base0;
+    HB_SLOT(t, HB_S_DATA) = o_data;
+    HB_SLOT(t, HB_S_NBYTES) = o_nbytes;
     return t; /* _dl stays unset, as on the Python path */
 overflow:
     PyErr_SetString(PyExc_OverflowError, "tensor byte count beyond int64");

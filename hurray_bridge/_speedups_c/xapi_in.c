@@ -371,7 +371,6 @@ typedef struct {
     int64_t last_dims[HB_MAX_RANK];
     PyObject *last_nbytes;
     unsigned last_bits;
-    int last_compact;
 } Handler;
 
 /* log2 of a power-of-two bit width up to 128, else -1 */
@@ -618,9 +617,14 @@ read_registered(Handler *h, PyObject *obj, Read *r)
 static PyObject *
 cached_shape(Handler *h, int ndim, const int64_t *dims)
 {
-    if (h->last_shape != NULL && h->last_ndim == ndim
-            && memcmp(h->last_dims, dims, sizeof(int64_t) * (size_t)ndim) == 0) {
-        return Py_NewRef(h->last_shape);
+    if (h->last_shape != NULL && h->last_ndim == ndim) {
+        int i = 0;
+        while (i < ndim && h->last_dims[i] == dims[i]) {
+            i++;
+        }
+        if (i == ndim) {
+            return Py_NewRef(h->last_shape);
+        }
     }
     PyObject *t = hb_shape_tuple(ndim, dims);
     if (t != NULL) {
@@ -671,21 +675,58 @@ import_registered(Handler *h, PyObject *obj)
         Py_DECREF(device);
         return hb_swallow();
     }
-    /* A compact tensor's byte count depends on its shape and element size alone. */
-    int reuse = r.compact && h->last_nbytes != NULL && h->last_compact
-                && h->last_bits == r.dtype->bits && shape == h->last_shape;
-    HbDense d = {
-        .data = r.data, .ndim = r.dl.ndim, .shape = r.shape,
-        .strides = r.compact ? NULL : r.strides, .shape_tuple = shape, .dtype = r.dtype,
-        .padded = 0, .readonly = 0, .copied = 0, .device = device, .owner = obj,
-        .source = source, .nbytes_obj = reuse ? h->last_nbytes : NULL,
-    };
-    PyObject *t = hb_dense_tensor(&d);
-    if (t != NULL && !reuse && shape == h->last_shape) {
-        Py_XSETREF(h->last_nbytes, Py_NewRef(HB_SLOT(t, HB_S_NBYTES)));
-        h->last_bits = r.dtype->bits;
-        h->last_compact = r.compact;
+    PyObject *t;
+    if (r.compact) {
+        /* Compact (or empty): base = element 0, and the byte count depends on the shape
+         * and element size alone (remembered for the shape just seen). */
+        PyObject *nbytes;
+        if (shape == h->last_shape && h->last_nbytes != NULL && h->last_bits == r.dtype->bits) {
+            nbytes = Py_NewRef(h->last_nbytes);
+        }
+        else {
+            int64_t n = 1, isz = r.dtype->bits >> 3;
+            for (int i = 0; i < r.dl.ndim; i++) {
+                n *= r.shape[i]; /* within int64: the span check bounded it */
+            }
+            nbytes = PyLong_FromLongLong(r.empty ? 0 : n * isz);
+            if (nbytes != NULL && shape == h->last_shape) {
+                Py_XSETREF(h->last_nbytes, Py_NewRef(nbytes));
+                h->last_bits = r.dtype->bits;
+            }
+        }
+        PyObject *data = nbytes != NULL ? PyLong_FromUnsignedLongLong(r.data) : NULL;
+        PyTypeObject *tp = hb_world.tensor_type;
+        t = data != NULL ? tp->tp_alloc(tp, 0) : NULL;
+        if (t == NULL) {
+            Py_XDECREF(nbytes);
+            Py_XDECREF(data);
+            Py_DECREF(shape);
+            Py_DECREF(device);
+            return hb_swallow();
+        }
+        /* tp_alloc zeroed the slots; Tensor._dense's values, references taken here */
+        HB_SLOT(t, HB_S_DESC) = Py_NewRef(Py_None);
+        HB_SLOT(t, HB_S_BUFFERS) = Py_NewRef(Py_None);
+        HB_SLOT(t, HB_S_SHAPE) = shape;
+        HB_SLOT(t, HB_S_DTYPE) = Py_NewRef(r.dtype->dtype);
+        HB_SLOT(t, HB_S_STRIDES) = Py_NewRef(Py_None);
+        HB_SLOT(t, HB_S_PADDED) = Py_NewRef(Py_False);
+        HB_SLOT(t, HB_S_DEVICE) = device;
+        HB_SLOT(t, HB_S_OWNER) = Py_NewRef(obj);
+        HB_SLOT(t, HB_S_READONLY) = Py_NewRef(Py_False);
+        HB_SLOT(t, HB_S_COPIED) = Py_NewRef(Py_False);
+        HB_SLOT(t, HB_S_SOURCE) = Py_NewRef(source != NULL ? source : Py_None);
+        HB_SLOT(t, HB_S_BASE0) = Py_NewRef(data);
+        HB_SLOT(t, HB_S_DATA) = data;
+        HB_SLOT(t, HB_S_NBYTES) = nbytes;
+        return t;
     }
+    HbDense d = {
+        .data = r.data, .ndim = r.dl.ndim, .shape = r.shape, .strides = r.strides,
+        .shape_tuple = shape, .dtype = r.dtype, .padded = 0, .readonly = 0, .copied = 0,
+        .device = device, .owner = obj, .source = source, .nbytes_obj = NULL,
+    };
+    t = hb_dense_tensor(&d);
     Py_DECREF(shape);
     Py_DECREF(device);
     return t != NULL ? t : hb_swallow();

@@ -51,20 +51,49 @@ typedef struct {
 } Export;
 
 static void
+drop_owner(Export *e)
+{
+    PyObject *owner = e->owner;
+    free(e);
+    atomic_fetch_sub(&live_exports, 1);
+    if (PyErr_Occurred()) {
+        /* A consumer releasing while an exception is in flight (a temporary dying
+         * during unwinding): the release must neither see nor lose it. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        Py_XDECREF(owner);
+        PyErr_Restore(type, value, tb);
+    }
+    else {
+        Py_XDECREF(owner);
+    }
+}
+
+static void
 release_export(Export *e)
 {
     if (!hb_release_begin()) {
         return; /* the process is exiting and this thread has no GIL: leave it */
     }
-    PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *owner = e->owner;
-    free(e);
-    atomic_fetch_sub(&live_exports, 1);
-    Py_XDECREF(owner);
-    PyErr_Restore(type, value, tb);
-    PyGILState_Release(gil);
+    if (hb_holds_gil()) {
+        drop_owner(e); /* NumPy, and our own imports, release with the GIL held */
+    }
+    else {
+        /* torch releases its tensors with the GIL dropped (THPVariable_clear): take it
+         * back on this thread's own state, or on a new one for a thread Python never
+         * saw (XLA's workers). */
+        PyThreadState *own = PyGILState_GetThisThreadState();
+        if (own != NULL) {
+            PyEval_RestoreThread(own);
+            drop_owner(e);
+            PyEval_SaveThread();
+        }
+        else {
+            PyGILState_STATE gil = PyGILState_Ensure();
+            drop_owner(e);
+            PyGILState_Release(gil);
+        }
+    }
     hb_release_end();
 }
 
@@ -160,10 +189,12 @@ read_fields(PyObject *t, Fields *f)
             return 0;
         }
     }
-    int64_t dt, di;
-    if (!PyTuple_Check(device) || PyTuple_GET_SIZE(device) != 2
-            || !as_i64(PyTuple_GET_ITEM(device, 0), &dt) || !as_i64(PyTuple_GET_ITEM(device, 1), &di)
-            || dt < 0 || dt > INT32_MAX || di < 0 || di > INT32_MAX) {
+    int64_t dt = HB_KDL_CPU, di = 0;
+    if (device != hb_world.cpu
+            && (!PyTuple_Check(device) || PyTuple_GET_SIZE(device) != 2
+                || !as_i64(PyTuple_GET_ITEM(device, 0), &dt)
+                || !as_i64(PyTuple_GET_ITEM(device, 1), &di)
+                || dt < 0 || dt > INT32_MAX || di < 0 || di > INT32_MAX)) {
         return 0;
     }
     f->device_type = (int32_t)dt;
@@ -176,7 +207,11 @@ read_fields(PyObject *t, Fields *f)
         return 0;
     }
     if ((readonly != Py_True && readonly != Py_False) || (padded != Py_True && padded != Py_False)
-            || !PyTuple_Check(shape) || !as_i64(nbytes, &f->nbytes)) {
+            || !PyTuple_Check(shape)) {
+        return 0;
+    }
+    f->nbytes = 0; /* asked only of read-only memory */
+    if (readonly == Py_True && !as_i64(nbytes, &f->nbytes)) {
         return 0;
     }
     f->readonly = readonly == Py_True;
@@ -376,6 +411,9 @@ tensor_dlpack_device(PyObject *self, PyObject *Py_UNUSED(ignored))
     if (hb_world_ready() && PyObject_TypeCheck(self, hb_world.tensor_type)) {
         PyObject *device = HB_SLOT(self, HB_S_DEVICE);
         int64_t dt, di;
+        if (device == hb_world.cpu) {
+            return Py_NewRef(hb_world.cpu_dl);
+        }
         if (device != NULL && PyTuple_Check(device) && PyTuple_GET_SIZE(device) == 2
                 && as_i64(PyTuple_GET_ITEM(device, 0), &dt) && dt == HB_KDL_CPU
                 && as_i64(PyTuple_GET_ITEM(device, 1), &di) && di == 0) {
