@@ -259,7 +259,8 @@ def test_compiled_numpy_entry_answers_as_the_full_path(label: str, make: Callabl
     assert type(out) is type(full) is np.ndarray
     assert out.dtype == full.dtype and out.shape == full.shape
     assert all(a == b for a, b, d in zip(out.strides, full.strides, out.shape) if d > 1)
-    assert out.flags.writeable == full.flags.writeable
+    for flag in ("writeable", "aligned", "c_contiguous", "f_contiguous", "owndata"):
+        assert getattr(out.flags, flag) == getattr(full.flags, flag), flag
     assert out.__array_interface__["data"] == full.__array_interface__["data"]
     assert out.tobytes() == full.tobytes()
     assert out.base is x
@@ -362,6 +363,7 @@ CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
     ((), {"stream": None}),
     ((), {"stream": -1, "max_version": (1, 0)}),
     ((), {"stream": 5}),
+    ((), {"stream": 2**70, "max_version": (1, 0)}),
     ((), {"dl_device": (1, 0), "max_version": (1, 0)}),
     ((), {"dl_device": (2, 0)}),
     ((), {"max_version": "1.0"}),

@@ -536,7 +536,7 @@ declined(void)
 static int
 read_registered(Handler *h, PyObject *obj, Read *r)
 {
-    if (h->type->tp_version_tag != h->tag) {
+    if (h->tag == 0 || h->type->tp_version_tag != h->tag) {
         handler_resolve(h); /* the type changed: its attributes may be others now */
     }
     for (int i = 0; i < h->n_decline; i++) {

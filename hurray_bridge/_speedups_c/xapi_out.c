@@ -382,11 +382,12 @@ tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
         }
         versioned = major >= 1;
     }
+    int overflow = 0;
     if ((stream != NULL && stream != Py_None
-         && !(PyLong_CheckExact(stream) && PyLong_AsLong(stream) == -1))
+         && !(PyLong_CheckExact(stream) && PyLong_AsLongAndOverflow(stream, &overflow) == -1
+              && !overflow))
             || (dl_device != NULL && dl_device != Py_None)
             || (copy != NULL && copy != Py_None && copy != Py_False)) {
-        PyErr_Clear();
         return python_dlpack(self, args, nargs, kwnames);
     }
     Fields f;
