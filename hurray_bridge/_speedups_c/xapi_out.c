@@ -47,14 +47,43 @@ typedef struct {
         HbDLManagedTensor l;
     } mt;            /* first: the struct's address is the block's */
     PyObject *owner; /* the hb.Tensor */
+    int ndim;        /* our own copy (a consumer may write the struct) */
     int64_t dims[];  /* shape, then strides */
 } Export;
+
+/* Blocks of rank <= SMALL_RANK are kept for reuse: made and released with the GIL held
+ * (the deleter takes it first), so the list needs no lock of its own. */
+#define SMALL_RANK 4
+#define KEPT_BLOCKS 32
+static Export *kept[KEPT_BLOCKS];
+static int n_kept = 0;
+
+static Export *
+new_block(int ndim)
+{
+    if (ndim <= SMALL_RANK && n_kept > 0) {
+        return kept[--n_kept];
+    }
+    size_t ndims = 2 * (size_t)(ndim <= SMALL_RANK ? SMALL_RANK : ndim);
+    return malloc(sizeof(Export) + sizeof(int64_t) * ndims);
+}
+
+static void
+free_block(Export *e, int ndim)
+{
+    if (ndim <= SMALL_RANK && n_kept < KEPT_BLOCKS) {
+        kept[n_kept++] = e;
+    }
+    else {
+        free(e);
+    }
+}
 
 static void
 drop_owner(Export *e)
 {
     PyObject *owner = e->owner;
-    free(e);
+    free_block(e, e->ndim);
     atomic_fetch_sub(&live_exports, 1);
     if (PyErr_Occurred()) {
         /* A consumer releasing while an exception is in flight (a temporary dying
@@ -266,11 +295,12 @@ static Export *
 new_export(PyObject *t, const Fields *f, int versioned, uint64_t flags)
 {
     size_t ndims = 2 * (size_t)f->ndim;
-    Export *e = malloc(sizeof(Export) + sizeof(int64_t) * (ndims ? ndims : 1));
+    Export *e = new_block(f->ndim);
     if (e == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
+    e->ndim = f->ndim;
     memcpy(e->dims, f->dims, sizeof(int64_t) * ndims);
     HbDLTensor *dl = versioned ? &e->mt.v.dl_tensor : &e->mt.l.dl_tensor;
     dl->data = (void *)(uintptr_t)f->data;
