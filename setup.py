@@ -1,6 +1,6 @@
 """The optional compiled part: hb.convert's shortcut front, the deleters of our DLPack
-exports and the dense descriptor decoder (hurray_bridge/_speedups_c/, with
-c/src/descriptor.c).
+exports, the dense descriptor decoder and DLPack import/export through the C exchange
+API (hurray_bridge/_speedups_c/, with c/src/descriptor.c).
 
 Everything else is in pyproject.toml. ``optional=True``: without a C compiler the
 install still succeeds and hurray_bridge uses the same steps written in Python.
@@ -14,8 +14,10 @@ _SRC = "hurray_bridge/_speedups_c"
 # copy of the wire rules in C, shared with c/ (docs/impl/c-api.md).
 setup(ext_modules=[Extension("hurray_bridge._speedups",
                              [f"{_SRC}/module.c", f"{_SRC}/front.c", f"{_SRC}/deleters.c",
-                              f"{_SRC}/decoder.c", "c/src/descriptor.c"],
+                              f"{_SRC}/decoder.c", f"{_SRC}/tensor.c", f"{_SRC}/xapi_in.c",
+                              f"{_SRC}/xapi_out.c", "c/src/descriptor.c"],
                              include_dirs=[_SRC, "c/include", "c/src"],
-                             depends=[f"{_SRC}/speedups.h", "c/include/hurray.h",
+                             depends=[f"{_SRC}/speedups.h", f"{_SRC}/dlpack_abi.h",
+                                      "c/include/hurray.h",
                                       "c/src/internal.h"],
                              optional=True)])

@@ -4,13 +4,21 @@
   over torch's memory;
 - torch -> tvm_ffi -> NumPy, ``np.from_dlpack(tvm_ffi.from_dlpack(x))``, against
   ``hb.convert(x, "numpy")``;
+- the export to torch, ``torch.from_dlpack(t)`` of each bridge's tensor (made once),
+  and the round trip ``torch.from_dlpack(hb.asarray(x))`` against
+  ``torch.from_dlpack(tvm_ffi.from_dlpack(x))``;
 - for reference, NumPy importing the torch tensor directly, ``np.from_dlpack(x)``.
 
-tvm-ffi is a compiled FFI layer (C++), the bridge is pure Python: the ratios are
-for information, there is no goal. Importing tvm_ffi patches torch (its DLPack C
-exchange API addon), so the measurements run in a child process and the other
-suites never see it. Needs ``pip install apache-tvm-ffi``; without it the suite
-says so and measures nothing.
+Both sides are compiled: tvm-ffi is C++/Cython, and with ``hurray_bridge._speedups``
+built the bridge reads torch tensors through torch's DLPack C exchange API and exports
+through a compiled ``__dlpack__`` (docs/impl/c-ffi.md §8). The goal is at most 1.0x
+(the bridge no slower); without the compiled module the ratios are information only.
+The bridge reads every torch tensor's requires_grad and neg bit (and conj bit for
+complex types) before it shares the memory; tvm-ffi does not (it hands a conj or neg
+view over raw). Importing tvm_ffi may patch torch (its DLPack C exchange API addon, on
+torch builds without one), so the measurements run in a child process and the other
+suites never see it. Needs ``pip install apache-tvm-ffi``; without it the suite says so
+and measures nothing.
 
 ``python -m benchmarks peers``
 """
@@ -40,26 +48,40 @@ def _child(rounds: int) -> dict[str, Any]:
     results: dict[str, Any] = {"timings": [], "ratios": {}, "notes": []}
     version = getattr(tvm_ffi, "__version__", "?")
     results["notes"].append(f"apache-tvm-ffi {version}")
+    from hurray_bridge import _exchange
+
+    compiled = _exchange.installed
+    results["notes"].append("bridge: compiled DLPack path (hurray_bridge._speedups)" if compiled
+                            else "bridge: Python path (hurray_bridge._speedups not built)")
     x = torch.ones(N, dtype=torch.float32)
     ptr = x.data_ptr()
+    t_hb, t_tvm = hb.asarray(x), tvm_ffi.from_dlpack(x)
     # Zero-copy on every side before anything is timed.
     assert np.from_dlpack(tvm_ffi.from_dlpack(x)).ctypes.data == ptr
     assert hb.convert(x, "numpy").ctypes.data == ptr
     assert hb.asarray(x).data_ptr == ptr
+    assert torch.from_dlpack(t_hb).data_ptr() == torch.from_dlpack(t_tvm).data_ptr() == ptr
 
+    goal = "<= 1.0" if compiled else "info"
     cases = (
         ("import", "hb.asarray(torch)", lambda: hb.asarray(x),
-         "tvm_ffi.from_dlpack(torch)", lambda: tvm_ffi.from_dlpack(x)),
+         "tvm_ffi.from_dlpack(torch)", lambda: tvm_ffi.from_dlpack(x), goal),
         ("torch->numpy", "hb.convert(torch, 'numpy')", lambda: hb.convert(x, "numpy"),
          "np.from_dlpack(tvm_ffi.from_dlpack(torch))",
-         lambda: np.from_dlpack(tvm_ffi.from_dlpack(x))),
+         lambda: np.from_dlpack(tvm_ffi.from_dlpack(x)), goal),
+        ("export to torch", "torch.from_dlpack(hb_tensor)", lambda: torch.from_dlpack(t_hb),
+         "torch.from_dlpack(tvm_tensor)", lambda: torch.from_dlpack(t_tvm), goal),
+        ("round trip", "torch.from_dlpack(hb.asarray(torch))",
+         lambda: torch.from_dlpack(hb.asarray(x)),
+         "torch.from_dlpack(tvm_ffi.from_dlpack(torch))",
+         lambda: torch.from_dlpack(tvm_ffi.from_dlpack(x)), goal),
         ("torch->numpy vs direct", "hb.convert(torch, 'numpy')", lambda: hb.convert(x, "numpy"),
-         "np.from_dlpack(torch)", lambda: np.from_dlpack(x)),
+         "np.from_dlpack(torch)", lambda: np.from_dlpack(x), "info"),
     )
-    for key, an, af, bn, bf in cases:
+    for key, an, af, bn, bf, want in cases:
         a, b, r = compare(an, af, bn, bf, rounds=rounds)
         results["timings"] += [a.as_dict(), b.as_dict()]
-        results["ratios"][f"{key}: hb / {bn}"] = ratio(r, "info")
+        results["ratios"][f"{key}: hb / {bn}"] = ratio(r, want)
     return results
 
 

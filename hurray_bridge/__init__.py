@@ -15,9 +15,11 @@ from . import (
     sparse,
     stream,
 )
+from ._exchange import front as _import_front
 from ._registry import get_adapter
 from .container import dumps, load, loads, save
-from .conversion import asarray, convert
+from .conversion import asarray as _asarray
+from .conversion import convert
 from .descriptor import DYNAMIC, MAX_RANK, BufferSpec, Descriptor, Quantization, Shard, Sparse
 from .dtypes import (
     DType,
@@ -63,6 +65,10 @@ from .shards import Box, ShardedTensor, assemble, grid_boxes, split
 from .sparse import densify
 from .stream import StreamReader, StreamWriter
 from .tensor import CPU, Buffer, Device, Tensor, from_dlpack
+
+# hb.asarray: the tensors of a type an adapter registered with the compiled import
+# (torch's) are read in C, everything else by conversion.asarray (see _exchange.py).
+asarray = _import_front(_asarray, positional_copy=True, name="asarray")
 
 __version__ = "0.1.0"
 

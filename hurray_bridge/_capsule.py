@@ -45,7 +45,8 @@ from ._dlpack import (
 )
 from .errors import FormatError, UnsupportedError
 
-__all__ = ["DLView", "capsule_name", "consume_capsule", "make_capsule", "request_capsule"]
+__all__ = ["DLView", "capsule_name", "consume_capsule", "live_exports", "make_capsule",
+           "request_capsule"]
 
 _c_void_p = ctypes.c_void_p
 _c_char_p = ctypes.c_char_p
@@ -227,6 +228,20 @@ else:
         _stop_foreign_releases = _stop
     except RuntimeError:  # installed for an earlier copy of this module (a reload)
         pass
+_compiled_live: Any
+try:
+    from ._speedups import live_exports as _compiled_live
+except ImportError:
+    _compiled_live = None
+
+
+def live_exports() -> int:
+    """Exports whose deleter has not run: this module's (``_EXPORTS``) and those the
+    compiled ``Tensor.__dlpack__`` and DLPack C exchange table made (which hold their
+    owner in C, not in ``_EXPORTS``)."""
+    return len(_EXPORTS) + (0 if _compiled_live is None else int(_compiled_live()))
+
+
 # Any C function without parameters ignores the pointer it is called with.
 _NOOP_ADDR: int = ctypes.cast(_api.Py_IsInitialized, _c_void_p).value  # type: ignore[assignment]
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from math import prod
 from typing import Any, NamedTuple
 
-from . import _capsule, _subbyte
+from . import _capsule, _exchange, _subbyte
 from ._copy_policy import check_copy
 from ._dlpack import (
     DLPACK_VERSION,
@@ -97,7 +97,9 @@ class Tensor:
     """
 
     # _base0/_nbytes: buffer 0 (start, length); _data: element [0, ..., 0]. The buffer
-    # table itself (_buffers) is built on first use: most hand-offs never read it.
+    # table itself (_buffers) is built on first use: most hand-offs never read it. _dl
+    # belongs to the compiled DLPack export (shape and strides as int64, made on first
+    # use by its borrowed DLTensor): unset otherwise.
     __slots__ = (
         "__weakref__",
         "_base0",
@@ -106,6 +108,7 @@ class Tensor:
         "_data",
         "_desc",
         "_device",
+        "_dl",
         "_dtype",
         "_nbytes",
         "_owner",
@@ -841,39 +844,50 @@ def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM)
     # synchronisation (-1); consumers get theirs when they import from us.
     if stream is _NO_STREAM:
         stream = -1 if dev.type in _STREAMED else None
-    try:
-        capsule = _capsule.request_capsule(obj, stream=stream)
-    except Exception:
-        if stream != -1:
-            raise
-        # "-1: do not synchronise" is optional in the standard, and some producers
-        # misread it (jaxlib 0.11 takes it for a stream handle): ask for the
-        # legacy default stream instead, which every producer must accept.
-        capsule = _capsule.request_capsule(obj, stream=None)
-    view = _capsule.consume_capsule(capsule)
-    if (
-        (view.device_type, view.device_id) != dev
-        and dev.type not in (3, 11)
-        and not (
-            dev.type
-            == view.device_type
-            == 1  # jax labels cpu:k arrays (1, 0) outside, (1, k) inside
-        )
-    ):
-        # Pinned-host producers (torch) report kDLCUDAHost but put kDLCPU in the capsule.
-        _release(view)
-        raise FormatError(
-            f"__dlpack_device__ says {dev} but the capsule says "
-            f"{Device(view.device_type, view.device_id)}",
-            field="device",
-        )
-    source = obj if not dev.is_host_accessible else None
-    t = from_dlview(view, source)
+    t = None
+    if _exchange.compiled and (stream is None or (type(stream) is int and stream == -1)):
+        # The producer type's DLPack C exchange table, where it has one and no adapter
+        # claims the type: the same struct as a capsule, without __dlpack__'s call. It
+        # synchronises nothing, which is what stream -1 (or None) asks for. Whatever it
+        # or the checks refuse takes the capsule path, which names the reason.
+        t = _exchange.import_exchange(obj)
+        if t is not None and not _device_agrees(dev, t._device):
+            t = None  # released here; the capsule path refuses it in its own words
+    if t is None:
+        try:
+            capsule = _capsule.request_capsule(obj, stream=stream)
+        except Exception:
+            if stream != -1:
+                raise
+            # "-1: do not synchronise" is optional in the standard, and some producers
+            # misread it (jaxlib 0.11 takes it for a stream handle): ask for the
+            # legacy default stream instead, which every producer must accept.
+            capsule = _capsule.request_capsule(obj, stream=None)
+        view = _capsule.consume_capsule(capsule)
+        if not _device_agrees(dev, (view.device_type, view.device_id)):
+            _release(view)
+            raise FormatError(
+                f"__dlpack_device__ says {dev} but the capsule says "
+                f"{Device(view.device_type, view.device_id)}",
+                field="device",
+            )
+        t = from_dlview(view)
+    if not dev.is_host_accessible:
+        t._source = obj
     if dev.type in (3, 11):
         t._device = dev
     if copy:
         return t.copy()
     return t
+
+
+def _device_agrees(reported: Device, exported: tuple[int, int]) -> bool:
+    """Whether the device a capsule (or exchange table) gives fits ``__dlpack_device__``."""
+    return (tuple(exported) == reported
+            # Pinned-host producers (torch) report kDLCUDAHost but put kDLCPU in the capsule.
+            or reported.type in (3, 11)
+            # jax labels cpu:k arrays (1, 0) outside, (1, k) inside
+            or reported.type == exported[0] == 1)
 
 
 def host_copy(t: Tensor, consumer: str) -> Tensor:
@@ -896,3 +910,21 @@ def host_copy(t: Tensor, consumer: str) -> Tensor:
             f"that runs on {t.device}"
         )
     return from_dlview(view)
+
+
+def _install_compiled() -> None:
+    """The compiled ``__dlpack__`` / ``__dlpack_device__`` and the DLPack C exchange table
+    of hb.Tensor, where hurray_bridge._speedups was built (see _exchange.py)."""
+    from .dtypes import _BY_DLPACK, Kind
+
+    dtypes = [(d, int(code), bits, d.kind is Kind.COMPLEX)
+              for (code, bits), d in _BY_DLPACK.items() if bits == d.bits]
+    _exchange.install(Tensor, device_type=Device, cpu=CPU,
+                      cpu_dl=Tensor._dense(0, (0,), dtypes[0][0], strides=None, padded=False,
+                                           device=CPU, owner=None, readonly=False,
+                                           copied=False).__dlpack_device__(),
+                      unsupported=UnsupportedError, row_major=Layout.ROW_MAJOR,
+                      strided=Layout.STRIDED, dtypes=dtypes)
+
+
+_install_compiled()

@@ -68,7 +68,7 @@ class Counts:
     def exports_live(self) -> int:
         from hurray_bridge import _capsule
 
-        return len(_capsule._EXPORTS)
+        return _capsule.live_exports()
 
 
 @dataclass
@@ -249,7 +249,7 @@ class Soak:
     def run(self, cycles: int, sample: int = 10_000, warmup: int = 0,
             progress: Callable[[str], None] | None = None) -> Result:
         gc.collect()
-        before = len(self._capsule._EXPORTS)
+        before = self._capsule.live_exports()
         rss = [(0, rss_kib())]
         warm = 0
         t0 = time.perf_counter()
@@ -259,7 +259,7 @@ class Soak:
                 rss.append((i + 1, rss_kib()))
                 if progress is not None:
                     progress(f"  {i + 1} cycles, RSS {rss[-1][1] / 1024:.1f} MiB, "
-                             f"exports live {len(self._capsule._EXPORTS) - before}")
+                             f"exports live {self._capsule.live_exports() - before}")
             if i + 1 == warmup:
                 gc.collect()
                 warm = rss_kib()
@@ -267,7 +267,7 @@ class Soak:
         self.window.clear()  # the last consumers die
         gc.collect()
         rss.append((cycles, rss_kib()))
-        return Result(cycles, seconds, self.counts, before, len(self._capsule._EXPORTS), rss,
+        return Result(cycles, seconds, self.counts, before, self._capsule.live_exports(), rss,
                       warm or rss[0][1])
 
 

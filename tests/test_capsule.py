@@ -171,7 +171,7 @@ def collect() -> None:
 
 
 def exports() -> int:
-    return len(C._EXPORTS)
+    return C.live_exports()
 
 
 # -- consuming real producers --------------------------------------------------------------
@@ -565,7 +565,7 @@ _EXIT_SCRIPT = textwrap.dedent("""
     if sys.argv[3] == "ctypes":  # the parent runs without the compiled module: so do we
         sys.modules["hurray_bridge._speedups"] = None
     # Registered before hurray_bridge's own exit hook, so it runs after it.
-    atexit.register(lambda: print("left at exit:", len(C._EXPORTS), flush=True))
+    atexit.register(lambda: print("left at exit:", C.live_exports(), flush=True))
     import numpy as np
     import hurray_bridge as hb
     from hurray_bridge import _capsule as C
@@ -1013,7 +1013,7 @@ def test_the_ctypes_deleters_still_release_without_the_compiled_module() -> None
         del out; gc.collect(); assert r() is None          # consumed: the deleter ran
         o = Owner(); r = weakref.ref(o)
         cap = export(a, o, False); del o, cap; gc.collect()
-        assert r() is None and not C._EXPORTS                # never consumed: the destructor
+        assert r() is None and not C.live_exports()               # never consumed: the destructor
         print("ok")
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -54,7 +54,7 @@ def rss_mib() -> float:
 
 
 def exports() -> int:
-    return len(_capsule._EXPORTS)
+    return _capsule.live_exports()
 
 
 # ------------------------------------------------------------------ the engine

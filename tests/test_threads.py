@@ -203,7 +203,7 @@ def run_threads(seconds: float, samples: list[float] | None = None) -> Run:
 @pytest.mark.filterwarnings("ignore:torch tensor shares read-only memory")
 def test_eight_threads_convert_concurrently() -> None:
     gc.collect()
-    exports0 = len(_capsule._EXPORTS)
+    exports0 = _capsule.live_exports()
     # First JAX's transfer for every (shape, dtype), then a short threaded run (first
     # dispatches, one malloc arena per thread): they stay, and are not ours to measure.
     for dt in DTYPES:
@@ -223,7 +223,7 @@ def test_eight_threads_convert_concurrently() -> None:
           f"RSS {samples[0]:.0f} -> {samples[-1]:.0f} MiB")
     del run
     gc.collect()
-    assert len(_capsule._EXPORTS) == exports0
+    assert _capsule.live_exports() == exports0
     # Memory is flat: the second half of the run holds no more than the first reached.
     half = samples[: len(samples) // 2]
     grown = max(samples[len(samples) // 2:]) - max(half)

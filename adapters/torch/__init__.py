@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from hurray_bridge import _subbyte
+from hurray_bridge import _exchange, _subbyte
 from hurray_bridge._copy_policy import check_copy, require_copy, user_stacklevel, warn_copy
 from hurray_bridge._memory import host_array
 from hurray_bridge.descriptor import MAX_RANK
@@ -150,7 +150,7 @@ def _unsupported_dtype(dt: torch.dtype) -> UnsupportedError:
 
 
 # --------------------------------------------------------------------- to Hurray
-def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
+def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     """A torch tensor as an hb.Tensor over the same memory; zero-copy unless ``copy=True``.
 
     Autograd never travels: a ``requires_grad`` tensor is read through
@@ -273,6 +273,54 @@ def _no_memory(obj: Any) -> str:
                 "local tensor")
     return (f"torch tensor of type {type(obj).__qualname__} reports no memory (data_ptr() is 0 "
             "for a non-empty tensor): a wrapper subclass has no data of its own to share")
+
+
+def _sample(dt: torch.dtype) -> torch.Tensor | None:
+    """A one-element tensor of ``dt`` (a byte view for the shell dtypes), or None."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # complex32 is "experimental"
+        try:
+            return torch.empty(1, dtype=dt)
+        except (RuntimeError, TypeError):
+            pass
+        try:
+            return torch.empty(8, dtype=torch.uint8).view(dt)
+        except (RuntimeError, TypeError):
+            return None
+
+
+def _register_compiled() -> str | None:
+    """Let the compiled import fronts (hb.asarray, to_hurray) read plain torch tensors
+    through torch's DLPack C exchange API; None when they do, else why not.
+
+    What they take is what the Python path above reads without a detach, copy or
+    refusal, and they build the same hb.Tensor (owner: the tensor itself). Everything
+    else declines to the Python path: requires_grad (detached, read-only), conj/neg
+    bits (the table hands over their memory raw), torch dtypes without a Hurray type
+    or sharing a DLPack code with one (torch.int1 ... int7 export as int8: the dtype
+    decides), the x2 fp4 container, other devices, subclasses (another type).
+    """
+    if getattr(torch.Tensor, "__dlpack_c_exchange_api__", None) is None:
+        return "this torch publishes no DLPack C exchange API (torch >= 2.10 does)"
+    samples = []
+    for dt in sorted({getattr(torch, n) for n in dir(torch)
+                      if isinstance(getattr(torch, n, None), torch.dtype)}, key=str):
+        mapped = _FROM_TORCH.get(dt)
+        samples.append((dt, _sample(dt), None if dt is _FP4_X2 else mapped))
+    probe = torch.zeros(3, 1, 4)[:, :, ::2]  # a size-1 dimension whose stride is not 1
+    return _exchange.register(
+        torch.Tensor, samples=samples, probe=(probe, probe.stride()),
+        decline_attrs=("requires_grad",), decline_methods=("is_neg",),
+        complex_methods=("is_conj",), pinned_method="is_pinned" if CAN_PIN else None,
+        pinned_device=Device(_PINNED_TYPE, 0), gpu_type=GPU_DEVICE_TYPE, max_rank=MAX_RANK)
+
+
+# The compiled front reads only exact torch.Tensor objects, and only when registered;
+# every other call is the Python function (to_hurray.__wrapped__), under its public name
+# (its argument errors say "to_hurray()").
+_to_hurray.__name__ = _to_hurray.__qualname__ = "to_hurray"
+to_hurray = _exchange.front(_to_hurray)
+COMPILED_IMPORT = _exchange.compiled and _register_compiled() is None
 
 
 class _Tracked:

@@ -14,9 +14,41 @@ from . import CAN_PIN, DTYPES, GPU_DEVICE_TYPE
 __all__ = ["makers"]
 
 
+def _compiled_to_numpy() -> Any:
+    """The torch -> NumPy shortcut in C (hurray_bridge._speedups, over torch's DLPack C
+    exchange API), or None: a NumPy array over the tensor's memory, for the inputs
+    Tensor.numpy() takes with the element types it gives (checked here, type by type),
+    and NotImplemented for the rest, as torch_to_numpy below. Compact tensors get
+    NumPy's compact strides (the full path's), not torch's on size-1 dimensions."""
+    from hurray_bridge import _exchange
+
+    from . import COMPILED_IMPORT
+
+    if not COMPILED_IMPORT:
+        return None
+    import numpy as np
+
+    from ..numpy import native_dtype
+
+    descrs = {}
+    for d, tdt in DTYPES.items():
+        try:
+            got = torch.empty(1, dtype=tdt).numpy().dtype
+        except (TypeError, RuntimeError):
+            continue  # a type Tensor.numpy() refuses (bfloat16, float8): the full path
+        if d.bits >= 8 and got == native_dtype(d):
+            descrs[d] = got
+    core = getattr(np, "_core", None) or np.core
+    return _exchange.numpy_entry(torch.Tensor, core._multiarray_umath._ARRAY_API, np.ndarray,
+                                 descrs)
+
+
 def _to_numpy(tp: type) -> Entry | None:
     if tp is not torch.Tensor:
         return None
+    compiled = _compiled_to_numpy()
+    if compiled is not None:
+        return entry(compiled)
 
     def torch_to_numpy(x: Any) -> Any:
         # Tensor.numpy refuses requires_grad, conj/neg bits, non-CPU devices and

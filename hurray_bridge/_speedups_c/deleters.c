@@ -1,4 +1,5 @@
-/* The DLPack deleter and capsule destructor of hurray_bridge._capsule's exports.
+/* The DLPack deleter and capsule destructor of hurray_bridge._capsule's exports, and the
+ * exit-time guard that every deleter of ours (xapi_out.c's too) goes through.
  *
  * The ctypes versions cannot leave an exception that was in flight when a consumer
  * released our memory (a TypeError raised while a NumPy temporary dies): ctypes
@@ -59,6 +60,29 @@ holds_gil(void)
 #endif
 }
 
+int
+hb_holds_gil(void)
+{
+    return holds_gil();
+}
+
+int
+hb_release_begin(void)
+{
+    atomic_fetch_add(&in_flight, 1);
+    if (atomic_load(&exiting) && !holds_gil()) {
+        atomic_fetch_sub(&in_flight, 1);
+        return 0;
+    }
+    return 1;
+}
+
+void
+hb_release_end(void)
+{
+    atomic_fetch_sub(&in_flight, 1);
+}
+
 /* void (*deleter)(DLManagedTensor[Versioned] *self): any thread, GIL or not. */
 static void
 export_deleter(void *managed)
@@ -66,9 +90,7 @@ export_deleter(void *managed)
     if (managed == NULL || exports == NULL) {
         return;
     }
-    atomic_fetch_add(&in_flight, 1);
-    if (atomic_load(&exiting) && !holds_gil()) {
-        atomic_fetch_sub(&in_flight, 1);
+    if (!hb_release_begin()) {
         return;
     }
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -77,7 +99,7 @@ export_deleter(void *managed)
     drop_export(managed);
     PyErr_Restore(type, value, tb);
     PyGILState_Release(gil);
-    atomic_fetch_sub(&in_flight, 1);
+    hb_release_end();
 }
 
 static double

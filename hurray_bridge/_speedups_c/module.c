@@ -1,9 +1,11 @@
 /* hurray_bridge._speedups: compiled hot paths of hurray_bridge, each with a Python
  * fallback that runs where this module was not built (setup.py builds it optionally).
  *
- * One extension, three concerns, one source file each (see speedups.h): hb.convert's
- * shortcut front (front.c), the deleters of our DLPack exports (deleters.c) and the
- * dense descriptor decoder (decoder.c). This file only puts them into one module.
+ * One extension, one concern per source file (see speedups.h): hb.convert's shortcut
+ * front (front.c), the deleters of our DLPack exports (deleters.c), the dense
+ * descriptor decoder (decoder.c), hb.Tensor from C (tensor.c) and DLPack import and
+ * export through the C exchange API (xapi_in.c, xapi_out.c). This file only puts them
+ * into one module.
  */
 #include "speedups.h"
 
@@ -14,6 +16,9 @@ static PyMethodDef speedups_functions[] = {
      "dense_decoder_setup(Descriptor, dtypes[256], bits[256], row_major, strided, slots)"},
     {"capsule_hooks", hb_capsule_hooks, METH_VARARGS,
      "capsule_hooks(exports, name_v, name_l) -> (deleter address, destructor address)"},
+    {"exchange_setup", hb_exchange_setup, METH_VARARGS,
+     "exchange_setup(Tensor, slots, Device, CPU, cpu_dl, UnsupportedError, ROW_MAJOR, "
+     "STRIDED, dlpack_py, dlpack_device_py, export_py, generic_ok, dtypes)"},
     {"stop_foreign_releases", hb_stop_foreign_releases, METH_O,
      "stop_foreign_releases(timeout_ms) -> unfinished deleter calls: at exit, threads "
      "without the GIL stop releasing exports"},
@@ -35,7 +40,7 @@ PyInit__speedups(void)
     if (m == NULL) {
         return NULL;
     }
-    if (hb_add_front(m) < 0) {
+    if (hb_add_front(m) < 0 || hb_add_import(m) < 0 || hb_add_export(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -4,6 +4,9 @@
  * front.c    Dispatcher, hb.convert's compiled shortcut front
  * deleters.c the DLPack deleter and capsule destructor of hurray_bridge._capsule's exports
  * decoder.c  the dense descriptor fast path of hurray_bridge.wire, over c/src/descriptor.c
+ * tensor.c   hb.Tensor built and read from C (its slots), the DLPack address checks
+ * xapi_in.c  DLPack import: the C exchange API of producer types, the import fronts
+ * xapi_out.c DLPack export: the compiled Tensor.__dlpack__ and hb.Tensor's exchange API
  *
  * The directory is not called _speedups: a directory of that name next to the module
  * would import as a namespace package wherever the module was not built, and
@@ -22,16 +25,98 @@
 #define HB_INTERNAL
 #endif
 
+#include <stdint.h>
+
+#include "dlpack_abi.h"
+
 /* front.c: readies Dispatcher and adds it to the module; -1 with an exception set. */
 HB_INTERNAL int hb_add_front(PyObject *module);
 
 /* deleters.c */
 HB_INTERNAL PyObject *hb_capsule_hooks(PyObject *module, PyObject *args);
 HB_INTERNAL PyObject *hb_stop_foreign_releases(PyObject *module, PyObject *arg);
+/* Around a release that may run on any thread (our exports' deleters): 0 when the
+ * interpreter is exiting and this thread does not hold the GIL (leave it: the process
+ * ends), 1 otherwise, and then hb_release_end() must follow. */
+HB_INTERNAL int hb_release_begin(void);
+HB_INTERNAL void hb_release_end(void);
+/* Whether this thread holds the GIL (its own thread state, not PyGILState_Check()). */
+HB_INTERNAL int hb_holds_gil(void);
 
 /* decoder.c */
 HB_INTERNAL PyObject *hb_decode_dense(PyObject *module, PyObject *const *args,
                                       Py_ssize_t nargs);
 HB_INTERNAL PyObject *hb_dense_decoder_setup(PyObject *module, PyObject *args);
+
+/* tensor.c: what the extension knows of hb.Tensor, set once by exchange_setup(). */
+enum {
+    HB_S_BASE0, HB_S_BUFFERS, HB_S_COPIED, HB_S_DATA, HB_S_DESC, HB_S_DEVICE, HB_S_DTYPE,
+    HB_S_NBYTES, HB_S_OWNER, HB_S_PADDED, HB_S_READONLY, HB_S_SHAPE, HB_S_SOURCE,
+    HB_S_STRIDES, HB_S_DL, HB_N_SLOTS
+};
+
+#define HB_MAX_RANK 64
+#define HB_MAX_DTYPES 64
+
+typedef struct {
+    PyObject *dtype; /* the hb.DType */
+    uint8_t code;    /* its DLPack code and bits (= hb bits) */
+    uint8_t bits;
+    uint8_t is_complex;
+} HbDType;
+
+typedef struct {
+    PyTypeObject *tensor_type;    /* hb.Tensor (exact type only) */
+    Py_ssize_t slot[HB_N_SLOTS];  /* offsets of its slots */
+    PyObject *device_type;        /* hb.Device */
+    PyObject *cpu;                /* hb.CPU */
+    PyObject *cpu_dl;             /* (DLDeviceType.kDLCPU, 0), __dlpack_device__ of CPU */
+    PyObject *unsupported;        /* hb.UnsupportedError (a BufferError) */
+    PyObject *row_major, *strided; /* Layout.ROW_MAJOR, Layout.STRIDED */
+    PyObject *dlpack_py;          /* Tensor.__dlpack__ in Python (the full rules) */
+    PyObject *dlpack_device_py;   /* Tensor.__dlpack_device__ in Python */
+    PyObject *export_py;          /* Tensor._export in Python */
+    PyObject *generic_ok;         /* type -> bool: may the generic import take it */
+    HbDType dtypes[HB_MAX_DTYPES];
+    int n_dtypes;
+} HbWorld;
+
+HB_INTERNAL extern HbWorld hb_world;
+
+/* The slot s of an hb.Tensor (borrowed; NULL when unset). */
+#define HB_SLOT(obj, s) (*(PyObject **)((char *)(obj) + hb_world.slot[(s)]))
+
+/* A dense tensor to build as hb.Tensor._dense builds it (all borrowed). */
+typedef struct {
+    uint64_t data;          /* element [0, ..., 0]; ignored without elements */
+    int ndim;
+    const int64_t *shape;
+    const int64_t *strides; /* NULL: compact row-major */
+    PyObject *shape_tuple;  /* NULL: made from shape */
+    const HbDType *dtype;
+    int padded, readonly, copied;
+    PyObject *device, *owner;
+    PyObject *source;       /* NULL: None */
+    PyObject *nbytes_obj;   /* NULL: made; else the byte count, known to be right */
+} HbDense;
+
+HB_INTERNAL int hb_world_ready(void);
+HB_INTERNAL const HbDType *hb_dtype_of(unsigned code, unsigned bits);
+HB_INTERNAL const HbDType *hb_dtype_entry(PyObject *dtype);
+HB_INTERNAL PyObject *hb_dense_tensor(const HbDense *d);
+HB_INTERNAL PyObject *hb_shape_tuple(int ndim, const int64_t *dims);
+HB_INTERNAL int hb_is_compact(int ndim, const int64_t *shape, const int64_t *strides);
+HB_INTERNAL int hb_span_ok(uint64_t data, uint64_t byte_offset, int ndim, const int64_t *shape,
+                           const int64_t *strides, unsigned bits, uint64_t *element0);
+HB_INTERNAL PyObject *hb_exchange_setup(PyObject *module, PyObject *args);
+HB_INTERNAL PyObject *hb_swallow(void);
+
+/* xapi_in.c */
+HB_INTERNAL int hb_add_import(PyObject *module);
+HB_INTERNAL PyObject *hb_import_managed(HbDLManagedTensorVersioned *mt, PyObject *source,
+                                        int *declined);
+
+/* xapi_out.c */
+HB_INTERNAL int hb_add_export(PyObject *module);
 
 #endif /* HURRAY_SPEEDUPS_H */
