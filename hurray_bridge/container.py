@@ -676,6 +676,22 @@ def _map(f: Any, size: int) -> _mmap.mmap:
     return mm
 
 
+def _mapping(f: Any, size: int, path: str,
+             check: Callable[[memoryview], None] | None = None) -> _Mapping:
+    """The open file ``f`` mapped read-only as the owner of views into it, after ``check``
+    of the whole map (if given); on any failure the map is closed again."""
+    mm = _map(f, size)
+    view = memoryview(mm)
+    try:
+        if check is not None:
+            check(view)
+        return _Mapping(view, mm, path)
+    except BaseException:
+        view.release()
+        mm.close()
+        raise
+
+
 def _verify_mapped(f: Any, h: _Header, entries: Sequence[EntryInfo]) -> None:
     """Check the data checksums and padding of an open file through a temporary map."""
     mm = _map(f, h.file_size)
@@ -749,16 +765,8 @@ def _load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> Tensor
         if h.data_length == 0 and not verify:
             # Nothing to map: every tensor is empty and points nowhere.
             return TensorFile(_tensors_over(entries, 0, None, True), meta, h.alignment)
-        mm = _map(f, h.file_size)
-        view = memoryview(mm)
-        try:
-            if verify:
-                _verify_data(view, h, entries)
-            owner = _Mapping(view, mm, os.fspath(path))
-        except BaseException:
-            view.release()
-            mm.close()
-            raise
+        owner = _mapping(f, h.file_size, os.fspath(path),
+                         (lambda view: _verify_data(view, h, entries)) if verify else None)
     # A page-aligned map: every buffer is aligned as the file says.
     alignment = _pow2_alignment(owner.address + h.data_offset, h.alignment)
     tensors = _tensors_over(entries, owner.address + h.data_offset, owner, True)
@@ -787,14 +795,7 @@ def _load_safetensors(f: Any, path: str, *, mmap: bool = True,
     if idx.file_size == idx.data_start:  # no tensor bytes: nothing to map
         return TensorFile(_tensors_over(entries, 0, None, True), dict(idx.metadata),
                           BUFFER_ALIGNMENT)
-    mm = _map(f, idx.file_size)
-    view = memoryview(mm)
-    try:
-        owner = _Mapping(view, mm, path)
-    except BaseException:
-        view.release()
-        mm.close()
-        raise
+    owner = _mapping(f, idx.file_size, path)
     base = owner.address + idx.data_start
     # safetensors places tensors back to back: the guaranteed alignment is what they share
     alignment = BUFFER_ALIGNMENT

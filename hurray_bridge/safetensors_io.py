@@ -37,8 +37,7 @@ from .container import (
     _Header,
     _host_tensor,
     _load_safetensors,
-    _map,
-    _Mapping,
+    _mapping,
     _Piece,
     _plan,
     _read_head,
@@ -226,14 +225,7 @@ def _gather(f: Any, path: str, h: _Header, strided: Sequence[EntryInfo]) -> dict
     """Row-major copies of the strided entries of the open Hurray file ``f``, by name."""
     if not strided:
         return {}
-    mm = _map(f, h.file_size)
-    view = memoryview(mm)
-    try:
-        owner = _Mapping(view, mm, path)
-    except BaseException:
-        view.release()
-        mm.close()
-        raise
+    owner = _mapping(f, h.file_size, path)
     tensors = _tensors_over(strided, owner.address + h.data_offset, owner, True)
     return {name: t.copy().memoryview() for name, t in tensors.items()}
 
