@@ -15,12 +15,11 @@ copy policy, for a target whose arrays live on one device.
 from __future__ import annotations
 
 import importlib
-import sys
 from functools import cache, lru_cache
 from types import ModuleType
 from typing import Any
 
-from . import _shortcuts
+from . import _shortcuts, sparse
 from ._copy_policy import check_copy, require_copy, warn_copy
 from ._registry import _ALIASES, adapter_name_for_type, get_adapter, get_adapter_module
 from .errors import CopyRequiredError, UnsupportedError
@@ -30,24 +29,13 @@ from .tensor import Tensor, from_producer
 __all__ = ["asarray", "asarray_one", "convert", "convert_full", "convert_sharded"]
 
 
-# Sparse and quantized natives: routed to hurray_bridge.sparse / hurray_bridge.quant.
-# Recognised by type name and module only, so nothing is imported to recognise them.
-_SPARSE_MODULES = ("scipy.sparse", "cupyx.scipy.sparse", "jax.experimental.sparse")
-_ARROW_SPARSE = frozenset(
-    {"SparseCOOTensor", "SparseCSRMatrix", "SparseCSCMatrix", "SparseCSFTensor"}
-)
-
-
 @lru_cache(maxsize=256)
 def route_for_type(tp: type) -> tuple[bool, str] | None:
     """``(True, module)`` for a sparse/quantized type, ``(False, adapter)`` for a dense one."""
+    if sparse.native_type_adapter(tp) is not None:
+        return True, "hurray_bridge.sparse"
     for base in tp.__mro__:
-        mod = base.__module__
-        if mod.startswith(_SPARSE_MODULES) or (
-            mod == "pyarrow.lib" and base.__name__ in _ARROW_SPARSE
-        ):
-            return True, "hurray_bridge.sparse"
-        if mod == "hurray_bridge.quant" and base.__name__ == "QuantizedArray":
+        if base.__module__ == "hurray_bridge.quant" and base.__name__ == "QuantizedArray":
             return True, "hurray_bridge.quant"
     name = adapter_name_for_type(tp)
     return None if name is None else (False, name)
@@ -55,18 +43,13 @@ def route_for_type(tp: type) -> tuple[bool, str] | None:
 
 def special_torch(obj: Any) -> ModuleType | None:
     """The module for a sparse, quantized or distributed (DTensor) torch tensor, all of which
-    the torch adapter refuses."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(obj, torch.Tensor):
-        return None
-    dt = sys.modules.get("torch.distributed.tensor")
-    if dt is not None and isinstance(obj, dt.DTensor):  # its part: a partial ShardedTensor
+    the dense torch adapter refuses (that adapter tells which it is)."""
+    kind = get_adapter("torch").special_kind(obj)
+    if kind == "shards":  # its part: a partial ShardedTensor
         return get_adapter_module("torch", "shards")
-    if obj.layout is not torch.strided:
-        return importlib.import_module("hurray_bridge.sparse")
-    if obj.is_quantized:
-        return importlib.import_module("hurray_bridge.quant")
-    return None
+    if kind is None:
+        return None
+    return importlib.import_module(f"hurray_bridge.{kind}")
 
 
 def special_for_tensor(t: Tensor) -> ModuleType:

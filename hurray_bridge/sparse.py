@@ -63,7 +63,7 @@ from typing import Any
 from ._copy_policy import require_copy
 from ._memory import aligned_zeros  # also still imported from here by quant.py and matrix.py
 from ._numpy import numpy
-from ._registry import _ALIASES, ADAPTERS, get_adapter, get_adapter_module
+from ._registry import _ALIASES, ADAPTERS, adapter_name_for_type, get_adapter, get_adapter_module
 from .descriptor import Descriptor, Sparse, check_empty_nnz
 from .dtypes import DType
 from .errors import CopyRequiredError, CopyWarning, FormatError, UnsupportedError
@@ -443,22 +443,30 @@ def is_sparse_native(obj: Any) -> bool:
     return _kind(obj) is not None
 
 
-def _kind(obj: Any) -> str | None:
-    """The adapter whose sparse module takes ``obj``, told by type names (imports nothing)."""
-    for tp in type(obj).__mro__:
-        mod = tp.__module__
+def native_type_adapter(tp: type) -> str | None:
+    """The adapter whose sparse module takes objects of type ``tp``, told by the type's
+    module and name alone (imports nothing); None for torch, whose sparse tensors share
+    ``torch.Tensor`` with the dense ones (the torch adapter's ``special_kind`` tells them)."""
+    for base in tp.__mro__:
+        mod = base.__module__
         if mod.startswith("scipy.sparse"):
             return "numpy"
         if mod.startswith("cupyx.scipy.sparse"):
             return "cupy"
         if mod.startswith("jax.experimental.sparse"):
             return "jax"
-        if mod == "pyarrow.lib" and tp.__name__ in _ARROW_CLASSES:
+        if mod == "pyarrow.lib" and base.__name__ in _ARROW_CLASSES:
             return "arrow"
-    for tp in type(obj).__mro__:
-        if tp.__module__ == "torch" and tp.__name__ == "Tensor":
-            # torch.strided is the dense layout; any other is sparse.
-            return None if str(obj.layout) == "torch.strided" else "torch"
+    return None
+
+
+def _kind(obj: Any) -> str | None:
+    """The adapter whose sparse module takes ``obj`` (imports nothing)."""
+    name = native_type_adapter(type(obj))
+    if name is not None:
+        return name
+    if adapter_name_for_type(type(obj)) == "torch":  # type: ignore[arg-type]
+        return "torch" if get_adapter("torch").special_kind(obj) == "sparse" else None
     return None
 
 

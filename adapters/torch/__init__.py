@@ -32,7 +32,8 @@ from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, from_dlpack
 
-__all__ = ["dtype_of", "from_hurray", "native_dtype", "to_hurray", "warn_readonly",
+__all__ = ["dtype_of", "from_hurray", "native_dtype", "special_kind", "to_hurray",
+           "warn_readonly",
            "DTYPES", "CAN_PIN", "GPU_DEVICE_TYPE"]
 
 NAME = "torch"
@@ -262,6 +263,22 @@ def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
                              owner=_Tracked(x), readonly=True, copied=False, source=source)
     return Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
                          owner=x, readonly=False, copied=copied, source=source)
+
+
+def special_kind(obj: Any) -> str | None:
+    """Which of the core's other converters takes a torch tensor this adapter refuses:
+    ``"shards"`` (a DTensor), ``"sparse"`` (a non-strided layout), ``"quant"`` (a quantized
+    tensor), or None (the refusal stands)."""
+    if not isinstance(obj, torch.Tensor):
+        return None
+    dt = sys.modules.get("torch.distributed.tensor")  # imported only by DTensor users
+    if dt is not None and isinstance(obj, dt.DTensor):
+        return "shards"
+    if obj.layout is not torch.strided:
+        return "sparse"
+    if obj.is_quantized:
+        return "quant"
+    return None
 
 
 def _no_memory(obj: Any) -> str:
