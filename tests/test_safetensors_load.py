@@ -50,7 +50,6 @@ def test_load_opens_safetensors_zero_copy_over_a_map(st_file: pathlib.Path) -> N
         t.data_ptr % f.alignment == 0 for t in f.values() if t.nbytes)
 
 
-@pytest.mark.filterwarnings("ignore:torch tensor shares read-only memory")
 def test_load_safetensors_whatever_the_suffix_and_with_bfloat16(tmp_path: pathlib.Path) -> None:
     torch = pytest.importorskip("torch")
     from safetensors.torch import save_file

@@ -200,7 +200,6 @@ def run_threads(seconds: float, samples: list[float] | None = None) -> Run:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 @pytest.mark.filterwarnings("ignore::hurray_bridge.CopyWarning")
-@pytest.mark.filterwarnings("ignore:torch tensor shares read-only memory")
 def test_eight_threads_convert_concurrently() -> None:
     gc.collect()
     exports0 = _capsule.live_exports()
