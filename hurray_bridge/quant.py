@@ -172,9 +172,10 @@ def _tensor(obj: Any, copy: bool | None = None) -> Tensor:
 
 
 def _is_torch_quantized(obj: Any) -> bool:
-    # Read off the object: a torch tensor exists only where torch is imported already.
+    # A torch tensor exists only where torch is imported already: asking its adapter
+    # imports nothing new.
     return (adapter_name_for_type(type(obj)) == "torch"  # type: ignore[arg-type]
-            and getattr(obj, "is_quantized", False) is True)
+            and get_adapter("torch").special_kind(obj) == "quant")
 
 
 def _torch_quant() -> ModuleType:
