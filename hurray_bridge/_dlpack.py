@@ -2,7 +2,7 @@
 
 Only layouts and constants live here; the code that reads and writes capsules
 is in :mod:`hurray_bridge._capsule`. Offsets are those of LP64 platforms
-(x86-64 and aarch64 Linux/macOS), which ``tests/test_dlpack_abi.py`` pins.
+(x86-64 and aarch64 Linux/macOS), which ``tests/hurray_bridge/test_dlpack_abi.py`` pins.
 
 The two managed structs order their fields differently (``dl_tensor`` first in
 the legacy one, last in the versioned one), so a consumer must use the capsule

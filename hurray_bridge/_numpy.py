@@ -4,7 +4,7 @@ The core imports no framework. It does use NumPy (and ml_dtypes, NumPy's home of
 bfloat16, float8 and int4) as compute kernels - gathering strided memory,
 unpacking sub-byte values, dequantizing - and only through the two functions
 here, so that ``import hurray_bridge`` loads neither and the house-rule test
-(tests/test_house_rules.py) can hold every other core module to "no framework".
+(tests/cross/test_house_rules.py) can hold every other core module to "no framework".
 """
 
 from __future__ import annotations

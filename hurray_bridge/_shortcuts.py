@@ -25,7 +25,7 @@ The rules:
   that need no Python frame). The call is ``fn(x, **dict(zip(kwnames, kwvalues)))``.
 * ``fn`` returning ``NotImplemented``, or raising an ``Exception``, sends the call to
   the full path, which owns every copy, warning and error message. A shortcut can
-  never answer differently from the full path; ``tests/test_shortcuts.py`` checks
+  never answer differently from the full path; ``tests/hurray_bridge/test_shortcuts.py`` checks
   that input by input against the full path.
 
 The front that reads the table is compiled when ``hurray_bridge._speedups`` was

@@ -389,7 +389,7 @@ def _decode_dense(
 
 _decode_dense_python = _decode_dense
 # The same function compiled, when hurray_bridge._speedups was built (~8x faster); the
-# Python one above stays the reference that tests/test_perf_paths.py compares it with.
+# Python one above stays the reference that tests/hurray_bridge/test_perf_paths.py compares it with.
 try:
     from . import _speedups
 except ImportError:

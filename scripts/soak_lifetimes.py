@@ -25,7 +25,7 @@ What is counted, and must balance at the end:
 RSS is sampled every ``--sample`` cycles; the script prints the samples, the
 counts and the verdict (RSS growth after warm-up under ``--max-growth-mib``,
 every count balanced), and exits 1 when a check fails.
-``tests/test_lifetimes_load.py`` runs the same engine with a small count.
+``tests/hurray_bridge/test_lifetimes_load.py`` runs the same engine with a small count.
 """
 
 from __future__ import annotations

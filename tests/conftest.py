@@ -41,7 +41,7 @@ def frozen_heap() -> Iterator[None]:
 def c_build(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """``make -C c all test example`` (library, shared library, tool, the C test driver and
     the example), built once for the session (for each xdist worker that asks)."""
-    from .test_c_library import CC, MAKE, _make
+    from .c.test_c_library import CC, MAKE, _make
 
     if MAKE is None or CC is None:
         pytest.skip("no C compiler or make to build the C library with")

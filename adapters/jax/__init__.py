@@ -607,7 +607,7 @@ def _check_sizes(shape: tuple[int, ...], itemsize: int) -> None:
     """XLA's own size arithmetic, which arrays without elements meet too: the item size
     times the dimensions, multiplied left to right, stays within int64 until a zero
     (jaxlib 0.10.2: "overflow in static extent product"; measured, see
-    tests/test_bad_input.py)."""
+    tests/cross/test_bad_input.py)."""
     n = itemsize
     for d in shape:
         if not d:

@@ -4,7 +4,7 @@
  *
  * The rules and the order in which they are checked follow the Python reference
  * (hurray_bridge/wire.py, hurray_bridge/descriptor.py) so that both name the same field for
- * the same defect; tests/test_c_library.py compares the two on mutated inputs.
+ * the same defect; tests/c/test_c_library.py compares the two on mutated inputs.
  *
  * This file is self-contained (it needs only hurray.h and internal.h): the Python
  * extension hurray_bridge._speedups (hurray_bridge/_speedups_c/) compiles it too, so there

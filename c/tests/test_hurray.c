@@ -1,5 +1,5 @@
 /*
- * The C library's test driver. tests/test_c_library.py builds it (plain and under
+ * The C library's test driver. tests/c/test_c_library.py builds it (plain and under
  * ASan+UBSan) and runs each mode; the modes that print JSON are checked against what
  * the Python reference computes, so the assertions compare two implementations.
  *

@@ -4,7 +4,7 @@
  * It reads only simple descriptors (dense row-major or strided, static, one DATA
  * buffer, no quantization or shard section) and returns None for anything else or
  * anything it would not accept: the general decoder then decides and names the
- * defect. tests/test_perf_paths.py compares it with the Python version and with the
+ * defect. tests/hurray_bridge/test_perf_paths.py compares it with the Python version and with the
  * general decoder on valid, mutated and random bytes. Every read is bounds-checked
  * against the buffer length before it happens; every product is overflow-checked.
  */
@@ -88,7 +88,7 @@ build(const unsigned char *b, uint32_t rank, int strided, PyObject *dtype, int p
 
 /* The checks of wire._decode_dense, made by the C library's decoder (c/src/descriptor.c,
  * compiled into this module by setup.py): the one C copy of the wire rules. It accepts
- * exactly what the general Python decoder accepts (tests/test_c_library.py compares them
+ * exactly what the general Python decoder accepts (tests/c/test_c_library.py compares them
  * field for field); of that, the fast path takes the dense descriptors -- row-major or
  * strided, static, one DATA buffer, no quantization or shard section. 1: accepted (fills
  * *out), 0: not. Reads at most MAX_DENSE bytes: a descriptor the fast path takes is no

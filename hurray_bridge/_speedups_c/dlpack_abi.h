@@ -1,6 +1,6 @@
 /* The DLPack 1.3 C ABI, as far as hurray_bridge._speedups uses it (not installed).
  *
- * Written from the layouts docs/impl/c-ffi.md §2 pins (and tests/test_dlpack_abi.py
+ * Written from the layouts docs/impl/c-ffi.md §2 pins (and tests/hurray_bridge/test_dlpack_abi.py
  * checks from Python): the structs, flags and the C exchange API table of dlpack.h
  * v1.3. Only the names this extension needs; field order and types are the header's,
  * so the layout is the header's on every C ABI.

@@ -4,7 +4,7 @@ Each vector is ``files/NAME.hurray`` (a whole file, exactly as ``hb.save``
 writes it) and ``files/NAME.json`` (every field a conforming reader must
 report for it, and every buffer's bytes in hex). The tensors are built by
 hand — a descriptor plus buffers taken from NumPy allocations — so the vectors
-do not depend on any adapter. ``tests/test_container.py`` checks both files
+do not depend on any adapter. ``tests/hurray_bridge/test_container.py`` checks both files
 byte for byte; a change of the bytes is a change of the file format.
 """
 

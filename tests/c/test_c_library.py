@@ -1,0 +1,667 @@
+"""The C library (c/): built with make, checked against the Python reference.
+
+The C side prints what it decoded, read or wrote; the assertions here compare that with
+what hurray_bridge computes for the same bytes, so every check is a comparison of two
+implementations of docs/spec/metadata.md and docs/spec/container.md:
+
+* the golden vectors, descriptors byte for byte and files field for field;
+* the decoder and the file parser on thousands of mutated inputs, field name for field name;
+* Python -> C -> Python (`hurray-c copy` of files that hb.save wrote) and C -> Python (files
+  the C writer built from its own API), for every element type, layout, empty tensors,
+  scalars and rank 64;
+* the same C tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
+* the libFuzzer targets for a bounded time, when clang is installed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import pathlib
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import hurray_bridge as hb
+from hurray_bridge import container, wire
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CDIR = ROOT / "c"
+VECTORS = ROOT / "tests" / "vectors"
+FILES = VECTORS / "files"
+CC = shutil.which("cc") or shutil.which("gcc")
+CLANG = shutil.which("clang")
+MAKE = shutil.which("make")
+
+pytestmark = [
+    pytest.mark.skipif(CC is None, reason="no C compiler"),
+    pytest.mark.skipif(MAKE is None, reason="no make (the C library builds with make)"),
+]
+
+np = pytest.importorskip("numpy")
+FUZZ_SECONDS = int(os.environ.get("HURRAY_C_FUZZ_SECONDS", "20"))
+SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:halt_on_error=1:abort_on_error=0",
+           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+
+
+# ------------------------------------------------------------------------------ builds
+def _make(build: pathlib.Path, *targets: str, **variables: str) -> None:
+    args = [MAKE or "make", "-C", str(CDIR), f"BUILD={build}", *targets,
+            *(f"{k}={v}" for k, v in variables.items())]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def _sanitizers_available(tmp: pathlib.Path) -> bool:
+    src = tmp / "probe.c"
+    src.write_text("int main(void) { return 0; }\n")
+    proc = subprocess.run([CC or "cc", "-fsanitize=address,undefined", str(src), "-o",
+                           str(tmp / "probe")], capture_output=True)
+    return proc.returncode == 0
+
+
+# c_build (tests/conftest.py): `make -C c all test example`, once per session.
+
+
+@pytest.fixture(scope="module")
+def asan_build(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    tmp = tmp_path_factory.mktemp("c-asan")
+    if not _sanitizers_available(tmp):
+        pytest.skip("the C compiler has no AddressSanitizer/UBSan runtime")
+    _make(tmp / "build", "test", SAN="1")
+    return tmp / "build"
+
+
+@pytest.fixture(params=["plain", "asan"])
+def driver(request: pytest.FixtureRequest) -> Iterator[tuple[pathlib.Path, dict[str, str]]]:
+    """The C test driver, plain and sanitized, with the environment to run it in."""
+    if request.param == "plain":
+        build = request.getfixturevalue("c_build")
+        env = dict(os.environ)
+    else:
+        build = request.getfixturevalue("asan_build")
+        env = {**os.environ, **SAN_ENV}
+    yield build / "test_hurray", env
+
+
+def _run(exe: pathlib.Path | str, *args: str, stdin: str | None = None,
+         env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(exe), *args], input=stdin, capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def _ok(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    assert "runtime error" not in proc.stderr and "Sanitizer" not in proc.stderr, proc.stderr
+    return proc.stdout
+
+
+# ------------------------------------------------------------------------------ build
+def test_make_builds_the_library_the_shared_library_and_the_tool(c_build: pathlib.Path) -> None:
+    for name in ("libhurray.a", "libhurray.so", "hurray-c"):
+        assert (c_build / name).exists(), name
+    lib = ctypes.CDLL(str(c_build / "libhurray.so"))
+    lib.hry_library_version.restype = ctypes.c_uint32
+    assert lib.hry_library_version() == 0x010000
+    # the C CRC-32 is zlib's
+    lib.hry_crc32.restype = ctypes.c_uint32
+    lib.hry_crc32.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t]
+    data = bytes(random.Random(1).randrange(256) for _ in range(10_007))
+    assert lib.hry_crc32(0, data, len(data)) == zlib.crc32(data)
+    # only the API is exported
+    proc = subprocess.run(["nm", "-D", "--defined-only", str(c_build / "libhurray.so")],
+                          capture_output=True, text=True)
+    if proc.returncode == 0:
+        names = {ln.split()[-1] for ln in proc.stdout.splitlines() if ln.strip()}
+        api = {n for n in names if re.fullmatch(r"hry_[a-z0-9_]+", n) and "__" not in n}
+        assert "hry_decode" in api and not {n for n in names if n.startswith("hry__")}
+
+
+@pytest.mark.skipif(CLANG is None, reason="clang is not installed (gcc is tested above)")
+def test_clang_builds_everything_without_a_warning(tmp_path: pathlib.Path) -> None:
+    _make(tmp_path / "build", "all", "test", "example", CC=CLANG or "clang")
+    out = _ok(_run(tmp_path / "build" / "test_hurray", "unit", str(tmp_path)))
+    assert out.strip().endswith(" 0 failures")
+
+
+def test_c_unit_checks(driver: tuple[pathlib.Path, dict[str, str]],
+                       tmp_path: pathlib.Path) -> None:
+    exe, env = driver
+    out = _ok(_run(exe, "unit", str(tmp_path), env=env))
+    m = re.fullmatch(r"(\d+) checks, (\d+) failures\n", out)
+    assert m is not None, out
+    n, failed = map(int, m.groups())
+    assert failed == 0 and n > 1000
+
+
+# ------------------------------------------------------------------------------ vectors
+def _lines(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_descriptor_vectors_byte_for_byte(driver: tuple[pathlib.Path, dict[str, str]]) -> None:
+    exe, env = driver
+    rows = {r["name"]: r for r in _lines(_ok(_run(exe, "vectors", str(VECTORS), env=env)))}
+    names = sorted(p.stem for p in VECTORS.glob("*.bin"))
+    assert sorted(rows) == names
+    for name in names:
+        row = rows[name]
+        assert "error" not in row, (name, row)
+        expected = json.loads((VECTORS / f"{name}.json").read_text())
+        assert row["fields"] == expected, name
+        raw = (VECTORS / f"{name}.bin").read_bytes()
+        assert bytes.fromhex(row["canonical"]) == raw, name
+        assert row["layout"] == [[r, n] for r, _, n in expected["buffers"]], name
+        if expected["dynamic"]:
+            assert row["resolved_with_0"] is True
+
+
+def _dlpack_expected(e: container.EntryInfo, data_offset: int) -> dict[str, Any]:
+    """What the C hand-out must give for an entry, from the Python reading of the file."""
+    d = e.descriptor
+    if d.layout not in (hb.Layout.ROW_MAJOR, hb.Layout.STRIDED) or d.quantization is not None:
+        return {"error": 2, "field": f"entries[{e.position}].layout"}
+    if d.dtype.dlpack is None:
+        return {"error": 2, "field": f"entries[{e.position}].dtype"}
+    strides = list(d.strides_or_compact)
+    item = d.dtype.itemsize
+    origin = sum((n - 1) * -s for n, s in zip(d.shape, strides, strict=True) if s < 0)
+    data = None if d.is_empty else data_offset + e.buffers[0].offset + origin * item
+    return {"ndim": d.rank, "code": int(d.dtype.dlpack[0]), "bits": d.dtype.dlpack[1],
+            "lanes": 1, "flags": 1 | (4 if d.padded else 0), "device": [1, 0],
+            "byte_offset": 0, "version": [1, 3], "data": data, "shape": list(d.shape),
+            "strides": strides}
+
+
+def test_file_vectors(driver: tuple[pathlib.Path, dict[str, str]]) -> None:
+    exe, env = driver
+    rows = {r["name"]: r for r in _lines(_ok(_run(exe, "files", str(FILES), env=env)))}
+    names = sorted(p.stem for p in FILES.glob("*.hurray"))
+    assert sorted(rows) == names
+    for name in names:
+        row = rows[name]
+        assert "error" not in row, (name, row)
+        expected = json.loads((FILES / f"{name}.json").read_text())
+        report = row["report"]
+        dl = [entry.pop("dlpack") for entry in report["entries"]]
+        assert report == expected, name
+        assert row["reserialized_identical"] is True, name  # the C writer = hb.save
+        assert row["memory_open_ok"] is True, name
+        idx = container.read_index(FILES / f"{name}.hurray")
+        assert dl == [_dlpack_expected(e, idx.data_offset) for e in idx.entries], name
+
+
+# ------------------------------------------------------------------------------ decoder
+def _random_descriptor(rng: random.Random) -> hb.Descriptor | None:
+    """A valid descriptor with every kind of section, or None when the draw overflows."""
+    dtypes = hb.dtypes.all_dtypes()
+    rank = rng.choice([0, 1, 2, 3, 4, rng.randint(0, 64)])
+    layout = rng.choice(list(hb.Layout)) if rank else hb.Layout.ROW_MAJOR
+    if layout in (hb.Layout.CSR, hb.Layout.CSC):
+        rank = 2
+    dtype = rng.choice(dtypes)
+    padded = dtype.is_subbyte and rng.random() < 0.5
+    dynamic_ok = layout != hb.Layout.STRIDED and rng.random() < 0.3
+
+    def dim() -> int:
+        r = rng.random()
+        if dynamic_ok and r < 0.15:
+            return hb.DYNAMIC
+        if r < 0.3:
+            return 0
+        return rng.choice([1, 2, 3, 5, 7, 64, 1000, 2**20])
+
+    shape = [dim() for _ in range(rank)] if rank <= 8 else [
+        rng.choice([1, 1, 1, 2]) for _ in range(rank)]
+    kw: dict[str, Any] = {}
+    if layout == hb.Layout.STRIDED:
+        padded = padded or dtype.is_subbyte
+        kw["strides"] = [rng.randint(-40, 40) for _ in range(rank)]
+    elif layout == hb.Layout.TILED:
+        k = rng.randint(1, rank)
+        kw["tile"] = [rng.randint(1, 9) for _ in range(k)]
+    elif layout.is_sparse:
+        kw["sparse"] = hb.Sparse(rng.choice([0, 1, 3, 17]),
+                                 rng.choice([hb.int8, hb.int32, hb.int64, hb.uint16, hb.uint64]),
+                                 False)
+    quantizable = dtype.kind in (hb.dtypes.Kind.INT, hb.dtypes.Kind.UINT) or (
+        dtype.kind == hb.dtypes.Kind.FLOAT and dtype.bits <= 8 and dtype is not hb.float8_e8m0fnu)
+    static_axes = [i for i, d in enumerate(shape) if d != hb.DYNAMIC]
+    if quantizable and rng.random() < 0.4:
+        scheme = rng.choice(list(hb.QuantScheme))
+        scale = rng.choice([hb.float32, hb.float16, hb.bfloat16, hb.float8_e8m0fnu])
+        zp = rng.choice([None, hb.int8, hb.uint8, hb.int32, hb.float16])
+        if scheme == hb.QuantScheme.PER_TENSOR:
+            kw["quantization"] = hb.Quantization(scheme, scale, zp)
+        elif static_axes:
+            kw["quantization"] = hb.Quantization(
+                scheme, scale, zp, rng.choice(static_axes),
+                rng.choice([1, 2, 32, 1000]) if scheme == hb.QuantScheme.PER_BLOCK else None)
+    if hb.DYNAMIC not in shape and rng.random() < 0.3:
+        offsets = [rng.randint(0, 3) for _ in shape]
+        glob = [o + n + rng.randint(0, 2) for o, n in zip(offsets, shape, strict=True)]
+        kw["shard"] = hb.Shard(tuple(glob), tuple(offsets), rng.randint(0, 9), rng.choice([1, 2]),
+                               rng.randint(0, 3))
+    try:
+        return hb.Descriptor(tuple(shape), dtype, layout, padded=padded, **kw)
+    except hb.FormatError:
+        return None
+
+
+_INTERESTING64 = [0, 1, 2, 7, 8, 63, 64, 65, 2**31, 2**32, 2**63 - 1, 2**63, 2**64 - 2,
+                  2**64 - 1]
+
+
+def _mutations(raw: bytes, rng: random.Random, budget: int) -> Iterator[bytes]:
+    """Single-byte changes, interesting words at 8-byte boundaries, cuts, extensions."""
+    n = len(raw)
+    for _ in range(budget):
+        kind = rng.random()
+        buf = bytearray(raw)
+        if kind < 0.45 and n:
+            i = rng.randrange(n)
+            buf[i] = rng.choice([0, 1, 2, 0x7F, 0x80, 0xFF, buf[i] ^ 1, buf[i] ^ 0x80,
+                                 rng.randrange(256)])
+        elif kind < 0.75 and n >= 8:
+            i = rng.randrange(n // 8) * 8
+            width = rng.choice([1, 2, 4, 8])
+            value = rng.choice(_INTERESTING64) & ((1 << (8 * width)) - 1)
+            at = i + rng.choice([0, 4]) if width == 4 else i
+            buf[at:at + width] = value.to_bytes(width, "little")
+            del buf[n:]
+        elif kind < 0.9:
+            del buf[rng.randrange(n + 1):]
+        else:
+            buf += bytes(rng.choice([8, 24, 16]))
+        yield bytes(buf)
+
+
+def _py_decode(raw: bytes, prefix: bool) -> str:
+    try:
+        if prefix:
+            d, table, size = wire.decode_prefix(raw)
+        else:
+            wire.decode(raw)
+            d, table, size = wire.decode_prefix(raw)
+    except hb.FormatError as exc:
+        return f"err {exc.field}"
+    return f"ok {size} {wire.encode(d, [b.offset for b in table]).hex()}"
+
+
+@pytest.fixture(scope="module")
+def decoder_inputs() -> list[bytes]:
+    rng = random.Random(20240521)
+    seeds = [p.read_bytes() for p in sorted(VECTORS.glob("*.bin"))]
+    made = 0
+    while made < 300:
+        d = _random_descriptor(rng)
+        if d is not None:
+            seeds.append(d.to_bytes())
+            made += 1
+    inputs = list(seeds)
+    for raw in seeds[:20]:  # the golden vectors: every byte, three ways
+        for i in range(len(raw)):
+            for v in {0, 0xFF, raw[i] ^ 1}:
+                inputs.append(raw[:i] + bytes([v]) + raw[i + 1:])
+        inputs += [raw[:k] for k in range(len(raw))]
+    for raw in seeds:
+        inputs += list(_mutations(raw, rng, 40))
+    inputs += [bytes(rng.randrange(256) for _ in range(rng.choice([31, 32, 56, 100])))
+               for _ in range(300)]
+    return inputs
+
+
+@pytest.mark.parametrize("prefix", [False, True], ids=["strict", "prefix"])
+def test_decoder_agrees_with_python_field_for_field(
+        driver: tuple[pathlib.Path, dict[str, str]], decoder_inputs: list[bytes],
+        prefix: bool) -> None:
+    exe, env = driver
+    stdin = "".join(raw.hex() + "\n" for raw in decoder_inputs)
+    got = _ok(_run(exe, "decode", *(["prefix"] if prefix else []), stdin=stdin,
+                   env=env)).splitlines()
+    assert len(got) == len(decoder_inputs)
+    accepted = 0
+    for raw, c_line in zip(decoder_inputs, got, strict=True):
+        py = _py_decode(raw, prefix)
+        assert c_line == py, f"input {raw.hex()}: C says {c_line!r}, Python {py!r}"
+        accepted += py.startswith("ok")
+    assert 300 < accepted < len(decoder_inputs) - 1000  # both outcomes well exercised
+
+
+# ------------------------------------------------------------------------------ files
+def _reseal(data: bytes) -> bytes:
+    """Recompute the header and index CRCs: the container fuzz target's own resealer."""
+    from tests.fuzz.test_fuzz_readers import _load
+
+    resealed: bytes = _load("container").reseal(data)
+    return resealed
+
+
+def _py_check(data: bytes) -> str:
+    try:
+        hb.loads(data, verify=True)
+    except hb.FormatError as exc:
+        return f"err {exc.field}"
+    return "ok"
+
+
+def _file_mutations(rng: random.Random) -> list[bytes]:
+    out = []
+    for path in sorted(FILES.glob("*.hurray")):
+        raw = path.read_bytes()
+        index_end = 128 + struct.unpack_from("<Q", raw, 24)[0] + struct.unpack_from(
+            "<Q", raw, 40)[0]
+        out.append(raw)
+        for m in _mutations(raw[:index_end], rng, 60):
+            out.append(_reseal(m + raw[index_end:]) if len(m) == index_end else _reseal(m))
+        for _ in range(6):  # data and padding bytes (found by verify only)
+            i = rng.randrange(len(raw))
+            out.append(raw[:i] + bytes([raw[i] ^ 0x40]) + raw[i + 1:])
+    return out
+
+
+def test_file_parser_agrees_with_python_field_for_field(
+        driver: tuple[pathlib.Path, dict[str, str]], tmp_path: pathlib.Path) -> None:
+    exe, env = driver
+    files = _file_mutations(random.Random(7))
+    paths = []
+    for k, data in enumerate(files):
+        p = tmp_path / f"m{k}.hurray"
+        p.write_bytes(data)
+        paths.append(str(p))
+    got = _ok(_run(exe, "check-files", stdin="".join(p + "\n" for p in paths),
+                   env=env)).splitlines()
+    assert len(got) == len(files)
+    for data, path, c_line in zip(files, paths, got, strict=True):
+        assert not c_line.startswith("mismatch"), (path, c_line)  # path and memory agree
+        assert c_line == _py_check(data), (path, c_line)
+    assert sum(line == "ok" for line in got) >= 17
+
+
+def test_every_truncation_is_refused(driver: tuple[pathlib.Path, dict[str, str]],
+                                     tmp_path: pathlib.Path) -> None:
+    exe, env = driver
+    raw = (FILES / "metadata.hurray").read_bytes()
+    paths = []
+    for n in range(len(raw)):
+        p = tmp_path / f"t{n}"
+        p.write_bytes(raw[:n])
+        paths.append(str(p))
+    got = _ok(_run(exe, "check-files", stdin="".join(p + "\n" for p in paths),
+                   env=env)).splitlines()
+    assert got == ["err header"] * 128 + ["err file_size"] * (len(raw) - 128)
+
+
+# ------------------------------------------------------------------------------ tool
+def _python_set() -> dict[str, Any]:
+    """Tensors of every element type, layout and section, empty ones, scalars, rank 64."""
+    from tests.vectors.generate_files import every_dtype, vectors
+
+    out: dict[str, Any] = {f"dtype/{k}": v for k, v in every_dtype().items()}
+    for name, (tensors, _, _) in vectors().items():
+        for k, v in tensors.items():
+            out.setdefault(f"vector/{name}/{k}", v)
+    a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    out.update({
+        "numpy/float32": a,
+        "numpy/transposed": a.transpose(2, 0, 1),
+        "numpy/negative_steps": a[::-1, :, ::-2],
+        "numpy/int64": np.arange(-5, 5, dtype=np.int64),
+        "numpy/complex128": np.array([1 + 2j, -3.5j]),
+        "numpy/bool8": np.array([[True, False], [False, True]]),
+        "numpy/empty": np.zeros((4, 0, 3), np.float64),
+        "numpy/empty_uint16": np.zeros((0,), np.uint16),
+        "numpy/scalar": np.array(2.5, np.float64),
+        "numpy/scalar_int8": np.array(-7, np.int8),
+        "numpy/rank64": np.arange(2, dtype=np.int16).reshape((1,) * 63 + (2,)),
+        "numpy/rank64_empty": np.zeros((1,) * 62 + (0, 3), np.float32),
+        "名前/ünïcode": np.array([1, 2, 3], np.uint8),
+    })
+    return out
+
+
+@pytest.mark.parametrize("options", [{}, {"alignment": 4096}, {"checksums": False}],
+                         ids=["default", "alignment_4096", "no_checksums"])
+def test_python_to_c_to_python(c_build: pathlib.Path, tmp_path: pathlib.Path,
+                               options: dict[str, Any]) -> None:
+    tool = c_build / "hurray-c"
+    src, dst = tmp_path / "py.hurray", tmp_path / "c.hurray"
+    meta = {"source": "hb.save", "note": "grüße ✓", "empty": ""}
+    hb.save(src, _python_set(), meta, **options)
+    _ok(_run(tool, "verify", str(src)))
+    _ok(_run(tool, "copy", str(src), str(dst)))
+    # the C writer makes the file hb.save made: the Python writer is deterministic
+    assert dst.read_bytes() == src.read_bytes()
+    assert sorted(os.listdir(tmp_path)) == ["c.hurray", "py.hurray"]  # no temporary left
+    a, b = hb.load(src), hb.load(dst)
+    assert b.metadata == meta and list(b) == list(a)
+    for name in a:
+        assert b[name].descriptor == a[name].descriptor, name
+        assert [bytes(b[name].memoryview(x.role)) for x in b[name].buffers] == [
+            bytes(a[name].memoryview(x.role)) for x in a[name].buffers], name
+    container.verify(dst)
+
+
+def test_inspect_json_matches_python(c_build: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "x.hurray"
+    hb.save(path, _python_set())
+    rows = _lines(_ok(_run(c_build / "hurray-c", "inspect", "--json", str(path))))
+    idx = container.read_index(path)
+    data = path.read_bytes()
+    assert [r["name"] for r in rows] == [e.name for e in idx.entries]
+    for row, e in zip(rows, idx.entries, strict=True):
+        d = e.descriptor
+        bufs = [data[idx.data_offset + b.offset:idx.data_offset + b.offset + b.length]
+                for b in e.buffers]
+        assert row["dtype"] == d.dtype.name and row["type_tag"] == d.dtype.tag
+        assert row["shape"] == list(d.shape)
+        assert row["layout"] == d.layout.name and row["flags"] == int(d.flags)
+        assert row["nbytes"] == e.nbytes == sum(map(len, bufs))
+        assert row["sha256"] == hashlib.sha256(b"".join(bufs)).hexdigest()
+        assert [(x["role"], x["offset"], x["length"], x["sha256"]) for x in row["buffers"]] == [
+            (b.role.name, b.offset, b.length, hashlib.sha256(raw).hexdigest())
+            for b, raw in zip(e.buffers, bufs, strict=True)]
+        assert row["checksum"] == e.checksum
+        assert bytes.fromhex(row["descriptor"]) == wire.encode(d, [b.offset for b in e.buffers])
+        if d.strides is not None:
+            assert row["strides"] == list(d.strides)
+
+
+def test_c_to_python(driver: tuple[pathlib.Path, dict[str, str]], tmp_path: pathlib.Path) -> None:
+    """Files the C writer built from the C API alone read back in Python, bit for bit."""
+    from tests.vectors.generate_files import pattern, tensor
+
+    exe, env = driver
+    manifest = json.loads(_ok(_run(exe, "make-files", str(tmp_path), env=env)))
+    dt = {d.name: d for d in hb.dtypes.all_dtypes()}
+    kinds = set()
+    for spec in manifest["files"]:
+        path = tmp_path / spec["file"]
+        container.verify(path)
+        tf = hb.load(path)
+        assert tf.metadata == spec["metadata"]
+        assert list(tf) == [e["name"] for e in spec["entries"]]
+        expected = {}
+        for e in spec["entries"]:
+            kw: dict[str, Any] = {"padded": e["padded"]}
+            if "strides" in e:
+                kw["strides"] = e["strides"]
+            if "tile" in e:
+                kw["tile"] = e["tile"]
+            if "sparse" in e:
+                nnz, idx, canonical = e["sparse"]
+                kw["sparse"] = hb.Sparse(nnz, dt[idx], canonical)
+            if "quantization" in e:
+                scheme, scale, zp, axis, block = e["quantization"]
+                kw["quantization"] = hb.Quantization(
+                    hb.QuantScheme(scheme), dt[scale], dt[zp] if zp else None,
+                    None if axis == -1 else axis, block or None)
+            if "shard" in e:
+                glob, offsets, replica, dev_type, dev_id = e["shard"]
+                kw["shard"] = hb.Shard(glob, offsets, replica, dev_type, dev_id)
+            d = hb.Descriptor(e["shape"], dt[e["dtype"]], hb.Layout[e["layout"]], **kw)
+            t = tf[e["name"]]
+            assert t.descriptor == d, e["name"]
+            # the C driver fills buffer j with generate_files.pattern(length, seed + j)
+            raws = [pattern(s.nbytes, e["seed"] + j) for j, s in enumerate(d.buffer_layout())]
+            if d.trailing_bits and raws[0]:  # written as zero by the C writer, as by hb.save
+                raws[0] = raws[0][:-1] + bytes([raws[0][-1] & (0xFF >> d.trailing_bits)])
+            assert [bytes(t.memoryview(b.role)) for b in t.buffers] == raws, e["name"]
+            expected[e["name"]] = tensor(d, *raws)
+            kinds.add((d.layout, d.rank == 0, d.rank == 64, d.is_empty, d.quantization is not None,
+                       d.shard is not None))
+        # and hb.save would have written exactly the same file
+        again = hb.dumps(expected, spec["metadata"], alignment=spec["alignment"],
+                         checksums=spec["checksums"])
+        assert again == path.read_bytes(), spec["file"]
+    assert {k[0] for k in kinds} == set(hb.Layout)
+    assert any(k[1] for k in kinds) and any(k[2] for k in kinds) and any(k[3] for k in kinds)
+
+
+def test_tool_reports_defects_and_keeps_old_maps_valid(c_build: pathlib.Path,
+                                                       tmp_path: pathlib.Path) -> None:
+    tool = c_build / "hurray-c"
+    src = tmp_path / "a.hurray"
+    hb.save(src, {"x": np.arange(1000, dtype=np.float64)})
+    raw = src.read_bytes()
+    ok = _ok(_run(tool, "verify", str(src)))
+    assert ok.startswith(f"{src}: OK")
+    # a flipped data bit: verify names the entry's checksum, copy refuses to launder it
+    bad = tmp_path / "bad.hurray"
+    bad.write_bytes(raw[:5000] + bytes([raw[5000] ^ 1]) + raw[5001:])
+    proc = _run(tool, "verify", str(bad))
+    assert proc.returncode == 2 and "entries[0].checksum" in proc.stderr
+    proc = _run(tool, "copy", str(bad), str(tmp_path / "out.hurray"))
+    assert proc.returncode == 2 and not (tmp_path / "out.hurray").exists()
+    # truncated, and bytes appended
+    for cut in (0, 100, 128, 4095, len(raw) - 1):
+        bad.write_bytes(raw[:cut])
+        proc = _run(tool, "verify", str(bad))
+        assert proc.returncode == 2 and ("file_size" in proc.stderr or "header" in proc.stderr)
+    bad.write_bytes(raw + b"\0")
+    proc = _run(tool, "verify", str(bad))
+    assert proc.returncode == 2 and "file_size: 1 bytes follow" in proc.stderr
+    assert _run(tool, "verify", str(tmp_path / "missing")).returncode == 2
+    assert _run(tool, "frobnicate").returncode == 1
+    # copying over a file that is mapped: the old map stays valid (a new inode)
+    target = tmp_path / "t.hurray"
+    hb.save(target, {"y": np.full(512, 7, np.int32)})
+    old = hb.load(target)
+    inode = os.stat(target).st_ino
+    _ok(_run(tool, "copy", str(src), str(target)))
+    assert os.stat(target).st_ino != inode
+    assert bytes(old["y"].memoryview()) == np.full(512, 7, np.int32).tobytes()
+    assert target.read_bytes() == raw
+
+
+def test_example_prints_a_tensor_saved_by_hb_save(c_build: pathlib.Path,
+                                                  tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "w.hurray"
+    hb.save(path, {"w": np.arange(6, dtype=np.float32).reshape(2, 3),
+                   "t": np.arange(12, dtype=np.int16).reshape(3, 4).T,
+                   "e": np.zeros((0, 3))})
+    out = _ok(_run(c_build / "print_tensor", str(path), "w"))
+    assert out.splitlines()[-1] == "[[0, 1, 2], [3, 4, 5]]"
+    out = _ok(_run(c_build / "print_tensor", str(path), "t"))
+    assert out.splitlines()[-1] == "[[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7, 11]]"
+    out = _ok(_run(c_build / "print_tensor", str(path), "e"))
+    assert "data = NULL" in out.splitlines()[-1]
+
+
+# ------------------------------------------------------------------------------ fuzzing
+@pytest.fixture(scope="module")
+def fuzz_build(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    if CLANG is None:
+        pytest.skip("clang is not installed: the libFuzzer targets need it "
+                    "(apt-get install clang)")
+    build = tmp_path_factory.mktemp("c-fuzz")
+    _make(build, "fuzz", CC=CLANG)
+    return build
+
+
+@pytest.mark.parametrize("target,corpus,extra", [
+    ("descriptor", "descriptor", []),
+    ("file", "file", ["-max_len=20000"]),
+])
+def test_fuzz_target_runs_clean(fuzz_build: pathlib.Path, tmp_path: pathlib.Path, target: str,
+                                corpus: str, extra: list[str]) -> None:
+    """A bounded coverage-guided run from the committed corpus: no crash, leak or hang."""
+    work = tmp_path / "new"
+    work.mkdir()
+    proc = subprocess.run(
+        [str(fuzz_build / f"fuzz_{target}"), str(work), str(ROOT / "fuzz" / "c" / corpus),
+         f"-max_total_time={FUZZ_SECONDS}", "-timeout=10", "-rss_limit_mb=2048",
+         "-print_final_stats=1", f"-artifact_prefix={tmp_path}/", *extra],
+        capture_output=True, text=True, timeout=FUZZ_SECONDS + 120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not list(tmp_path.glob("crash-*")) and not list(tmp_path.glob("leak-*"))
+    m = re.search(r"stat::number_of_executed_units: (\d+)", proc.stderr)
+    assert m is not None, proc.stderr[-2000:]
+    assert int(m.group(1)) > 1000
+
+
+# ------------------------------------------------------------------------------ _speedups
+def _speedups_or_skip() -> Any:
+    try:
+        from hurray_bridge import _speedups
+    except ImportError:
+        pytest.skip("hurray_bridge._speedups was not built (no C compiler at install time)")
+    return _speedups
+
+
+def test_the_compiled_dense_decoder_is_the_c_librarys() -> None:
+    """_speedups' dense fast path calls c/src/descriptor.c: one copy of the rules in C."""
+    sp = _speedups_or_skip()
+    assert wire._decode_dense is sp.decode_dense
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    out = subprocess.run([nm, "--defined-only", sp.__file__], capture_output=True,
+                         text=True).stdout
+    assert re.search(r"\bhry_decode_prefix\b", out) and re.search(r"\bhry_dtype\b", out)
+
+
+def test_the_two_element_type_tables_are_checked_to_agree() -> None:
+    """A dtypes.py table that differs from the C library's turns the compiled decoder off
+    (with a warning): the general Python decoder then answers, never the other table."""
+    _speedups_or_skip()
+    code = (
+        "import warnings\n"
+        "import hurray_bridge as hb\n"
+        "from hurray_bridge import wire, _speedups\n"
+        "from hurray_bridge.descriptor import Descriptor\n"
+        "from hurray_bridge.dtypes import _BY_TAG\n"
+        "dts = [_BY_TAG.get(t) for t in range(256)]\n"
+        "bits = [d.bits if d is not None else 0 for d in dts]\n"
+        "slots = tuple(Descriptor.__dict__[f] for f in ('shape', 'dtype', 'layout', 'strides',"
+        " 'tile', 'sparse', 'quantization', 'shard', 'padded'))\n"
+        "raw = hb.Descriptor([3], hb.float32).to_bytes()\n"
+        "print('on', _speedups.decode_dense(raw, len(raw)) is not None)\n"
+        "bits[23] = 8\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    _speedups.dense_decoder_setup(Descriptor, dts, bits, wire._ROW_MAJOR,"
+        " wire._STRIDED, slots)\n"
+        "print('warned', [str(x.message) for x in w])\n"
+        "print('off', _speedups.decode_dense(raw, len(raw)) is None)\n"
+        "print('decodes', hb.Descriptor.from_bytes(raw) == hb.Descriptor([3], hb.float32))\n"
+        "bits[23] = 4\n"
+        "_speedups.dense_decoder_setup(Descriptor, dts, bits, wire._ROW_MAJOR, wire._STRIDED,"
+        " slots)\n"
+        "print('on again', _speedups.decode_dense(raw, len(raw)) is not None)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "on True" and "tag 23 differs" in lines[1]
+    assert lines[2:] == ["off True", "decodes True", "on again True"]

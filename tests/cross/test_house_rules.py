@@ -1,0 +1,218 @@
+"""The shape of the house, read from the source (no module is imported or run):
+
+1. the core (``hurray_bridge/`` without ``adapters/``) imports no framework - not at
+   module level, not inside a function - and NumPy/ml_dtypes only through the one
+   lazy shim, ``hurray_bridge/_numpy.py``;
+2. the core's modules form no import cycle, counting imports deferred into functions
+   and ``importlib.import_module("hurray_bridge....")`` of a literal name (imports
+   under ``if TYPE_CHECKING:`` run never, and are left out);
+3. the core reads no private name of an adapter (an adapter's documented functions
+   are its interface; its ``_names`` are its own).
+
+Each rule prints every offence it finds, with file and line, so a failure says what
+to move where.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = ROOT / "hurray_bridge"
+PACKAGE = "hurray_bridge"
+
+# Frameworks and framework helpers: they belong to an adapter.
+FRAMEWORKS = frozenset({"torch", "jax", "jaxlib", "pyarrow", "scipy", "cupy", "cupyx",
+                        "safetensors", "ray", "tvm_ffi"})
+# Compute kernels the core may use, through the shim only.
+KERNELS = frozenset({"numpy", "ml_dtypes"})
+SHIM = "hurray_bridge._numpy"
+
+
+def core_modules() -> dict[str, Path]:
+    """Dotted name -> file, for every Python file of the core."""
+    out = {}
+    for path in sorted(CORE.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _type_checking_blocks(tree: ast.AST) -> set[int]:
+    """ids of the nodes under ``if TYPE_CHECKING:`` (imports that never run)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = (test.id if isinstance(test, ast.Name)
+                    else test.attr if isinstance(test, ast.Attribute) else None)
+            if name == "TYPE_CHECKING":
+                for child in node.body:
+                    skip.update(id(n) for n in ast.walk(child))
+    return skip
+
+
+def imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
+    """(line, absolute module name) for every import the file can make at run time."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _type_checking_blocks(tree)
+    is_package = path.name == "__init__.py"
+    here = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield node.lineno, target
+            for alias in node.names:  # ``from . import wire`` imports a module
+                yield node.lineno, f"{target}.{alias.name}"
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            yield node.lineno, node.args[0].value
+
+
+def test_the_core_imports_no_framework() -> None:
+    offences = []
+    for module, path in core_modules().items():
+        for line, target in imports(module, path):
+            top = target.partition(".")[0]
+            if top in FRAMEWORKS or (top in KERNELS and module != SHIM):
+                offences.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not offences, "framework code belongs to its adapter:\n" + "\n".join(offences)
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = core_modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for module, path in mods.items():
+        for _line, target in imports(module, path):
+            # The longest core module that the import names (``a.b.c`` imports ``a.b``).
+            parts = target.split(".")
+            while parts and ".".join(parts) not in mods:
+                parts.pop()
+            dep = ".".join(parts)
+            if dep and dep != module and not module.startswith(dep + "."):
+                graph[module].add(dep)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_core_has_no_import_cycle() -> None:
+    graph = _graph()
+    # The package's __init__ imports its modules to re-export them; a module that
+    # imports the package back (``import hurray_bridge as hb``) closes a cycle.
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles among core modules:\n" + "\n".join(
+        " <-> ".join(c) + "\n    " + "; ".join(
+            f"{a} -> {b}" for a in c for b in sorted(graph[a]) if b in c)
+        for c in cycles)
+
+
+def _adapter_handles(tree: ast.AST) -> set[str]:
+    """Names bound to an adapter module: ``get_adapter(...)``, ``adapter_for(...)`` or an
+    import of ``hurray_bridge.adapters...``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            fn = node.value.func
+            called = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(
+                fn, ast.Attribute) else None
+            if called in ("get_adapter", "adapter_for", "import_module"):
+                is_adapter = called != "import_module" or (
+                    node.value.args and isinstance(node.value.args[0], ast.Constant)
+                    and str(node.value.args[0].value).startswith(f"{PACKAGE}.adapters"))
+                if is_adapter:
+                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                ("adapters", f"{PACKAGE}.adapters")):
+            names.update(a.asname or a.name for a in node.names)
+    return names
+
+
+def test_the_core_reads_no_private_name_of_an_adapter() -> None:
+    offences = []
+    for _module, path in core_modules().items():
+        tree = ast.parse(path.read_text(), str(path))
+        handles = _adapter_handles(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    ("adapters", f"{PACKAGE}.adapters")):
+                offences += [f"{path.relative_to(ROOT)}:{node.lineno} imports {a.name}"
+                             for a in node.names if a.name.startswith("_")]
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+                continue
+            if node.attr.startswith("__"):
+                continue
+            base = node.value
+            direct = isinstance(base, ast.Call) and (
+                isinstance(base.func, ast.Name) and base.func.id in ("get_adapter", "adapter_for"))
+            if direct or (isinstance(base, ast.Name) and base.id in handles):
+                offences.append(f"{path.relative_to(ROOT)}:{node.lineno} reads .{node.attr}")
+    assert not offences, "the core reads adapter privates:\n" + "\n".join(offences)
+
+
+@pytest.mark.parametrize("source, found", [
+    ("import torch\n", ["torch"]),
+    ("def f():\n    from jax import numpy\n", ["jax"]),
+    ("import importlib\nimportlib.import_module('pyarrow')\n", ["pyarrow"]),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n", []),
+])
+def test_the_checker_sees_deferred_and_dynamic_imports(tmp_path: Path, source: str,
+                                                       found: list[str]) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    tops = [t.partition(".")[0] for _, t in imports("hurray_bridge.mod", path)]
+    assert sorted({t for t in tops if t in FRAMEWORKS}) == found
+
+
+def test_the_checker_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -1,0 +1,265 @@
+"""The copies of ``hurray convert``: one pass, memory that does not follow the file size,
+and every check of ``verify`` made on the way (hurray -> safetensors), before the output
+replaces anything.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import hurray_bridge as hb
+from hurray_bridge import container
+from hurray_bridge import safetensors_io as sio
+
+np = pytest.importorskip("numpy")
+
+LINUX = sys.platform.startswith("linux")
+
+
+@pytest.fixture(params=["whole", "pipelined"])
+def chunking(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """As shipped, or in 4 KiB chunks through the checksum thread (every buffer hand-off)."""
+    if request.param == "pipelined":
+        monkeypatch.setattr(container, "_CHUNK", 4096)
+        monkeypatch.setattr(container, "_THREADED_CRC_BYTES", 0)
+    return str(request.param)
+
+
+def tensors() -> dict[str, Any]:
+    rng = np.random.default_rng(9)
+    return {"a": rng.integers(0, 255, 50_001, dtype=np.uint8),  # alignment padding follows
+            "empty": np.zeros((3, 0), np.float32),
+            "b": rng.standard_normal((33, 17)).astype(np.float32),
+            "scalar": np.array(2.5),
+            "c": rng.integers(-9, 9, 10_000, dtype=np.int16)}
+
+
+def others(folder: pathlib.Path, *keep: str) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name not in keep)
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["checksums", "none"])
+def test_conversions_write_what_the_writers_from_memory_write(tmp_path: pathlib.Path,
+                                                              chunking: str,
+                                                              checked: bool) -> None:
+    t = tensors()
+    sio.save(tmp_path / "ref.safetensors", t, {"k": "v"})
+    hb.save(tmp_path / "ref.hurray", t, {"k": "v"}, alignment=4096, checksums=checked)
+    sio.safetensors_to_hurray(tmp_path / "ref.safetensors", tmp_path / "out.hurray",
+                              alignment=4096, checksums=checked)
+    assert (tmp_path / "out.hurray").read_bytes() == (tmp_path / "ref.hurray").read_bytes()
+    sio.hurray_to_safetensors(tmp_path / "ref.hurray", tmp_path / "out.safetensors",
+                              verify=checked)
+    assert ((tmp_path / "out.safetensors").read_bytes()
+            == (tmp_path / "ref.safetensors").read_bytes())
+
+
+def test_without_positional_reads_the_bytes_are_the_same(tmp_path: pathlib.Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         chunking: str) -> None:
+    """Where os.preadv is missing (Windows) a region is read after a seek."""
+    t = tensors()
+    sio.save(tmp_path / "ref.safetensors", t)
+    hb.save(tmp_path / "ref.hurray", t)
+    monkeypatch.delattr(os, "preadv", raising=False)
+    sio.safetensors_to_hurray(tmp_path / "ref.safetensors", tmp_path / "out.hurray")
+    sio.hurray_to_safetensors(tmp_path / "ref.hurray", tmp_path / "out.safetensors")
+    monkeypatch.undo()
+    assert (tmp_path / "out.hurray").read_bytes() == (tmp_path / "ref.hurray").read_bytes()
+    assert ((tmp_path / "out.safetensors").read_bytes()
+            == (tmp_path / "ref.safetensors").read_bytes())
+
+
+def _damage(path: pathlib.Path, where: str) -> pathlib.Path:
+    """A copy of ``path`` with one byte changed ``where``, which verify refuses."""
+    raw = bytearray(path.read_bytes())
+    h = container._parse_header(raw[:container.HEADER_SIZE], len(raw))
+    idx = container.read_index(path)
+    spans = {e.name: (idx.data_offset + e.buffers[0].offset, e.buffers[0].length)
+             for e in idx.entries if e.buffers and e.buffers[0].length}
+    if where == "head padding":
+        assert h.data_offset > h.index_end
+        at = h.index_end + 1
+    elif where == "buffer padding":
+        start, n = spans["a"]
+        at = start + n + 3
+    else:  # the bytes of an entry
+        start, n = spans[where]
+        at = start + n // 2
+    raw[at] ^= 0x5A
+    bad = path.with_name(f"bad-{where.replace(' ', '-')}.hurray")
+    bad.write_bytes(raw)
+    return bad
+
+
+@pytest.mark.parametrize("where", ["b", "c", "buffer padding", "head padding", "strided"])
+def test_a_defect_found_on_the_way_leaves_the_output_as_it_was(tmp_path: pathlib.Path,
+                                                               chunking: str,
+                                                               where: str) -> None:
+    t = tensors()
+    t["strided"] = np.arange(24, dtype=np.float32).reshape(4, 6).T  # gathered, its span checked
+    hb.save(tmp_path / "in.hurray", t)
+    bad = _damage(tmp_path / "in.hurray", where)
+    with pytest.raises(hb.FormatError) as expected:
+        container.verify(bad)
+    out = tmp_path / "out.safetensors"
+    sio.save(out, {"old": np.ones(2)})
+    before = out.read_bytes()
+    with pytest.raises(hb.FormatError) as e:
+        sio.hurray_to_safetensors(bad, out)
+    assert str(e.value) == str(expected.value) and e.value.field == expected.value.field
+    assert out.read_bytes() == before
+    assert others(tmp_path, "in.hurray", bad.name, "out.safetensors") == []  # no temporary
+    assert sio.hurray_to_safetensors(bad, out, verify=False) == len(t)  # as it is, on purpose
+    assert out.read_bytes() != before
+
+
+def test_a_damaged_file_is_refused_as_damaged_before_an_entry_is_refused(
+        tmp_path: pathlib.Path) -> None:
+    coo = hb.Descriptor([4], hb.float32, hb.Layout.COO, sparse=hb.Sparse(0))
+    from tests.vectors.generate_files import tensor
+
+    hb.save(tmp_path / "in.hurray", {"sparse": tensor(coo, b"", b""), **tensors()})
+    bad = _damage(tmp_path / "in.hurray", "b")
+    with pytest.raises(hb.FormatError, match="checksum"):
+        sio.hurray_to_safetensors(bad, tmp_path / "o.safetensors")
+    with pytest.raises(hb.UnsupportedError, match="COO"):
+        sio.hurray_to_safetensors(bad, tmp_path / "o.safetensors", verify=False)
+    assert not (tmp_path / "o.safetensors").exists()
+
+
+@pytest.mark.parametrize("direction", ["to hurray", "to safetensors"])
+def test_a_source_cut_during_the_copy_is_a_format_error(tmp_path: pathlib.Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        direction: str) -> None:
+    monkeypatch.setattr(container, "_CHUNK", 4096)
+    t = {"w": np.arange(100_000, dtype=np.float32)}
+    if direction == "to hurray":
+        src, out, convert = tmp_path / "in.safetensors", tmp_path / "o.hurray", \
+            sio.safetensors_to_hurray
+        sio.save(src, t)
+    else:
+        src, out, convert = tmp_path / "in.hurray", tmp_path / "o.safetensors", \
+            sio.hurray_to_safetensors
+        hb.save(src, t)
+    size = src.stat().st_size
+
+    def cut(done: int, total: int) -> None:
+        os.truncate(src, size // 2)  # another process shortens the file
+
+    with pytest.raises(hb.FormatError, match="truncated: the file ended") as e:
+        convert(src, out, progress=cut)
+    assert e.value.field == "file_size"
+    assert others(tmp_path, src.name) == []
+
+
+def test_a_read_that_reports_more_than_it_was_given_is_refused(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not hasattr(os, "preadv"):
+        pytest.skip("os.preadv")
+    sio.save(tmp_path / "in.safetensors", tensors())
+    real = os.preadv
+
+    def boastful(fd: int, buffers: list[memoryview], offset: int) -> int:
+        return real(fd, buffers, offset) + 1
+
+    monkeypatch.setattr(os, "preadv", boastful)
+    with pytest.raises(OSError, match=r"preadv\(\) returned") as e:
+        sio.safetensors_to_hurray(tmp_path / "in.safetensors", tmp_path / "o.hurray")
+    assert e.value.errno == errno.EIO
+    assert others(tmp_path, "in.safetensors") == []
+
+
+def test_a_region_slices_and_indexes_like_the_view_it_stands_for(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "r.bin"
+    path.write_bytes(bytes(range(200)))
+    with open(path, "rb") as f:
+        r = container._Region(f.fileno(), 10, 100)
+        part = r[5:20]
+        assert (part.offset, len(part)) == (15, 15)
+        assert (r[-1], r[0], len(r[:-1]), len(r[150:])) == (109, 10, 99, 0)
+        with pytest.raises(IndexError):
+            r[100]
+
+
+def test_durable_writes_start_the_disk_early_and_fsync(tmp_path: pathlib.Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[tuple[int, int]] = []
+    monkeypatch.setattr(container, "_WRITEBACK_BYTES", 8192)
+    monkeypatch.setattr(container, "_CHUNK", 4096)
+    monkeypatch.setattr(container, "_start_writeback",
+                        lambda: lambda fd, off, n: started.append((off, n)))
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(container.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    t = tensors()
+    sio.save(tmp_path / "in.safetensors", t, fsync=False)
+    hb.save(tmp_path / "in.hurray", t, fsync=False)
+    assert started == [] and synced == []
+    calls: list[Callable[..., object]] = [
+        lambda **kw: sio.safetensors_to_hurray(tmp_path / "in.safetensors",
+                                               tmp_path / "o.hurray", **kw),
+        lambda **kw: sio.hurray_to_safetensors(tmp_path / "in.hurray",
+                                               tmp_path / "o.safetensors", **kw)]
+    for call in calls:
+        call(fsync=False)
+        assert started == [] and synced == []
+        call()
+        assert len(synced) == (2 if os.name == "posix" else 1)  # the file and its folder
+        assert len(started) > 3
+        ends = [off + n for off, n in started]
+        assert all(a == b for a, b in zip(ends, (off for off, _ in started[1:])))  # in order
+        started.clear()
+        synced.clear()
+
+
+def _peak_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:"))
+
+
+@pytest.mark.skipif(not LINUX, reason="VmHWM and /proc/self/clear_refs")
+def test_peak_memory_does_not_follow_the_file_size(tmp_path: pathlib.Path) -> None:
+    n = 96 << 20
+    src = tmp_path / "big.safetensors"
+    with open(src, "wb") as f:  # written in pieces: the test holds no copy of the data
+        header = b'{"w":{"dtype":"U8","shape":[%d],"data_offsets":[0,%d]}}' % (n, n)
+        header += b" " * (-len(header) % 8)
+        f.write(len(header).to_bytes(8, "little") + header)
+        piece = bytes(range(256)) * 4096
+        for _ in range(n // len(piece)):
+            f.write(piece)
+
+    def growth(fn: Callable[[], object]) -> int:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # resets the peak to the resident set now
+        except OSError:
+            pytest.skip("cannot reset VmHWM here")
+        before = _peak_kib()
+        fn()
+        return (_peak_kib() - before) << 10
+
+    to = growth(lambda: sio.safetensors_to_hurray(src, tmp_path / "big.hurray", fsync=False))
+    back = growth(lambda: sio.hurray_to_safetensors(tmp_path / "big.hurray",
+                                                    tmp_path / "back.safetensors", fsync=False))
+    assert to < 32 << 20 and back < 32 << 20, (to >> 20, back >> 20)  # a few 4 MiB buffers
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["checksums", "none"])
+def test_save_from_memory_through_the_pipeline(tmp_path: pathlib.Path, chunking: str,
+                                               checked: bool) -> None:
+    t = tensors()
+    hb.save(tmp_path / "m.hurray", t, checksums=checked, alignment=128)
+    assert (tmp_path / "m.hurray").read_bytes() == hb.dumps(t, checksums=checked, alignment=128)
+    sio.save(tmp_path / "m.safetensors", t)
+    assert sio.hurray_to_safetensors(tmp_path / "m.hurray", tmp_path / "back.safetensors")
+    assert ((tmp_path / "back.safetensors").read_bytes()
+            == (tmp_path / "m.safetensors").read_bytes())
