@@ -61,7 +61,10 @@ if [ -n "$OUTDIR" ]; then
     mkdir -p "$OUTDIR"
     junit=(--junitxml "$OUTDIR/gpu_tests.xml")
 fi
-"$PY" -m pytest gpu_tests -q -rs --durations=15 ${junit[@]+"${junit[@]}"} 2>&1 \
+# One process on the one GPU, and no -n from pyproject's addopts: the GPU machine may not
+# have pytest-xdist, and pytest refuses an option no installed plugin defines.
+"$PY" -m pytest gpu_tests -o addopts="-ra --strict-markers" -q -rs --durations=15 \
+    ${junit[@]+"${junit[@]}"} 2>&1 \
     | { if [ -n "$OUTDIR" ]; then tee "$OUTDIR/gpu_tests.log"; else cat; fi; }
 keep "${PIPESTATUS[0]}"
 
