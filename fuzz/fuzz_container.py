@@ -156,17 +156,29 @@ def _check_file(hb: Any, raw: bytes, tf: Any) -> None:
                 raise _harness.Finding(f"{name!r}: buffer bytes differ from the input")
         if t.is_dense and d.dtype.dlpack is not None and not (d.padded and d.dtype.is_subbyte):
             # A dense tensor goes on to a consumer: our own DLPack export must accept it.
-            # An empty tensor may have a dimension above 2**63 - 1 (valid in a file):
-            # DLPack's int64 shape cannot say it, and the export refuses, as documented.
+            # An empty tensor may have a dimension above 2**63 - 1, or compact strides
+            # above it ([0, 2**40, 2**40]), both valid in a file: DLPack's int64 shape and
+            # strides cannot say them, and the export refuses, as documented.
             from hurray_bridge import _capsule
 
             try:
                 capsule = t.__dlpack__(max_version=(1, 0))
             except hb.UnsupportedError:
-                if max(d.shape) <= 2**63 - 1:
+                if max(d.shape) <= 2**63 - 1 and max(_compact_strides(d), default=0) <= 2**63 - 1:
                     raise
             else:
                 _capsule.consume_capsule(capsule).owner.release()
+
+
+def _compact_strides(d: Any) -> list[int]:
+    """The element strides of ``d`` in row-major order, as Python integers (unbounded)."""
+    if d.strides is not None:
+        return [abs(s) for s in d.strides]
+    out, step = [], 1
+    for n in reversed(d.shape):
+        out.append(step)
+        step *= n
+    return out[::-1]
 
 
 if __name__ == "__main__":

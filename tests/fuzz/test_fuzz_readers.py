@@ -274,3 +274,15 @@ def test_a_large_message_from_a_pipe_reads_back() -> None:
     del pipe
     assert bytes(t.memoryview()) == src and t.buffers[0].ptr % 64 == 0
 
+
+def test_an_empty_tensor_beyond_dlpack_strides_is_a_refusal_not_a_finding() -> None:
+    """``[0, 2**40, 2**40]`` is a valid file entry (no bytes), but its compact strides pass
+    int64, so the DLPack export refuses it, as documented; the container target accepts
+    that refusal as it accepts the one for a dimension above 2**63 - 1."""
+    from tests.vectors.generate_files import tensor
+
+    t = tensor(hb.Descriptor([0, 2**40, 2**40], hb.bool8), b"")
+    raw = hb.dumps({"e": t})
+    with pytest.raises(hb.UnsupportedError, match="strides"):
+        t.__dlpack__(max_version=(1, 0))
+    check("container")(raw)
