@@ -296,12 +296,15 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
 
     np = numpy()
 
-    _open_regular(path).close()  # a FIFO or device is refused here, not waited on by NumPy
+    # A FIFO or device is refused here, not waited on by NumPy. The .npz is read through
+    # this handle: np.load leaves a file it opened itself open when NpzFile refuses it.
+    fh = _open_regular(path)
     try:
         if fmt == "npy":
+            fh.close()  # a memory map of the path, which np.load opens and closes itself
             key = name or os.path.splitext(os.path.basename(path))[0] or "array"
             return {key: np.load(path, mmap_mode="r", allow_pickle=False)}
-        with np.load(path, allow_pickle=False) as npz:
+        with np.load(fh, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
     except OSError:
         raise
@@ -311,6 +314,8 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
         # method), RuntimeError (an encrypted member), zlib.error...: all a defect of the file.
         raise FormatError(f"cannot read {fmt}: the file is malformed: {exc} "
                           f"({type(exc).__name__})", field="input") from None
+    finally:
+        fh.close()
 
 
 class _Annotated(Exception):
