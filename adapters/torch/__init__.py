@@ -218,8 +218,7 @@ def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
         if copied or copy:
             t._copied = True
         elif tracked:
-            t._readonly = True
-            t._owner = _Tracked(t._owner)
+            _share_tracked(t)
         return t
 
     if dtype is float4_e2m1fn:
@@ -351,6 +350,13 @@ class _Tracked:
 
     def __init__(self, tensor: Any) -> None:
         self.tensor = tensor
+
+
+def _share_tracked(t: Tensor) -> Tensor:
+    """Mark ``t``, a zero-copy view of memory autograd tracks, read-only and owned so."""
+    t._readonly = True
+    t._owner = _Tracked(t._owner)
+    return t
 
 
 def _tracked(t: Tensor) -> bool:

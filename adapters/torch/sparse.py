@@ -17,6 +17,7 @@ from hurray_bridge.layout import Layout
 from hurray_bridge.sparse import ArrayOps, SparseParts, assemble, check, verify
 from hurray_bridge.tensor import Tensor
 
+from . import _share_tracked
 from . import from_hurray as dense_from_hurray
 from . import to_hurray as dense_to_hurray
 
@@ -42,8 +43,11 @@ _OPS = _TorchOps(torch)
 def to_hurray(x: Any, *, copy: bool | None) -> Tensor:
     """A torch sparse COO, CSR or CSC tensor as a sparse hb.Tensor."""
     layout = x.layout
-    if x.requires_grad:
-        x = x.detach()  # same memory, no autograd history
+    tracked = x.requires_grad
+    if tracked:
+        # Same memory, no autograd history; the parts are shared read-only, as a dense
+        # tensor's memory is (a write through them would change what autograd sees).
+        x = x.detach()
     shape = tuple(x.shape)
     if layout == torch.sparse_coo:
         if x.dense_dim():
@@ -57,8 +61,8 @@ def to_hurray(x: Any, *, copy: bool | None) -> Tensor:
         nnz = int(vals.shape[0])
         # torch's is_coalesced() means sorted (row-major) and unique: kept when it says so.
         canonical = check(_OPS, _COO, shape, nnz, idx, None, x.is_coalesced())
-        return assemble(_COO, shape, _component(vals, copy), _component(idx, copy), None,
-                        canonical, copy=copy)
+        return assemble(_COO, shape, _component(vals, copy, tracked),
+                        _component(idx, copy, tracked), None, canonical, copy=copy)
     if layout in (torch.sparse_csr, torch.sparse_csc):
         csr = layout == torch.sparse_csr
         if x.dim() != 2:
@@ -75,15 +79,16 @@ def to_hurray(x: Any, *, copy: bool | None) -> Tensor:
         lay = _CSR if csr else _CSC
         # torch does not enforce sorted, unique indices unless its invariant checks are on.
         canonical = check(_OPS, lay, shape, int(vals.shape[0]), idx, ptr)
-        return assemble(lay, shape, _component(vals, copy), _component(idx, copy),
-                        _component(ptr, copy), canonical, copy=copy)
+        return assemble(lay, shape, _component(vals, copy, tracked),
+                        _component(idx, copy, tracked), _component(ptr, copy, tracked),
+                        canonical, copy=copy)
     raise UnsupportedError(
         f"torch layout {layout} has no Hurray layout (Hurray has COO, CSR and CSC); "
         "convert with x.to_sparse_csr() or x.to_sparse_coo() first"
     )
 
 
-def _component(c: torch.Tensor, copy: bool | None) -> Tensor:
+def _component(c: torch.Tensor, copy: bool | None, tracked: bool) -> Tensor:
     if not c.is_contiguous() and not c.is_cpu:
         # The bridge compacts host memory itself (on assembly); a device tensor is
         # compacted by torch, on its device.
@@ -93,7 +98,8 @@ def _component(c: torch.Tensor, copy: bool | None) -> Tensor:
         return Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=None, padded=False,
                              device=t.device, owner=t.owner, readonly=False, copied=True,
                              source=c.contiguous())
-    return dense_to_hurray(c, copy=copy)
+    t = dense_to_hurray(c, copy=copy)
+    return _share_tracked(t) if tracked and not t.copied else t
 
 
 def from_hurray(p: SparseParts, *, device: Any, copy: bool | None, checked: bool) -> Any:

@@ -295,3 +295,47 @@ def test_requires_grad_hb_tensor_is_read_only_everywhere() -> None:
     with pytest.warns(hb.CopyWarning, match=r"x\.detach\(\)"):
         y = hb.convert(hb.asarray(x[1:]), "torch")
     assert y.data_ptr() != x[1:].data_ptr()
+
+
+SPARSE = ["coo", "csr", "csc"]
+# torch says once per process that its CSR support is in beta, on whichever CSR call is first.
+_CSR_BETA = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support:UserWarning")
+
+
+def _sparse_leaf(layout: str) -> Any:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("scipy")
+    dense = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]])
+    x = {"coo": dense.to_sparse, "csr": dense.to_sparse_csr, "csc": dense.to_sparse_csc}[layout]()
+    return x.requires_grad_(True)
+
+
+@_CSR_BETA
+@pytest.mark.parametrize("layout", SPARSE)
+def test_sparse_requires_grad_to_scipy_is_read_only(layout: str) -> None:
+    """The sparse components of a ``requires_grad`` tensor are shared read-only, like a
+    dense one's: a write through scipy's ``.data`` would change what autograd sees."""
+    x = _sparse_leaf(layout)
+    values = x._values() if layout == "coo" else x.values()
+    s = hb.convert(x, "numpy")
+    assert s.data.ctypes.data == values.data_ptr()  # still zero-copy
+    assert not s.data.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        s.data[0] = 5
+    assert x.to_dense().tolist() == [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
+    assert hb.asarray(x).readonly
+
+
+@_CSR_BETA
+@pytest.mark.parametrize("layout", SPARSE)
+def test_sparse_requires_grad_to_torch_is_a_copy(layout: str) -> None:
+    x = _sparse_leaf(layout)
+    values = x._values() if layout == "coo" else x.values()
+    with pytest.warns(hb.CopyWarning, match=r"x\.detach\(\)"):
+        y = hb.convert(x, "torch")
+    y_values = y._values() if layout == "coo" else y.values()
+    assert y_values.data_ptr() != values.data_ptr() and not y.requires_grad
+    assert y.to_dense().tolist() == x.detach().to_dense().tolist()
+    # the detached tensor is shared, as a dense one is
+    d = hb.convert(x.detach(), "torch")
+    assert (d._values() if layout == "coo" else d.values()).data_ptr() == values.data_ptr()
