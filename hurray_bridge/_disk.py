@@ -115,6 +115,17 @@ def _write_all(fd: int, data: memoryview | bytes) -> None:
         view = view[n:]
 
 
+def _write_all_at(fd: int, data: memoryview | bytes, offset: int) -> None:
+    """``data`` written at ``offset`` of ``fd`` (os.pwrite: the file position is left alone)."""
+    view = memoryview(data)
+    while len(view):
+        n = os.pwrite(fd, view, offset)
+        if not 0 < n <= len(view):
+            raise _bad_count("pwrite", n, len(view))
+        view = view[n:]
+        offset += n
+
+
 _TEMP = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp\Z")
 
 

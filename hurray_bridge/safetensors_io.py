@@ -45,6 +45,7 @@ from .container import (
     _Region,
     _tensors_over,
     _verify_mapped,
+    _write_data,
     _write_plan,
     load,
 )
@@ -278,18 +279,25 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
     if len(raw) > MAX_HEADER_SIZE:
         raise UnsupportedError(f"the safetensors header would be {len(raw)} bytes, over the "
                                f"{MAX_HEADER_SIZE}-byte limit")
+    head = _LEN.pack(len(raw)) + raw
+
+    def feeder(o: _Out) -> Callable[[_DataWriter], None]:
+        def feed(out: _DataWriter) -> None:
+            for piece, slot, written in o.pieces:
+                if written:
+                    out.put(piece, slot)
+                else:
+                    assert isinstance(piece, _Region) and slot is not None
+                    out.checksum(piece, slot)
+        return feed
+
+    items, at = [], len(head)
+    for o in outs:
+        items.append((at, feeder(o)))
+        at += o.nbytes
     with atomic_output(dst, fsync=fsync) as fd:
-        head = _LEN.pack(len(raw)) + raw
         _write_all(fd, head)
-        with _DataWriter(fd, len(head), pos, slots, durable=fsync, progress=progress) as out:
-            for o in outs:
-                for piece, slot, written in o.pieces:
-                    if written:
-                        out.put(piece, slot)
-                    else:
-                        assert isinstance(piece, _Region) and slot is not None
-                        out.checksum(piece, slot)
-            crcs = out.finish()
+        crcs = _write_data(fd, len(head), pos, slots, items, durable=fsync, progress=progress)
         if check is not None:
             check(crcs)
     return len(outs)

@@ -4,7 +4,8 @@
  * One extension, one concern per source file (see speedups.h): hb.convert's shortcut
  * front (front.c), the deleters of our DLPack exports (deleters.c), the dense
  * descriptor decoder (decoder.c), hb.Tensor from C (tensor.c) and DLPack import and
- * export through the C exchange API (xapi_in.c, xapi_out.c). This file only puts them
+ * export through the C exchange API (xapi_in.c, xapi_out.c) and the data checksums'
+ * CRC-32 (crc32.c). This file only puts them
  * into one module.
  */
 #include "speedups.h"
@@ -22,6 +23,10 @@ static PyMethodDef speedups_functions[] = {
     {"stop_foreign_releases", hb_stop_foreign_releases, METH_O,
      "stop_foreign_releases(timeout_ms) -> unfinished deleter calls: at exit, threads "
      "without the GIL stop releasing exports"},
+    {"crc32", (PyCFunction)(void (*)(void))hb_crc32, METH_FASTCALL,
+     "crc32(data, value=0, /) -> zlib.crc32's value, faster where CRC32_CLMUL"},
+    {"crc32_by", (PyCFunction)(void (*)(void))hb_crc32_by, METH_FASTCALL,
+     "crc32_by(way, data, value, /): crc32 by way 0 (table) to CRC32_WAYS - 1, for tests"},
     {NULL}
 };
 
@@ -40,7 +45,8 @@ PyInit__speedups(void)
     if (m == NULL) {
         return NULL;
     }
-    if (hb_add_front(m) < 0 || hb_add_import(m) < 0 || hb_add_export(m) < 0) {
+    if (hb_add_front(m) < 0 || hb_add_import(m) < 0 || hb_add_export(m) < 0
+        || hb_add_crc32(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

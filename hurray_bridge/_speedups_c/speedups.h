@@ -7,6 +7,7 @@
  * tensor.c   hb.Tensor built and read from C (its slots), the DLPack address checks
  * xapi_in.c  DLPack import: the C exchange API of producer types, the import fronts
  * xapi_out.c DLPack export: the compiled Tensor.__dlpack__ and hb.Tensor's exchange API
+ * crc32.c    zlib.crc32's CRC-32, by carry-less multiplication where the CPU has it
  *
  * The directory is not called _speedups: a directory of that name next to the module
  * would import as a namespace package wherever the module was not built, and
@@ -42,6 +43,11 @@ HB_INTERNAL int hb_release_begin(void);
 HB_INTERNAL void hb_release_end(void);
 /* Whether this thread holds the GIL (its own thread state, not PyGILState_Check()). */
 HB_INTERNAL int hb_holds_gil(void);
+
+/* crc32.c: crc32() and the CRC32_CLMUL flag it adds to the module (-1 with an exception). */
+HB_INTERNAL PyObject *hb_crc32(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+HB_INTERNAL PyObject *hb_crc32_by(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+HB_INTERNAL int hb_add_crc32(PyObject *module);
 
 /* decoder.c */
 HB_INTERNAL PyObject *hb_decode_dense(PyObject *module, PyObject *const *args,

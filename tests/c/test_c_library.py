@@ -665,3 +665,42 @@ def test_the_two_element_type_tables_are_checked_to_agree() -> None:
     lines = out.stdout.splitlines()
     assert lines[0] == "on True" and "tag 23 differs" in lines[1]
     assert lines[2:] == ["off True", "decodes True", "on again True"]
+
+
+def test_the_compiled_crc32_is_zlibs_by_every_way_this_cpu_has() -> None:
+    """crc32.c's ways (the table, 128-bit and 512-bit carry-less folding) give zlib.crc32's
+    value for every length around their step sizes, at every alignment, from any start."""
+    sp = _speedups_or_skip()
+    assert sp.CRC32_WAYS >= 1 and sp.CRC32_CLMUL == (sp.CRC32_WAYS > 1)
+    rng = random.Random(5)
+    data = rng.randbytes(1 << 17)
+    lengths = [*range(0, 700), 1023, 4095, 4096, 4097, 65535, 65536, 65536 + 272, 100_003]
+    for way in range(sp.CRC32_WAYS):
+        for n in lengths:
+            for off in (0, 1, 7, 16, 63):
+                start = rng.getrandbits(32)
+                view = memoryview(data)[off:off + n]
+                assert sp.crc32_by(way, view, start) == zlib.crc32(view, start), (way, n, off)
+    whole = rng.randbytes(3 << 20)
+    assert sp.crc32(whole) == zlib.crc32(whole) and sp.crc32(b"123456789") == 0xCBF43926
+    crc = 0
+    for k in range(0, len(whole), 1 << 20):  # chained as _DataWriter chains its chunks
+        crc = sp.crc32(memoryview(whole)[k:k + (1 << 20)], crc)
+    assert crc == zlib.crc32(whole)
+
+
+def test_the_compiled_crc32_takes_what_zlib_takes() -> None:
+    sp = _speedups_or_skip()
+    data = bytes(range(256)) * 40
+    for buf in (data, bytearray(data), memoryview(data), memoryview(bytearray(data))[3:]):
+        assert sp.crc32(buf) == zlib.crc32(buf)
+    assert sp.crc32(data, 1 << 32 | 5) == zlib.crc32(data, 5)  # the start's low 32 bits
+    assert sp.crc32(b"") == 0 and sp.crc32(b"", 7) == 7
+    with pytest.raises(TypeError):
+        sp.crc32("text")
+    with pytest.raises(TypeError):
+        sp.crc32()
+    with pytest.raises(BufferError):  # not contiguous, as zlib.crc32 refuses it
+        sp.crc32(memoryview(bytes(16)).cast("B", (4, 4))[::2])
+    with pytest.raises(ValueError, match="way 9 is not available"):
+        sp.crc32_by(9, data, 0)

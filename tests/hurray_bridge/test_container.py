@@ -535,9 +535,20 @@ def test_tiled_and_sharded_entries() -> None:
     assert out["tiled"].buffers[0].nbytes == 128
 
 
-def test_large_file_checksums_are_computed_alongside_the_writes(tmp_path: pathlib.Path) -> None:
-    """Above 16 MiB a helper thread computes the CRC while the data is written."""
+@pytest.mark.parametrize("threads", ["crc thread", "read thread", "one thread"])
+@pytest.mark.parametrize("crc", ["zlib", "as built"])
+def test_large_file_checksums_are_those_of_zlib(tmp_path: pathlib.Path, threads: str, crc: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above 16 MiB a helper thread computes the CRC while the data is written (its own, or
+    the reading one), by zlib's or the compiled CRC-32, or the caller's thread does it all:
+    the checksums are zlib.crc32's and the file is dumps' every way."""
+    assert container._THREADED_CRC_BYTES is not None
     assert container._THREADED_CRC_BYTES <= 24 << 20
+    if threads == "one thread":
+        monkeypatch.setattr(container, "_THREADED_CRC_BYTES", None)
+    monkeypatch.setattr(container, "_CRC_THREAD", threads == "crc thread")
+    if crc == "zlib":
+        monkeypatch.setattr(container, "_crc32", zlib.crc32)
     big = np.frombuffer(pattern(1 << 20, 3) * 24, np.uint8)
     small = np.arange(100, dtype=np.int32)
     path = tmp_path / "big.hurray"
@@ -545,6 +556,28 @@ def test_large_file_checksums_are_computed_alongside_the_writes(tmp_path: pathli
     idx = container.verify(path)
     assert [e.checksum for e in idx.entries] == [zlib.crc32(big), zlib.crc32(small)]
     assert path.read_bytes() == hb.dumps({"big": big, "small": small})
+
+
+def test_the_data_crc32_is_the_compiled_one_only_where_it_folds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without _speedups, or where the CPU cannot multiply without carries (the compiled
+    table is slower than zlib's), the checksums are zlib.crc32's; and only zlib's, slow
+    enough to be worth it, gets a thread of its own."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "hurray_bridge._speedups", None)  # import fails
+    monkeypatch.delattr(hb, "_speedups", raising=False)
+    assert container._fast_crc32() is zlib.crc32
+    table_only = types.ModuleType("hurray_bridge._speedups")
+    table_only.CRC32_CLMUL = False  # type: ignore[attr-defined]
+    table_only.crc32 = lambda data, value=0: 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hurray_bridge._speedups", table_only)
+    monkeypatch.setattr(hb, "_speedups", table_only, raising=False)
+    assert container._fast_crc32() is zlib.crc32
+    table_only.CRC32_CLMUL = True  # type: ignore[attr-defined]
+    assert container._fast_crc32() is table_only.crc32  # type: ignore[attr-defined]
+    monkeypatch.undo()
+    assert container._CRC_THREAD == (container._crc32 is zlib.crc32)
 
 
 def test_progress_reports_bytes_written(tmp_path: pathlib.Path) -> None:

@@ -9,6 +9,8 @@ import errno
 import os
 import pathlib
 import sys
+import threading
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -23,12 +25,22 @@ np = pytest.importorskip("numpy")
 LINUX = sys.platform.startswith("linux")
 
 
-@pytest.fixture(params=["whole", "pipelined"])
+@pytest.fixture(params=["whole", "split", "pipelined", "crc thread", "chunked", "zlib"])
 def chunking(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """As shipped, or in 4 KiB chunks through the checksum thread (every buffer hand-off)."""
-    if request.param == "pipelined":
+    """As shipped; in 4 KiB chunks: in two halves at once (a helper thread writes the
+    second), through the helper threads of one writer (every buffer hand-off), the checksums
+    on the reading thread or on their own, or all on the caller's thread; or with zlib's
+    CRC-32 (as where _speedups was not built) through the threads."""
+    monkeypatch.setattr(container, "_SPLIT_BYTES", 0 if request.param == "split" else None)
+    if request.param != "whole":
         monkeypatch.setattr(container, "_CHUNK", 4096)
-        monkeypatch.setattr(container, "_THREADED_CRC_BYTES", 0)
+        monkeypatch.setattr(container, "_THREADED_CRC_BYTES",
+                            None if request.param == "chunked" else 0)
+    if request.param in ("crc thread", "pipelined"):
+        monkeypatch.setattr(container, "_CRC_THREAD", request.param == "crc thread")
+    if request.param == "zlib":
+        monkeypatch.setattr(container, "_crc32", zlib.crc32)
+        monkeypatch.setattr(container, "_CRC_THREAD", True)
     return str(request.param)
 
 
@@ -59,6 +71,22 @@ def test_conversions_write_what_the_writers_from_memory_write(tmp_path: pathlib.
                               verify=checked)
     assert ((tmp_path / "out.safetensors").read_bytes()
             == (tmp_path / "ref.safetensors").read_bytes())
+
+
+def test_the_checksums_written_and_checked_are_zlibs(tmp_path: pathlib.Path,
+                                                     chunking: str) -> None:
+    """Whichever CRC-32 computes them (the compiled one, where built, or zlib's) and however
+    the copy is cut, the checksums are zlib.crc32 of each entry's bytes (a damaged entry
+    refused on the way back: test_a_defect_found_on_the_way_leaves_the_output_as_it_was)."""
+    t = tensors()
+    sio.save(tmp_path / "in.safetensors", t)
+    sio.safetensors_to_hurray(tmp_path / "in.safetensors", tmp_path / "out.hurray")
+    idx = container.verify(tmp_path / "out.hurray")
+    assert {e.name: e.checksum for e in idx.entries} == {
+        k: zlib.crc32(np.ascontiguousarray(v).tobytes()) for k, v in t.items()}
+    sio.hurray_to_safetensors(tmp_path / "out.hurray", tmp_path / "back.safetensors")
+    assert ((tmp_path / "back.safetensors").read_bytes()
+            == (tmp_path / "in.safetensors").read_bytes())
 
 
 def test_without_positional_reads_the_bytes_are_the_same(tmp_path: pathlib.Path,
@@ -158,6 +186,73 @@ def test_a_source_cut_during_the_copy_is_a_format_error(tmp_path: pathlib.Path,
         convert(src, out, progress=cut)
     assert e.value.field == "file_size"
     assert others(tmp_path, src.name) == []
+
+
+def _halves(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Two tensors of 64 KiB written in two halves at once, in 4 KiB chunks."""
+    monkeypatch.setattr(container, "_SPLIT_BYTES", 0)
+    monkeypatch.setattr(container, "_CHUNK", 4096)
+    return {"first": np.arange(16384, dtype=np.float32),
+            "second": np.arange(16384, dtype=np.float32)[::-1].copy()}
+
+
+@pytest.mark.skipif(not (hasattr(os, "preadv") and hasattr(os, "pwrite")), reason="positional")
+@pytest.mark.parametrize("direction", ["to hurray", "to safetensors"])
+def test_a_split_write_reads_each_half_on_its_own_thread(tmp_path: pathlib.Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         direction: str) -> None:
+    t = _halves(monkeypatch)
+    sio.save(tmp_path / "ref.safetensors", t)
+    hb.save(tmp_path / "ref.hurray", t)
+    threads: dict[str, set[int]] = {}
+    real = container._pread_into
+
+    def spy(fd: int, view: memoryview, offset: int) -> None:
+        threads.setdefault(threading.current_thread().name, set()).add(offset)
+        real(fd, view, offset)
+
+    monkeypatch.setattr(container, "_pread_into", spy)
+    calls: list[tuple[int, int]] = []
+    if direction == "to hurray":
+        ref, out = tmp_path / "ref.hurray", tmp_path / "out.hurray"
+        sio.safetensors_to_hurray(tmp_path / "ref.safetensors", out,
+                                  progress=lambda d, n: calls.append((d, n)))
+    else:
+        ref, out = tmp_path / "ref.safetensors", tmp_path / "out.safetensors"
+        sio.hurray_to_safetensors(tmp_path / "ref.hurray", out,
+                                  progress=lambda d, n: calls.append((d, n)))
+    assert out.read_bytes() == ref.read_bytes()
+    assert set(threads) == {"MainThread", "hurray-write"}
+    assert max(threads["MainThread"]) < min(threads["hurray-write"])  # each its own half
+    assert calls[-1][0] == calls[-1][1] == 2 * 65536
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+@pytest.mark.skipif(not (hasattr(os, "preadv") and hasattr(os, "pwrite")), reason="positional")
+@pytest.mark.parametrize("half", ["MainThread", "hurray-write"])
+def test_a_read_error_in_either_half_of_a_split_write_leaves_the_output_as_it_was(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, half: str) -> None:
+    t = _halves(monkeypatch)
+    sio.save(tmp_path / "in.safetensors", t)
+    out = tmp_path / "out.hurray"
+    hb.save(out, {"old": np.ones(2)})
+    before = out.read_bytes()
+    real = container._pread_into
+    chunks: list[str] = []
+
+    def failing(fd: int, view: memoryview, offset: int) -> None:
+        me = threading.current_thread().name
+        chunks.append(me)
+        if me == half and chunks.count(me) == 3:
+            raise OSError(errno.EIO, "the disk said no")
+        real(fd, view, offset)
+
+    monkeypatch.setattr(container, "_pread_into", failing)
+    with pytest.raises(OSError, match="the disk said no"):
+        sio.safetensors_to_hurray(tmp_path / "in.safetensors", out)
+    assert out.read_bytes() == before
+    assert others(tmp_path, "in.safetensors", "out.hurray") == []
+    assert {"MainThread", "hurray-write"} <= set(chunks)  # both halves ran
 
 
 def test_a_read_that_reports_more_than_it_was_given_is_refused(
