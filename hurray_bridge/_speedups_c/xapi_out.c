@@ -336,27 +336,41 @@ store_fields(PyObject *t, const Fields *f)
     return (Fields *)PyBytes_AS_STRING(bytes);
 }
 
-/* read_fields_slow(), through t's cache. */
-static int
-read_fields(PyObject *t, Fields *f)
+/* read_fields_slow(), through t's cache: the cached fields, or those read into
+ * scratch; NULL: the Python path decides. */
+static const Fields *
+fields_of(PyObject *t, Fields *scratch)
 {
     if (!hb_world_ready() || !PyObject_TypeCheck(t, hb_world.tensor_type)) {
-        return 0;
+        return NULL;
     }
     const Fields *c = cached_fields(t);
     if (c != NULL) {
-        memcpy(f, c, FIELDS_SIZE(c->ndim));
-        return 1;
+        return c;
     }
-    if (!read_fields_slow(t, f)) {
-        return 0;
+    if (!read_fields_slow(t, scratch)) {
+        return NULL;
     }
     PyObject *mark = HB_SLOT(t, HB_S_DL);
     if (mark == NULL) {
         HB_SLOT(t, HB_S_DL) = Py_NewRef(Py_Ellipsis);
     }
-    else if (store_fields(t, f) == NULL) {
+    else if (store_fields(t, scratch) == NULL) {
         PyErr_Clear(); /* no cache: the fields are read again next time */
+    }
+    return scratch;
+}
+
+/* fields_of(), copied into f: 1 read, 0 the Python path decides. */
+static int
+read_fields(PyObject *t, Fields *f)
+{
+    const Fields *c = fields_of(t, f);
+    if (c == NULL) {
+        return 0;
+    }
+    if (c != f) {
+        memcpy(f, c, FIELDS_SIZE(c->ndim));
     }
     return 1;
 }
@@ -491,12 +505,13 @@ tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
             || (copy != NULL && copy != Py_None && copy != Py_False)) {
         return python_dlpack(self, args, nargs, kwnames);
     }
-    Fields f;
+    Fields scratch;
+    const Fields *f = fields_of(self, &scratch);
     int64_t flags;
-    if (!read_fields(self, &f) || (flags = plain_flags(&f, versioned)) < 0) {
+    if (f == NULL || (flags = plain_flags(f, versioned)) < 0) {
         return python_dlpack(self, args, nargs, kwnames);
     }
-    Export *e = new_export(self, &f, versioned, (uint64_t)flags);
+    Export *e = new_export(self, f, versioned, (uint64_t)flags);
     if (e == NULL) {
         return NULL;
     }
