@@ -110,6 +110,8 @@ HB_INTERNAL int hb_world_ready(void);
 HB_INTERNAL const HbDType *hb_dtype_of(unsigned code, unsigned bits);
 HB_INTERNAL const HbDType *hb_dtype_entry(PyObject *dtype);
 HB_INTERNAL PyObject *hb_dense_tensor(const HbDense *d);
+/* A new hb.Tensor (exact type) with every slot NULL, GC-tracked; NULL on failure. */
+HB_INTERNAL PyObject *hb_tensor_alloc(void);
 HB_INTERNAL PyObject *hb_shape_tuple(int ndim, const int64_t *dims);
 HB_INTERNAL int hb_is_compact(int ndim, const int64_t *shape, const int64_t *strides);
 HB_INTERNAL int hb_span_ok(uint64_t data, uint64_t byte_offset, int ndim, const int64_t *shape,

@@ -254,8 +254,7 @@ hb_dense_tensor(const HbDense *d)
     PyObject *o_base0 = base0 == data ? Py_XNewRef(o_data) : PyLong_FromUnsignedLongLong(base0);
     PyObject *o_nbytes = d->nbytes_obj != NULL ? Py_NewRef(d->nbytes_obj)
                                                : PyLong_FromLongLong(nbytes);
-    PyTypeObject *tp = hb_world.tensor_type;
-    PyObject *t = (o_data && o_base0 && o_nbytes) ? tp->tp_alloc(tp, 0) : NULL;
+    PyObject *t = (o_data && o_base0 && o_nbytes) ? hb_tensor_alloc() : NULL;
     if (t == NULL) {
         Py_DECREF(shape);
         Py_DECREF(strides);
@@ -264,7 +263,8 @@ hb_dense_tensor(const HbDense *d)
         Py_XDECREF(o_nbytes);
         return NULL;
     }
-    /* tp_alloc zeroed the slots: each is set once, taking the reference made here. */
+    /* The slots are NULL (allocated zeroed, or cleared when kept): each is set once,
+     * taking the reference made here. */
     HB_SLOT(t, HB_S_DESC) = Py_NewRef(Py_None);
     HB_SLOT(t, HB_S_BUFFERS) = Py_NewRef(Py_None);
     HB_SLOT(t, HB_S_SHAPE) = shape;
@@ -340,6 +340,85 @@ read_dtypes(PyObject *list)
     return 0;
 }
 
+/* hb.Tensor's tp_dealloc, in place of the generic subtype_dealloc: it does what that
+ * one does for this type -- untrack, clear the weak references, drop every slot, free,
+ * drop the type -- without walking the type's member table on every call. Installed
+ * only for a class whose layout is exactly object + the slots exchange_setup() read +
+ * __weakref__, without finalizer or __dict__ (see tensor_dealloc_ok). For a subclass,
+ * subtype_dealloc clears the subclass's own slots, re-tracks and calls this as the
+ * base's dealloc, as for any heap type with a dealloc of its own. */
+static Py_ssize_t dealloc_slots[HB_N_SLOTS], dealloc_weaklist; /* of the type it serves */
+
+/* Released tensors of exactly hb.Tensor, kept for the next ones the import paths make
+ * (as CPython keeps floats and tuples): their memory, GC header included, untracked,
+ * every slot cleared. Used under the GIL only. Where _Py_NewReference is not public
+ * API (3.13 on), no tensor is kept. */
+#if PY_VERSION_HEX < 0x030D0000
+#define KEPT_TENSORS 16
+#else
+#define KEPT_TENSORS 0
+#endif
+#if KEPT_TENSORS
+static PyObject *kept_tensors[KEPT_TENSORS];
+static int n_kept_tensors = 0;
+#endif
+static int use_kept = 0; /* tensor_dealloc serves hb_world.tensor_type */
+
+PyObject *
+hb_tensor_alloc(void)
+{
+    PyTypeObject *tp = hb_world.tensor_type;
+#if KEPT_TENSORS
+    if (n_kept_tensors > 0) {
+        PyObject *t = kept_tensors[--n_kept_tensors];
+        Py_SET_TYPE(t, (PyTypeObject *)Py_NewRef(tp));
+        _Py_NewReference(t);
+        PyObject_GC_Track(t);
+        return t;
+    }
+#endif
+    return tp->tp_alloc(tp, 0);
+}
+
+static void
+tensor_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, tensor_dealloc)
+    if (*(PyObject **)((char *)self + dealloc_weaklist) != NULL) {
+        PyObject_ClearWeakRefs(self);
+    }
+    for (int i = 0; i < HB_N_SLOTS; i++) {
+        Py_CLEAR(*(PyObject **)((char *)self + dealloc_slots[i]));
+    }
+#if KEPT_TENSORS
+    if (use_kept && tp == hb_world.tensor_type && n_kept_tensors < KEPT_TENSORS) {
+        kept_tensors[n_kept_tensors++] = self; /* slots and weak list are NULL now */
+    }
+    else
+#endif
+    {
+        tp->tp_free(self);
+    }
+    Py_DECREF(tp);
+    Py_TRASHCAN_END
+}
+
+/* Whether tensor_dealloc may replace type's generic dealloc: object + the slots read
+ * (HB_N_SLOTS of them) + __weakref__, nothing else, no finalizer. */
+static int
+tensor_dealloc_ok(PyTypeObject *type)
+{
+    return type->tp_base == &PyBaseObject_Type && Py_SIZE(type) == HB_N_SLOTS
+           && type->tp_dictoffset == 0 && type->tp_weaklistoffset > 0
+           && type->tp_basicsize == (Py_ssize_t)sizeof(PyObject)
+                                    + (HB_N_SLOTS + 1) * (Py_ssize_t)sizeof(PyObject *)
+           && type->tp_finalize == NULL && type->tp_del == NULL
+           && (type->tp_flags & Py_TPFLAGS_HAVE_GC)
+           && type->tp_free == PyObject_GC_Del;
+}
+
 /* exchange_setup(Tensor, slots, Device, CPU, cpu_dl, UnsupportedError, ROW_MAJOR,
  *                STRIDED, dlpack_py, dlpack_device_py, export_py, generic_ok, dtypes) */
 PyObject *
@@ -370,6 +449,12 @@ hb_exchange_setup(PyObject *Py_UNUSED(module), PyObject *args)
     Py_XSETREF(hb_world.dlpack_device_py, Py_NewRef(dlpack_device_py));
     Py_XSETREF(hb_world.export_py, Py_NewRef(export_py));
     Py_XSETREF(hb_world.generic_ok, Py_NewRef(generic_ok));
+    if (hb_world.tensor_type == NULL && tensor_dealloc_ok(type)) {
+        memcpy(dealloc_slots, hb_world.slot, sizeof(dealloc_slots));
+        dealloc_weaklist = type->tp_weaklistoffset;
+        type->tp_dealloc = tensor_dealloc;
+        use_kept = type->tp_alloc == PyType_GenericAlloc && type->tp_itemsize == 0;
+    }
     Py_XSETREF(hb_world.tensor_type, (PyTypeObject *)Py_NewRef(type));
     Py_RETURN_NONE;
 }

@@ -371,6 +371,10 @@ typedef struct {
     int64_t last_dims[HB_MAX_RANK];
     PyObject *last_nbytes;
     unsigned last_bits;
+    /* The address of the last tensor made, as an int: an import loop sees one
+     * tensor's memory again and again. */
+    PyObject *last_data;
+    uint64_t last_data_value;
 } Handler;
 
 /* log2 of a power-of-two bit width up to 128, else -1 */
@@ -694,9 +698,17 @@ import_registered(Handler *h, PyObject *obj)
                 h->last_bits = r.dtype->bits;
             }
         }
-        PyObject *data = nbytes != NULL ? PyLong_FromUnsignedLongLong(r.data) : NULL;
-        PyTypeObject *tp = hb_world.tensor_type;
-        t = data != NULL ? tp->tp_alloc(tp, 0) : NULL;
+        PyObject *data = NULL;
+        if (nbytes != NULL) {
+            if (h->last_data != NULL && h->last_data_value == r.data) {
+                data = Py_NewRef(h->last_data);
+            }
+            else if ((data = PyLong_FromUnsignedLongLong(r.data)) != NULL) {
+                Py_XSETREF(h->last_data, Py_NewRef(data));
+                h->last_data_value = r.data;
+            }
+        }
+        t = data != NULL ? hb_tensor_alloc() : NULL;
         if (t == NULL) {
             Py_XDECREF(nbytes);
             Py_XDECREF(data);
@@ -704,7 +716,7 @@ import_registered(Handler *h, PyObject *obj)
             Py_DECREF(device);
             return hb_swallow();
         }
-        /* tp_alloc zeroed the slots; Tensor._dense's values, references taken here */
+        /* the slots are NULL; Tensor._dense's values, references taken here */
         HB_SLOT(t, HB_S_DESC) = Py_NewRef(Py_None);
         HB_SLOT(t, HB_S_BUFFERS) = Py_NewRef(Py_None);
         HB_SLOT(t, HB_S_SHAPE) = shape;

@@ -29,6 +29,7 @@
 #include "speedups.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _WIN32
@@ -191,11 +192,8 @@ host_accessible(int32_t type)
 
 /* 1: t is a plain dense export (fields filled), 0: the Python path decides. */
 static int
-read_fields(PyObject *t, Fields *f)
+read_fields_slow(PyObject *t, Fields *f)
 {
-    if (!hb_world_ready() || !PyObject_TypeCheck(t, hb_world.tensor_type)) {
-        return 0;
-    }
     PyObject *desc = HB_SLOT(t, HB_S_DESC), *device = HB_SLOT(t, HB_S_DEVICE);
     PyObject *source = HB_SLOT(t, HB_S_SOURCE), *dtype = HB_SLOT(t, HB_S_DTYPE);
     PyObject *readonly = HB_SLOT(t, HB_S_READONLY), *padded = HB_SLOT(t, HB_S_PADDED);
@@ -286,6 +284,93 @@ read_fields(PyObject *t, Fields *f)
             PyErr_Clear();
             return 0;
         }
+    }
+    return 1;
+}
+
+/* What read_fields_slow() found for t, kept in its _dl slot: a tuple of the slot
+ * objects it read (strong references: an identical pointer is the same, unchanged
+ * object) and a bytes object holding the Fields, shape and strides (which also serve
+ * as the borrowed DLTensor's arrays, alive as long as the tuple is in the slot). The
+ * first export only marks the slot (Ellipsis): a tensor exported once pays nothing
+ * for the cache, one exported again reads its fields from it. */
+static const int SLOT_KEYS[] = {HB_S_SHAPE, HB_S_STRIDES, HB_S_DATA, HB_S_DEVICE, HB_S_DTYPE,
+                                HB_S_DESC, HB_S_SOURCE, HB_S_READONLY, HB_S_PADDED,
+                                HB_S_NBYTES};
+#define N_KEYS ((Py_ssize_t)(sizeof(SLOT_KEYS) / sizeof(SLOT_KEYS[0])))
+#define FIELDS_SIZE(ndim) (offsetof(Fields, dims) + sizeof(int64_t) * 2 * (size_t)(ndim))
+
+static Fields *
+cached_fields(PyObject *t)
+{
+    PyObject *cache = HB_SLOT(t, HB_S_DL);
+    if (cache == NULL || !PyTuple_CheckExact(cache) || PyTuple_GET_SIZE(cache) != N_KEYS + 1) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < N_KEYS; i++) {
+        if (PyTuple_GET_ITEM(cache, i) != HB_SLOT(t, SLOT_KEYS[i])) {
+            return NULL;
+        }
+    }
+    return (Fields *)PyBytes_AS_STRING(PyTuple_GET_ITEM(cache, N_KEYS));
+}
+
+/* Puts f into t's cache; the cached copy, or NULL with an error set. */
+static Fields *
+store_fields(PyObject *t, const Fields *f)
+{
+    PyObject *entry = PyTuple_New(N_KEYS + 1);
+    if (entry == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < N_KEYS; i++) {
+        PyTuple_SET_ITEM(entry, i, Py_NewRef(HB_SLOT(t, SLOT_KEYS[i])));
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize((const char *)f, (Py_ssize_t)FIELDS_SIZE(f->ndim));
+    if (bytes == NULL) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(entry, N_KEYS, bytes);
+    Py_XSETREF(HB_SLOT(t, HB_S_DL), entry);
+    return (Fields *)PyBytes_AS_STRING(bytes);
+}
+
+/* read_fields_slow(), through t's cache: the cached fields, or those read into
+ * scratch; NULL: the Python path decides. */
+static const Fields *
+fields_of(PyObject *t, Fields *scratch)
+{
+    if (!hb_world_ready() || !PyObject_TypeCheck(t, hb_world.tensor_type)) {
+        return NULL;
+    }
+    const Fields *c = cached_fields(t);
+    if (c != NULL) {
+        return c;
+    }
+    if (!read_fields_slow(t, scratch)) {
+        return NULL;
+    }
+    PyObject *mark = HB_SLOT(t, HB_S_DL);
+    if (mark == NULL) {
+        HB_SLOT(t, HB_S_DL) = Py_NewRef(Py_Ellipsis);
+    }
+    else if (store_fields(t, scratch) == NULL) {
+        PyErr_Clear(); /* no cache: the fields are read again next time */
+    }
+    return scratch;
+}
+
+/* fields_of(), copied into f: 1 read, 0 the Python path decides. */
+static int
+read_fields(PyObject *t, Fields *f)
+{
+    const Fields *c = fields_of(t, f);
+    if (c == NULL) {
+        return 0;
+    }
+    if (c != f) {
+        memcpy(f, c, FIELDS_SIZE(c->ndim));
     }
     return 1;
 }
@@ -420,12 +505,13 @@ tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
             || (copy != NULL && copy != Py_None && copy != Py_False)) {
         return python_dlpack(self, args, nargs, kwnames);
     }
-    Fields f;
+    Fields scratch;
+    const Fields *f = fields_of(self, &scratch);
     int64_t flags;
-    if (!read_fields(self, &f) || (flags = plain_flags(&f, versioned)) < 0) {
+    if (f == NULL || (flags = plain_flags(f, versioned)) < 0) {
         return python_dlpack(self, args, nargs, kwnames);
     }
-    Export *e = new_export(self, &f, versioned, (uint64_t)flags);
+    Export *e = new_export(self, f, versioned, (uint64_t)flags);
     if (e == NULL) {
         return NULL;
     }
@@ -569,30 +655,16 @@ api_managed_from_py(void *py_object, HbDLManagedTensorVersioned **out)
     return 0;
 }
 
-/* The shape and strides of t as int64 arrays that live as long as t does: a bytes
- * object in its _dl slot, made again when _shape or _strides was replaced. */
+/* The shape and strides of t as int64 arrays that live as long as t does: those of
+ * its cached fields (made again when a slot read was replaced). */
 static int64_t *
 persistent_dims(PyObject *t, const Fields *f)
 {
-    PyObject *shape = HB_SLOT(t, HB_S_SHAPE), *strides = HB_SLOT(t, HB_S_STRIDES);
-    PyObject *cache = HB_SLOT(t, HB_S_DL);
-    if (cache != NULL && PyTuple_Check(cache) && PyTuple_GET_SIZE(cache) == 3
-            && PyTuple_GET_ITEM(cache, 0) == shape && PyTuple_GET_ITEM(cache, 1) == strides) {
-        return (int64_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(cache, 2));
-    }
-    size_t n = sizeof(int64_t) * 2 * (size_t)f->ndim;
-    PyObject *bytes = PyBytes_FromStringAndSize((const char *)f->dims, (Py_ssize_t)(n ? n : 8));
-    if (bytes == NULL) {
+    Fields *c = cached_fields(t);
+    if (c == NULL && (c = store_fields(t, f)) == NULL) {
         return NULL;
     }
-    PyObject *entry = PyTuple_Pack(3, shape, strides, bytes);
-    Py_DECREF(bytes);
-    if (entry == NULL) {
-        return NULL;
-    }
-    PyObject **slot = &HB_SLOT(t, HB_S_DL);
-    Py_XSETREF(*slot, entry);
-    return (int64_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(entry, 2));
+    return c->dims;
 }
 
 static int

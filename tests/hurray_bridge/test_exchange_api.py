@@ -407,6 +407,87 @@ def test_compiled_dlpack_device_equals_python(label: str, make: Callable[[], Any
     assert a == b and type(a[0]) is type(b[0])
 
 
+@pytest.mark.parametrize("label, make", EXPORTS, ids=[e[0] for e in EXPORTS])
+def test_a_tensor_exported_again_and_changed_exports_as_python(label: str,
+                                                                 make: Callable[[], Any]) -> None:
+    # The compiled export keeps what it read of a tensor exported more than once: every
+    # export, also after a slot was replaced, is the Python method's.
+    python = _exchange.python_dlpack or Tensor.__dlpack__
+    t = make()
+
+    def same() -> None:
+        for kwargs in ({"max_version": (1, 3)}, {}):
+            a, b = _call(t.__dlpack__, **kwargs), _call(python, t, **kwargs)
+            assert a[0] == b[0], (label, kwargs, a, b)
+            if a[0] == "error":
+                assert a == b, (label, kwargs)
+            else:
+                assert _capsule_view(a[1]) == _capsule_view(b[1]), (label, kwargs)
+
+    for _ in range(3):
+        same()
+    t._readonly = not t._readonly
+    same()
+    same()
+    if t._shape and t._strides is None and len(t._shape) == 1 and t._shape[0] > 1:
+        t._shape, t._nbytes = (t._shape[0] - 1,), t._nbytes - t._nbytes // t._shape[0]
+        same()
+        same()
+
+
+def test_a_released_hb_tensor_frees_its_slots_subclasses_too() -> None:
+    class Held:
+        pass
+
+    class Sub(Tensor):
+        __slots__ = ("extra",)
+
+    class WithDict(Tensor):
+        pass
+
+    for cls in (Tensor, Sub, WithDict):
+        t = cls.__new__(cls)
+        t._owner, t._source = Held(), Held()
+        refs = [weakref.ref(t._owner), weakref.ref(t._source), weakref.ref(t)]
+        if cls is Sub:
+            t.extra = Held()
+            refs.append(weakref.ref(t.extra))
+        if cls is WithDict:
+            t.attr = Held()
+            refs.append(weakref.ref(t.attr))
+        del t
+        assert [r() for r in refs] == [None] * len(refs), cls
+    chain: Any = None  # a deep chain of owners is released without a deep C stack
+    for _ in range(200_000):
+        n = Tensor.__new__(Tensor)
+        n._owner = chain
+        chain = n
+    del chain, n
+
+
+def test_kept_tensors_come_back_fresh() -> None:
+    # Compiled, released tensors of exactly hb.Tensor are reused by the import: a reused
+    # one has no weak references, no cached export and the slots of its new tensor.
+    x = torch.arange(4.0)
+    old = [hb.asarray(x) for _ in range(20)]
+    for t in old:
+        t.__dlpack__(max_version=(1, 0))
+        t.__dlpack__(max_version=(1, 0))
+    refs = [weakref.ref(t) for t in old]
+    del old, t
+    gc.collect()
+    assert all(r() is None for r in refs)
+    y = torch.arange(6.0).reshape(2, 3)
+    for _ in range(20):
+        t = hb.asarray(y)
+        assert weakref.getweakrefcount(t) == 0
+        with pytest.raises(AttributeError):
+            t._dl  # noqa: B018
+        assert _observe_tensor(t, y) == _observe_tensor(asarray_python(y), y)
+        assert torch.from_dlpack(t).tolist() == y.tolist()
+        assert gc.is_tracked(t)
+
+
 @needs_compiled
 def test_compiled_exports_release_their_tensor_once() -> None:
     live = _capsule.live_exports()
