@@ -517,6 +517,17 @@ def from_hurray(
         # Pinned or managed memory: the host reads it directly; Arrow knows it as CPU memory.
         t = Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=t.strides, padded=False,
                           device=CPU, owner=t, readonly=t.readonly, copied=t.copied)
+    def empty_overflows(why: object) -> UnsupportedError:
+        # Without elements there is no memory to object to: only Arrow's size arithmetic.
+        return UnsupportedError(
+            f"Arrow cannot hold an empty tensor of shape {list(t.shape)}: its 64-bit offset "
+            f"and stride arithmetic overflows ({why})")
+
+    if 0 in t.shape and _empty_offsets_overflow(t):
+        # Refused before Arrow is called: pyarrow fails while our capsule is in its hands,
+        # and where the capsule's deleter is a ctypes callback (no compiled module) that
+        # failure comes back as SystemError instead of ArrowInvalid.
+        raise empty_overflows("a byte stride or offset passes 2**63 - 1")
     try:
         if kind == "array":
             return _to_array(t, copy)
@@ -526,7 +537,23 @@ def from_hurray(
     except (pa.ArrowInvalid, OverflowError) as exc:
         if 0 not in t.shape:
             raise
-        # Without elements there is no memory to object to: only Arrow's size arithmetic.
-        raise UnsupportedError(
-            f"Arrow cannot hold an empty tensor of shape {list(t.shape)}: its 64-bit offset "
-            f"and stride arithmetic overflows ({exc})") from None
+        raise empty_overflows(exc) from None
+
+
+def _empty_offsets_overflow(t: Tensor) -> bool:
+    """Whether Arrow's offset arithmetic overflows for ``t``, an empty tensor.
+
+    Arrow computes every byte stride and the largest offset, sum((n - 1) * |stride|),
+    in int64 whatever the element count; a tensor with elements has a span the import
+    bounded below 2**63 bytes, so only an empty one can pass it.
+    """
+    item = max(1, t.dtype.bits // 8)
+    strides = compact_strides(t.shape) if t.strides is None else t.strides  # as exported
+    limit = 2**63 - 1
+    span = 0
+    for n, s in zip(t.shape, strides):
+        b = abs(s) * item
+        if b > limit:
+            return True
+        span += max(n - 1, 0) * b
+    return span > limit
