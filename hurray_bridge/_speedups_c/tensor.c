@@ -393,7 +393,11 @@ tensor_dealloc(PyObject *self)
         Py_CLEAR(*(PyObject **)((char *)self + dealloc_slots[i]));
     }
 #if KEPT_TENSORS
-    if (use_kept && tp == hb_world.tensor_type && n_kept_tensors < KEPT_TENSORS) {
+    /* Not one that was finalized: a __del__ of a subclass that set __class__ back to
+     * hb.Tensor leaves the GC header's finalized bit, which would then stop the __del__
+     * of whatever the memory becomes next. */
+    if (use_kept && tp == hb_world.tensor_type && n_kept_tensors < KEPT_TENSORS
+            && !PyObject_GC_IsFinalized(self)) {
         kept_tensors[n_kept_tensors++] = self; /* slots and weak list are NULL now */
     }
     else

@@ -29,7 +29,6 @@
 #include "speedups.h"
 
 #include <stdatomic.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _WIN32
@@ -192,29 +191,40 @@ host_accessible(int32_t type)
 
 /* 1: t is a plain dense export (fields filled), 0: the Python path decides. */
 static int
-read_fields_slow(PyObject *t, Fields *f)
+read_fields(PyObject *t, Fields *f)
 {
-    PyObject *desc = HB_SLOT(t, HB_S_DESC), *device = HB_SLOT(t, HB_S_DEVICE);
-    PyObject *source = HB_SLOT(t, HB_S_SOURCE), *dtype = HB_SLOT(t, HB_S_DTYPE);
-    PyObject *readonly = HB_SLOT(t, HB_S_READONLY), *padded = HB_SLOT(t, HB_S_PADDED);
-    PyObject *shape = HB_SLOT(t, HB_S_SHAPE), *strides = HB_SLOT(t, HB_S_STRIDES);
-    PyObject *data = HB_SLOT(t, HB_S_DATA), *nbytes = HB_SLOT(t, HB_S_NBYTES);
-    if (!desc || !device || !source || !dtype || !readonly || !padded || !shape || !strides
-            || !data || !nbytes) {
+    if (!hb_world_ready() || !PyObject_TypeCheck(t, hb_world.tensor_type)) {
+        return 0;
+    }
+    PyObject *desc = HB_SLOT(t, HB_S_DESC);
+    if (!desc) {
         return 0;
     }
     if (desc != Py_None) {
-        /* A tensor whose descriptor was read: dense and not quantized only. */
+        /* A tensor whose descriptor was read: dense and not quantized only. The two
+         * reads may run Python code (a forged _desc), which may replace any slot: desc
+         * is held across them, and the other slots are read only after them. */
+        Py_INCREF(desc);
         PyObject *layout = PyObject_GetAttrString(desc, "layout");
         PyObject *quant = layout ? PyObject_GetAttrString(desc, "quantization") : NULL;
         int dense = (layout == hb_world.row_major || layout == hb_world.strided)
-                    && quant == Py_None;
+                    && quant == Py_None && HB_SLOT(t, HB_S_DESC) == desc;
         Py_XDECREF(layout);
         Py_XDECREF(quant);
+        Py_DECREF(desc);
         if (!dense) {
             PyErr_Clear();
             return 0;
         }
+    }
+    PyObject *device = HB_SLOT(t, HB_S_DEVICE);
+    PyObject *source = HB_SLOT(t, HB_S_SOURCE), *dtype = HB_SLOT(t, HB_S_DTYPE);
+    PyObject *readonly = HB_SLOT(t, HB_S_READONLY), *padded = HB_SLOT(t, HB_S_PADDED);
+    PyObject *shape = HB_SLOT(t, HB_S_SHAPE), *strides = HB_SLOT(t, HB_S_STRIDES);
+    PyObject *data = HB_SLOT(t, HB_S_DATA), *nbytes = HB_SLOT(t, HB_S_NBYTES);
+    if (!device || !source || !dtype || !readonly || !padded || !shape || !strides
+            || !data || !nbytes) {
+        return 0;
     }
     int64_t dt = HB_KDL_CPU, di = 0;
     if (device != hb_world.cpu
@@ -260,7 +270,8 @@ read_fields_slow(PyObject *t, Fields *f)
         int64_t step = 1;
         for (Py_ssize_t i = ndim - 1; i >= 0; i--) {
             st[i] = step;
-            if (__builtin_mul_overflow(step, sh[i], &step) && i > 0) {
+            /* descriptor.compact_strides: a 0 counts as 1, as in NumPy and torch */
+            if (__builtin_mul_overflow(step, sh[i] > 1 ? sh[i] : 1, &step) && i > 0) {
                 return 0; /* compact strides beyond int64 (an empty shape): Python says so */
             }
         }
@@ -284,93 +295,6 @@ read_fields_slow(PyObject *t, Fields *f)
             PyErr_Clear();
             return 0;
         }
-    }
-    return 1;
-}
-
-/* What read_fields_slow() found for t, kept in its _dl slot: a tuple of the slot
- * objects it read (strong references: an identical pointer is the same, unchanged
- * object) and a bytes object holding the Fields, shape and strides (which also serve
- * as the borrowed DLTensor's arrays, alive as long as the tuple is in the slot). The
- * first export only marks the slot (Ellipsis): a tensor exported once pays nothing
- * for the cache, one exported again reads its fields from it. */
-static const int SLOT_KEYS[] = {HB_S_SHAPE, HB_S_STRIDES, HB_S_DATA, HB_S_DEVICE, HB_S_DTYPE,
-                                HB_S_DESC, HB_S_SOURCE, HB_S_READONLY, HB_S_PADDED,
-                                HB_S_NBYTES};
-#define N_KEYS ((Py_ssize_t)(sizeof(SLOT_KEYS) / sizeof(SLOT_KEYS[0])))
-#define FIELDS_SIZE(ndim) (offsetof(Fields, dims) + sizeof(int64_t) * 2 * (size_t)(ndim))
-
-static Fields *
-cached_fields(PyObject *t)
-{
-    PyObject *cache = HB_SLOT(t, HB_S_DL);
-    if (cache == NULL || !PyTuple_CheckExact(cache) || PyTuple_GET_SIZE(cache) != N_KEYS + 1) {
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < N_KEYS; i++) {
-        if (PyTuple_GET_ITEM(cache, i) != HB_SLOT(t, SLOT_KEYS[i])) {
-            return NULL;
-        }
-    }
-    return (Fields *)PyBytes_AS_STRING(PyTuple_GET_ITEM(cache, N_KEYS));
-}
-
-/* Puts f into t's cache; the cached copy, or NULL with an error set. */
-static Fields *
-store_fields(PyObject *t, const Fields *f)
-{
-    PyObject *entry = PyTuple_New(N_KEYS + 1);
-    if (entry == NULL) {
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < N_KEYS; i++) {
-        PyTuple_SET_ITEM(entry, i, Py_NewRef(HB_SLOT(t, SLOT_KEYS[i])));
-    }
-    PyObject *bytes = PyBytes_FromStringAndSize((const char *)f, (Py_ssize_t)FIELDS_SIZE(f->ndim));
-    if (bytes == NULL) {
-        Py_DECREF(entry);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(entry, N_KEYS, bytes);
-    Py_XSETREF(HB_SLOT(t, HB_S_DL), entry);
-    return (Fields *)PyBytes_AS_STRING(bytes);
-}
-
-/* read_fields_slow(), through t's cache: the cached fields, or those read into
- * scratch; NULL: the Python path decides. */
-static const Fields *
-fields_of(PyObject *t, Fields *scratch)
-{
-    if (!hb_world_ready() || !PyObject_TypeCheck(t, hb_world.tensor_type)) {
-        return NULL;
-    }
-    const Fields *c = cached_fields(t);
-    if (c != NULL) {
-        return c;
-    }
-    if (!read_fields_slow(t, scratch)) {
-        return NULL;
-    }
-    PyObject *mark = HB_SLOT(t, HB_S_DL);
-    if (mark == NULL) {
-        HB_SLOT(t, HB_S_DL) = Py_NewRef(Py_Ellipsis);
-    }
-    else if (store_fields(t, scratch) == NULL) {
-        PyErr_Clear(); /* no cache: the fields are read again next time */
-    }
-    return scratch;
-}
-
-/* fields_of(), copied into f: 1 read, 0 the Python path decides. */
-static int
-read_fields(PyObject *t, Fields *f)
-{
-    const Fields *c = fields_of(t, f);
-    if (c == NULL) {
-        return 0;
-    }
-    if (c != f) {
-        memcpy(f, c, FIELDS_SIZE(c->ndim));
     }
     return 1;
 }
@@ -505,13 +429,12 @@ tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
             || (copy != NULL && copy != Py_None && copy != Py_False)) {
         return python_dlpack(self, args, nargs, kwnames);
     }
-    Fields scratch;
-    const Fields *f = fields_of(self, &scratch);
+    Fields f;
     int64_t flags;
-    if (f == NULL || (flags = plain_flags(f, versioned)) < 0) {
+    if (!read_fields(self, &f) || (flags = plain_flags(&f, versioned)) < 0) {
         return python_dlpack(self, args, nargs, kwnames);
     }
-    Export *e = new_export(self, f, versioned, (uint64_t)flags);
+    Export *e = new_export(self, &f, versioned, (uint64_t)flags);
     if (e == NULL) {
         return NULL;
     }
@@ -655,16 +578,33 @@ api_managed_from_py(void *py_object, HbDLManagedTensorVersioned **out)
     return 0;
 }
 
-/* The shape and strides of t as int64 arrays that live as long as t does: those of
- * its cached fields (made again when a slot read was replaced). */
+/* The shape and strides of t as int64 arrays that live as long as t does: a bytes
+ * object in its _dl slot, made again when _shape or _strides was replaced. */
 static int64_t *
 persistent_dims(PyObject *t, const Fields *f)
 {
-    Fields *c = cached_fields(t);
-    if (c == NULL && (c = store_fields(t, f)) == NULL) {
+    PyObject *shape = HB_SLOT(t, HB_S_SHAPE), *strides = HB_SLOT(t, HB_S_STRIDES);
+    PyObject *cache = HB_SLOT(t, HB_S_DL);
+    size_t n = sizeof(int64_t) * 2 * (size_t)f->ndim;
+    /* Only our own entry is read back: _dl is a slot Python code can set to anything. */
+    if (cache != NULL && PyTuple_CheckExact(cache) && PyTuple_GET_SIZE(cache) == 3
+            && PyTuple_GET_ITEM(cache, 0) == shape && PyTuple_GET_ITEM(cache, 1) == strides
+            && PyBytes_CheckExact(PyTuple_GET_ITEM(cache, 2))
+            && (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(cache, 2)) == (n ? n : 8)) {
+        return (int64_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(cache, 2));
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize((const char *)f->dims, (Py_ssize_t)(n ? n : 8));
+    if (bytes == NULL) {
         return NULL;
     }
-    return c->dims;
+    PyObject *entry = PyTuple_Pack(3, shape, strides, bytes);
+    Py_DECREF(bytes);
+    if (entry == NULL) {
+        return NULL;
+    }
+    PyObject **slot = &HB_SLOT(t, HB_S_DL);
+    Py_XSETREF(*slot, entry);
+    return (int64_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(entry, 2));
 }
 
 static int

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -331,6 +332,12 @@ def _on_device(kind: int, source: bool) -> Callable[[], Tensor]:
     return make
 
 
+def _file_entry(shape: list[int]) -> Any:
+    from tests.vectors.generate_files import tensor
+
+    return tensor(hb.Descriptor(shape, hb.float32), b"")  # no elements: no bytes
+
+
 EXPORTS: list[tuple[str, Callable[[], Any]]] = [
     ("f32", lambda: hb.asarray(np.arange(6, dtype=np.float32))),
     ("2-D", lambda: hb.asarray(np.arange(6.0).reshape(2, 3))),
@@ -338,6 +345,9 @@ EXPORTS: list[tuple[str, Callable[[], Any]]] = [
     ("transposed", lambda: hb.asarray(np.arange(6.0).reshape(2, 3).T)),
     ("0-d", lambda: hb.asarray(np.float32(3))),
     ("empty", lambda: hb.asarray(np.zeros((0, 3), np.int16))),
+    # A zero inside the shape: compact strides count it as 1, as NumPy and torch do.
+    ("empty inside", lambda: hb.asarray(np.zeros((2, 0, 5), np.float32))),
+    ("empty, a huge dimension", lambda: _file_entry([2**61, 0, 5])),
     ("bool8", lambda: hb.asarray(np.array([True, False]))),
     ("from torch", lambda: hb.asarray(torch.arange(6.0).reshape(2, 3)[:, 1:])),
     ("read-only", _read_only),
@@ -883,3 +893,153 @@ def test_a_million_import_export_cycles_keep_memory_flat(consumer: Any) -> None:
     grown = _rss_mib() - start
     assert grown < 8, f"RSS grew {grown:.1f} MiB over {cycles} cycles"
     assert _capsule.live_exports() == live
+
+
+# ------------------------------------------------------- hostile slots and reuse
+_BORROW = """
+import ctypes, copy, pickle, sys
+import numpy as np, torch
+import hurray_bridge as hb
+
+class Dev(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+class DT(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+class DL(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", Dev), ("ndim", ctypes.c_int32),
+                ("dtype", DT), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+class API(ctypes.Structure):  # DLPackExchangeAPI: header, then the five function pointers
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                ("prev", ctypes.c_void_p), ("alloc", ctypes.c_void_p),
+                ("from_py", ctypes.c_void_p), ("to_py", ctypes.c_void_p),
+                ("dltensor_from_py", ctypes.c_void_p), ("stream", ctypes.c_void_p)]
+get = ctypes.pythonapi.PyCapsule_GetPointer
+get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+api = API.from_address(get(hb.Tensor.__dlpack_c_exchange_api__, b"dlpack_exchange_api"))
+borrow_fn = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(DL))(
+    api.dltensor_from_py)
+
+def borrow(t):
+    d = DL()
+    assert borrow_fn(t, ctypes.byref(d)) == 0
+    return d
+
+for touch in (lambda t: t.descriptor, pickle.dumps, copy.copy, lambda t: None):
+    for again in (borrow, np.from_dlpack, torch.from_dlpack):
+        t = hb.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+        d = borrow(t)
+        touch(t)
+        again(t)
+        junk = [bytes(range(40)) * 3 for _ in range(2000)]  # reuse of freed memory shows
+        print((d.shape[0], d.shape[1], d.strides[0], d.strides[1]))
+"""
+
+
+@needs_compiled
+def test_borrowed_arrays_outlive_reads_and_exports_of_the_tensor() -> None:
+    """``dltensor_from_py_object_no_sync`` lends shape and strides arrays that live as long
+    as the tensor's shape and strides: reading its descriptor (which fills a lazy slot),
+    pickling or copying it, and exporting it again leave them as they were."""
+    out = subprocess.run([sys.executable, "-c", _BORROW], capture_output=True, text=True,
+                         timeout=180, env=dict(os.environ, PYTHONMALLOC="debug"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 12 and set(lines) == {"(2, 3, 3, 1)"}, lines
+
+
+_FORGED_DL = """
+import sys, numpy as np
+import hurray_bridge as hb
+t = hb.asarray(np.arange(6, dtype=np.float32))
+for tail in (b"", b"x" * 7, 12345, "x", None):
+    t._dl = (t._shape, t._strides, tail)
+    o = np.from_dlpack(t)
+    assert o.shape == (6,) and o.ctypes.data == t.data_ptr
+    t._dl = tuple(getattr(t, k) for k in
+                  ("_shape", "_strides", "_data", "_device", "_dtype", "_desc", "_source",
+                   "_readonly", "_padded", "_nbytes")) + (tail,)
+    o = np.from_dlpack(t)
+    assert o.shape == (6,) and o.ctypes.data == t.data_ptr
+print("ok")
+"""
+
+
+def test_a_forged_dl_slot_is_never_trusted() -> None:
+    """``_dl`` is a slot Python code can set: the compiled export reads back only an entry
+    of its own making, whatever tuple is there."""
+    out = subprocess.run([sys.executable, "-c", _FORGED_DL], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-2000:])
+
+
+_EVIL_DESC = """
+import sys, json
+if sys.argv[1] == "python":
+    sys.modules["hurray_bridge._speedups"] = None
+import numpy as np
+import hurray_bridge as hb
+out = {}
+for mode in ("replace", "delete"):
+    t = hb.asarray(np.arange(6, dtype=np.float32))
+    real = t.descriptor
+    class Evil:  # a descriptor whose layout runs code that changes the tensor
+        quantization = None
+        @property
+        def layout(self):
+            if mode == "replace":
+                t._shape, t._strides = (2, 3), None
+            elif hasattr(t, "_nbytes"):
+                del t._nbytes
+            return real.layout
+    t.__dlpack__(max_version=(1, 0))
+    t._desc = Evil()
+    got = []
+    for _ in range(3):
+        try:
+            got.append(list(np.from_dlpack(t).shape))
+        except Exception as exc:
+            got.append(type(exc).__name__)
+    out[mode] = got
+print(json.dumps(out))
+"""
+
+
+def test_python_code_in_a_forged_descriptor_exports_as_the_python_path() -> None:
+    runs = {}
+    for build in ("compiled", "python"):
+        out = subprocess.run([sys.executable, "-c", _EVIL_DESC, build], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, (build, out.returncode, out.stderr[-2000:])
+        runs[build] = out.stdout.strip().splitlines()[-1]
+    assert runs["compiled"] == runs["python"]
+
+
+def test_a_tensor_finalized_before_it_died_is_not_reused() -> None:
+    """A subclass whose ``__del__`` turns the tensor into a plain hb.Tensor leaves it marked
+    finalized; memory kept for reuse must not carry that mark into the next object."""
+    calls: list[int] = []
+
+    class Swap(Tensor):
+        __slots__ = ()
+
+        def __del__(self) -> None:
+            self.__class__ = Tensor
+
+    class Fin(Tensor):
+        __slots__ = ()
+
+        def __del__(self) -> None:
+            calls.append(1)
+
+    x = torch.arange(4, dtype=torch.float32)
+    hold = [hb.asarray(x) for _ in range(40)]  # whatever was kept is in use now
+    for _ in range(16):
+        s = object.__new__(Swap)
+        del s
+    for _ in range(16):
+        t = hb.asarray(x)
+        t.__class__ = Fin
+        del t
+    assert len(calls) == 16
+    del hold
