@@ -106,24 +106,18 @@ def check_suffix(path: str | os.PathLike[str], fmt: str) -> None:
         "suffix", field="path")
 
 
-def _write_all(fd: int, data: memoryview | bytes) -> None:
+def _write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> None:
+    """All of ``data`` written to ``fd``: at its file position, or with os.pwrite at
+    ``offset`` (the file position left alone, so threads can write one file at once)."""
     view = memoryview(data)
+    call = "write" if offset is None else "pwrite"
     while len(view):
-        n = os.write(fd, view)
+        n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
         if not 0 < n <= len(view):  # 0 would loop forever
-            raise _bad_count("write", n, len(view))
+            raise _bad_count(call, n, len(view))
         view = view[n:]
-
-
-def _write_all_at(fd: int, data: memoryview | bytes, offset: int) -> None:
-    """``data`` written at ``offset`` of ``fd`` (os.pwrite: the file position is left alone)."""
-    view = memoryview(data)
-    while len(view):
-        n = os.pwrite(fd, view, offset)
-        if not 0 < n <= len(view):
-            raise _bad_count("pwrite", n, len(view))
-        view = view[n:]
-        offset += n
+        if offset is not None:
+            offset += n
 
 
 _TEMP = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp\Z")

@@ -38,7 +38,6 @@ from ._disk import (
     _fspath,
     _open_regular,
     _write_all,
-    _write_all_at,
     atomic_output,
     check_suffix,
     stale_temporaries,
@@ -1375,10 +1374,7 @@ class _DataWriter:
         if self.stop is not None and self.stop.is_set():
             raise _Stopped
         if chunk.write:
-            if self.positional:
-                _write_all_at(self.fd, chunk.data, self.pos)
-            else:
-                _write_all(self.fd, chunk.data)
+            _write_all(self.fd, chunk.data, self.pos if self.positional else None)
             self._advance(len(chunk.data))
 
     def _buffer(self) -> tuple[int, memoryview]:
