@@ -14,6 +14,7 @@ one device per process) with each process's JAX buffer being the torch memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -50,17 +51,20 @@ def test_dtensor_on_two_gloo_ranks(tmp_path: Path) -> None:
                HB_JAX_PORT=str(_free_port()), HB_DTENSOR_DIR=str(tmp_path),
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                JAX_PLATFORMS="cpu", OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, __file__], env=dict(env, HB_DTENSOR_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in (0, 1)]
     outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=240)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    # Each Popen as a context, so no rank's pipe is left open when the other one fails.
+    with contextlib.ExitStack() as stack:
+        procs = [stack.enter_context(subprocess.Popen(
+                     [sys.executable, __file__], env=dict(env, HB_DTENSOR_RANK=str(r)),
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                 for r in (0, 1)]
+        try:
+            for p in procs:
+                outputs.append(p.communicate(timeout=240)[0])
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
     report = "\n".join(f"--- rank {r} (exit {p.returncode})\n{out[-6000:]}"
                        for r, (p, out) in enumerate(zip(procs, outputs)))
     for r in (0, 1):
