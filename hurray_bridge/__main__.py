@@ -397,15 +397,13 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         elif src_fmt == "hurray" and dst_fmt == "safetensors":
             n = safetensors_io.hurray_to_safetensors(args.input, args.output, fsync=fsync,
                                                      progress=bar, verify=verify)
-        elif dst_fmt == "hurray" and src_fmt in ("hurray", "npy", "npz"):
-            if src_fmt == "hurray":
-                loaded = container.load(args.input, verify=verify)
-                tensors: dict[str, object] = dict(loaded)
-                metadata = loaded.metadata
-            else:
-                tensors, metadata = _numpy_tensors(args.input, src_fmt, args.name), {}
-            plan = container._plan_tensors(tensors, metadata or None, alignment,
-                                           not args.no_checksums)
+        elif src_fmt == "hurray" and dst_fmt == "hurray":
+            n = container.rewrite(args.input, args.output, alignment=alignment,
+                                  checksums=not args.no_checksums, fsync=fsync,
+                                  verify=verify, progress=bar)
+        elif dst_fmt == "hurray" and src_fmt in ("npy", "npz"):
+            tensors = _numpy_tensors(args.input, src_fmt, args.name)
+            plan = container._plan_tensors(tensors, None, alignment, not args.no_checksums)
             container._write_plan(args.output, plan, fsync=fsync, progress=bar)
             n = len(tensors)
         else:

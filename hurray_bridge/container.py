@@ -66,6 +66,7 @@ __all__ = [
     "load",
     "loads",
     "read_index",
+    "rewrite",
     "save",
     "stale_temporaries",
     # from _disk, kept importable from here: the file-system rules every writer follows
@@ -1504,8 +1505,13 @@ def _write_data(fd: int, base: int, total: int, slots: int, items: Sequence[_Ite
 
 
 def _write_plan(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool,
-                progress: _PROGRESS | None = None) -> None:
-    slots = len(plan.entries) if plan.checksums else 0
+                progress: _PROGRESS | None = None,
+                check: Callable[[Sequence[int]], None] | None = None,
+                sums: bool = False) -> None:
+    """Write ``plan`` to ``path``, atomically. ``check(crcs)`` runs once every byte is
+    written, and an error it raises leaves ``path`` as it was; with ``sums`` the data
+    checksums it gets are computed even when the file stores none."""
+    slots = len(plan.entries) if plan.checksums or sums else 0
     items: list[_Item] = []
     end = plan.data_offset  # where the bytes of the entries so far end
 
@@ -1528,8 +1534,67 @@ def _write_plan(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool,
         os.lseek(fd, plan.data_offset, os.SEEK_SET)
         crcs = _write_data(fd, plan.data_offset, plan.data_length, slots, items,
                            durable=fsync, progress=progress) or [0] * len(plan.entries)
+        if check is not None:
+            check(crcs)
         os.lseek(fd, 0, os.SEEK_SET)
         _write_all(fd, plan.head(crcs))
+
+
+def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
+            alignment: int = BUFFER_ALIGNMENT, checksums: bool = True, fsync: bool = True,
+            verify: bool = True, progress: _PROGRESS | None = None) -> int:
+    """Write the Hurray file ``src`` again as ``dst`` with another buffer ``alignment``,
+    with or without data checksums; returns the number of entries.
+
+    Names, descriptors, metadata and every tensor's bytes carry over, in the file's
+    order. The data is read in chunks, never mapped, so memory stays flat whatever the
+    file's size. With ``verify`` (the default) every byte of ``src`` is checked as
+    :func:`verify` checks it, in the same pass as the copy, and a defect raises before
+    ``dst`` is replaced. A file with sharded tensors is rewritten through :func:`load`
+    (their shard sets are checked as a load checks them).
+    """
+    check_suffix(dst, "hurray")
+    if sys.byteorder != "little":
+        raise UnsupportedError("Hurray files are little-endian; this host is big-endian")
+    with _open_regular(src, "src") as f:
+        h, entries, meta = _read_head(f)
+        if any(_shard_group(e.name, e.descriptor) is not None for e in entries):
+            loaded = load(src, verify=verify)
+            plan = _plan_tensors(loaded, meta or None, alignment, checksums)
+            _write_plan(dst, plan, fsync=fsync, progress=progress)
+            return len(loaded)
+        fd = f.fileno()
+        read = functools.partial(_read_range, fd)
+        regions = [[_Region(fd, h.data_offset + b.offset, b.length) for b in e.buffers]
+                   for e in entries]
+        plan = _plan([(e.name, e.descriptor, r) for e, r in zip(entries, regions, strict=True)],
+                     meta or None, alignment, checksums, [])
+        sums = bool(h.flags & FLAG_DATA_CHECKSUMS)
+
+        def check(crcs: Sequence[int]) -> None:  # in the order verify() checks
+            for e, pe, r in zip(entries, plan.entries, regions, strict=True) if sums else ():
+                # A buffer written with its trailing bits cleared was summed as written:
+                # the file's own bytes are summed again for the comparison.
+                crc = crcs[e.position] if len(pe.sources) == len(r) else _regions_crc(r)
+                _check_checksum(e, crc)
+            _check_padding_and_bits(read, h, entries)
+
+        if verify:
+            _check_head_padding(read, h)
+        _write_plan(dst, plan, fsync=fsync, progress=progress,
+                    check=check if verify else None, sums=verify and sums)
+    return len(entries)
+
+
+def _regions_crc(regions: Sequence[_Region]) -> int:
+    """CRC-32 of the regions' bytes in order, read in 4 MiB pieces."""
+    crc, buf = 0, memoryview(bytearray(4 << 20))
+    for r in regions:
+        for at in range(0, len(r), len(buf)):
+            n = min(len(buf), len(r) - at)
+            _pread_into(r.fd, buf[:n], r.offset + at)
+            crc = _crc32(buf[:n], crc)
+    return crc
 
 
 def _serialise(plan: _Plan) -> bytes:

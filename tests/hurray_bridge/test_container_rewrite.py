@@ -1,0 +1,146 @@
+"""``container.rewrite``: a Hurray file written again, read in chunks (``hurray convert``
+of a Hurray input).
+
+The output must be what loading the file and saving it again writes, byte for byte;
+memory must not follow the file's size; and with ``verify`` every defect that
+``container.verify`` reports is refused with the same error before the output exists.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import struct
+import sys
+import zlib
+
+import pytest
+
+import hurray_bridge as hb
+from hurray_bridge import container
+from hurray_bridge.container import HEADER_SIZE
+from tests.hurray_bridge.test_container_corruption import DATA, H, reseal
+from tests.vectors.generate_files import HERE as VECTORS
+
+np = pytest.importorskip("numpy")
+
+LINUX = sys.platform.startswith("linux")
+FILES = sorted(VECTORS.glob("*.hurray"))
+
+
+def _through_load(src: pathlib.Path, dst: pathlib.Path, alignment: int, checksums: bool) -> None:
+    """The way a Hurray input was converted before: load (mapped), plan, write."""
+    loaded = container.load(src, verify=True)
+    plan = container._plan_tensors(loaded, loaded.metadata or None, alignment, checksums)
+    container._write_plan(dst, plan, fsync=False)
+
+
+@pytest.mark.parametrize("alignment", [64, 4096])
+@pytest.mark.parametrize("checksums", [True, False], ids=["checksums", "none"])
+@pytest.mark.parametrize("src", [*FILES, None], ids=[p.stem for p in FILES] + ["small_file"])
+def test_rewrite_writes_what_load_and_save_write(tmp_path: pathlib.Path, src: pathlib.Path | None,
+                                                 alignment: int, checksums: bool) -> None:
+    if src is None:
+        src = tmp_path / "small.hurray"
+        src.write_bytes(DATA)
+    want, got = tmp_path / "want.hurray", tmp_path / "got.hurray"
+    _through_load(src, want, alignment, checksums)
+    n = container.rewrite(src, got, alignment=alignment, checksums=checksums, fsync=False)
+    assert n == len(container.read_index(src).entries)
+    assert got.read_bytes() == want.read_bytes()
+    container.verify(got)
+
+
+def test_rewrite_of_the_same_settings_is_the_same_file(tmp_path: pathlib.Path) -> None:
+    src = tmp_path / "small.hurray"
+    src.write_bytes(DATA)
+    out = tmp_path / "again.hurray"
+    container.rewrite(src, out, alignment=H.alignment)
+    assert out.read_bytes() == DATA
+
+
+def _damage(tmp_path: pathlib.Path, change: str) -> pathlib.Path:
+    """DATA with one defect that only a read of the data region finds."""
+    bad = bytearray(DATA)
+    index = container._parse_index(H, memoryview(DATA[HEADER_SIZE:H.index_end]))[0]
+    by_name = {e.name: e for e in index}
+    if change == "data byte":
+        b = by_name["dense"].buffers[0]
+        bad[H.data_offset + b.offset + 3] ^= 0x10
+    elif change == "head padding":
+        bad[H.index_end] = 1
+    elif change == "padding between buffers":
+        first_end = min(b.offset + b.length for e in index for b in e.buffers if b.length)
+        bad[H.data_offset + first_end] = 7
+    elif change == "trailing bits, checksum resealed":
+        e = by_name["int4"]
+        b = e.buffers[0]
+        at = H.data_offset + b.offset + b.length - 1
+        bad[at] |= 0xF0  # five int4 elements: the high half of the last byte is padding
+        assert e.checksum is not None
+        stored = struct.pack("<I", e.checksum)
+        assert DATA.count(stored, HEADER_SIZE, H.index_end) == 1
+        pos = DATA.index(stored, HEADER_SIZE, H.index_end)
+        struct.pack_into("<I", bad, pos, zlib.crc32(bytes(bad[H.data_offset + b.offset:at + 1])))
+        bad = bytearray(reseal(bad))
+    path = tmp_path / "bad.hurray"
+    path.write_bytes(bytes(bad))
+    return path
+
+
+@pytest.mark.parametrize("change", ["data byte", "head padding", "padding between buffers",
+                                    "trailing bits, checksum resealed"])
+def test_rewrite_refuses_what_verify_refuses(tmp_path: pathlib.Path, change: str) -> None:
+    bad = _damage(tmp_path, change)
+    with pytest.raises(hb.FormatError) as want:
+        container.verify(bad)
+    out = tmp_path / "out.hurray"
+    with pytest.raises(hb.FormatError) as got:
+        container.rewrite(bad, out)
+    assert str(got.value) == str(want.value)
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["bad.hurray"]
+    container.rewrite(bad, out, verify=False)  # on purpose: written as it is
+    assert out.exists()
+
+
+def test_every_data_byte_change_is_refused_as_verify_refuses_it(tmp_path: pathlib.Path) -> None:
+    src, out = tmp_path / "bad.hurray", tmp_path / "out.hurray"
+    for i in range(H.index_end, len(DATA), 7):
+        bad = bytearray(DATA)
+        bad[i] ^= 0xFF
+        src.write_bytes(bytes(bad))
+        try:
+            container.verify(src)
+            want = None
+        except hb.FormatError as exc:
+            want = str(exc)
+        try:
+            container.rewrite(src, out, fsync=False)
+            got = None
+        except hb.FormatError as exc:
+            got = str(exc)
+        assert got == want, i
+        assert out.exists() == (want is None), i
+        out.unlink(missing_ok=True)
+
+
+def _peak_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:"))
+
+
+@pytest.mark.skipif(not LINUX, reason="VmHWM and /proc/self/clear_refs")
+def test_peak_memory_does_not_follow_the_file_size(tmp_path: pathlib.Path) -> None:
+    n = 96 << 20
+    src = tmp_path / "big.hurray"
+    piece = np.frombuffer(bytes(range(256)) * 4096, np.uint8)
+    hb.save(src, {f"w{k}": piece for k in range(n // piece.nbytes)}, fsync=False)
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets the peak to the resident set now
+    except OSError:
+        pytest.skip("cannot reset VmHWM here")
+    before = _peak_kib()
+    container.rewrite(src, tmp_path / "out.hurray", alignment=4096, fsync=False)
+    grew = (_peak_kib() - before) << 10
+    assert grew < 32 << 20, grew >> 20  # a few 4 MiB buffers, not the 96 MiB file
+    assert container.verify(tmp_path / "out.hurray").alignment == 4096
