@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .errors import HurrayError
+from .errors import FormatError, HurrayError
 
 __all__ = ["main"]
 
@@ -318,6 +320,30 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
         fh.close()
 
 
+@contextlib.contextmanager
+def _npy_regions(path: str, tensors: dict[str, object]) -> Iterator[list[Any] | None]:
+    """The one array of a ``.npy`` file as a plan item whose bytes are read from the file
+    in chunks (a memory map that a conversion reads whole would grow the resident set by
+    the file's size); None for what is not such an array (a ``.npz``)."""
+    from . import container
+    from ._disk import _open_regular
+    from ._numpy import numpy
+    from .conversion import asarray_one
+
+    np = numpy()
+    (arr,) = tensors.values() if len(tensors) == 1 else (None,)
+    if not isinstance(arr, np.memmap) or not isinstance(getattr(arr, "offset", None), int):
+        yield None
+        return
+    t = asarray_one(arr, what="a .npy array")  # its descriptor only: no byte is read
+    (key,) = tensors
+    with _open_regular(path) as fh:
+        if os.fstat(fh.fileno()).st_size < arr.offset + t.nbytes:
+            raise FormatError("the .npy file is shorter than its header says (truncated "
+                              "while it was read)", field="input")
+        yield [(key, t.descriptor, [container._Region(fh.fileno(), arr.offset, t.nbytes)])]
+
+
 class _Annotated(Exception):
     """An error's message with a sentence added (for :func:`_fail`)."""
 
@@ -403,8 +429,11 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                                   verify=verify, progress=bar)
         elif dst_fmt == "hurray" and src_fmt in ("npy", "npz"):
             tensors = _numpy_tensors(args.input, src_fmt, args.name)
-            plan = container._plan_tensors(tensors, None, alignment, not args.no_checksums)
-            container._write_plan(args.output, plan, fsync=fsync, progress=bar)
+            with _npy_regions(args.input, tensors) as items:
+                plan = (container._plan(items, None, alignment, not args.no_checksums, [])
+                        if items else container._plan_tensors(tensors, None, alignment,
+                                                              not args.no_checksums))
+                container._write_plan(args.output, plan, fsync=fsync, progress=bar)
             n = len(tensors)
         else:
             bar.close()

@@ -144,3 +144,46 @@ def test_peak_memory_does_not_follow_the_file_size(tmp_path: pathlib.Path) -> No
     grew = (_peak_kib() - before) << 10
     assert grew < 32 << 20, grew >> 20  # a few 4 MiB buffers, not the 96 MiB file
     assert container.verify(tmp_path / "out.hurray").alignment == 4096
+
+
+# ------------------------------------------------------------- hurray convert of a .npy
+NPY_CASES = {
+    "c order": lambda: np.arange(60, dtype=np.float32).reshape(3, 4, 5),
+    "fortran order": lambda: np.asfortranarray(np.arange(12, dtype=np.int16).reshape(3, 4)),
+    "rank 0": lambda: np.array(7.5),
+    "bool": lambda: np.array([True, False, True]),
+    "float16": lambda: np.linspace(0, 1, 9, dtype=np.float16),
+}
+
+
+@pytest.mark.parametrize("case", list(NPY_CASES))
+def test_convert_of_a_npy_writes_what_load_and_save_write(tmp_path: pathlib.Path,
+                                                          case: str) -> None:
+    from hurray_bridge.__main__ import main
+
+    a = NPY_CASES[case]()
+    src = tmp_path / "x.npy"
+    np.save(src, a)
+    want, got = tmp_path / "want.hurray", tmp_path / "got.hurray"
+    hb.save(want, {"x": np.load(src)}, alignment=128, fsync=False)
+    assert main(["convert", "-q", "--no-fsync", "--alignment", "128", str(src), str(got)]) == 0
+    assert got.read_bytes() == want.read_bytes()
+    np.testing.assert_array_equal(np.asarray(hb.load(got)["x"]), a)
+
+
+@pytest.mark.skipif(not LINUX, reason="VmHWM and /proc/self/clear_refs")
+def test_convert_of_a_npy_does_not_map_the_file(tmp_path: pathlib.Path) -> None:
+    from hurray_bridge.__main__ import main
+
+    src = tmp_path / "big.npy"
+    np.save(src, np.zeros(96 << 20, np.uint8) + 3)
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pytest.skip("cannot reset VmHWM here")
+    before = _peak_kib()
+    assert main(["convert", "-q", "--no-fsync", str(src), str(tmp_path / "big.hurray")]) == 0
+    grew = (_peak_kib() - before) << 10
+    assert grew < 32 << 20, grew >> 20
+    assert int(np.asarray(hb.load(tmp_path / "big.hurray")["big"])[-1]) == 3
