@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gc
 import pathlib
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -35,6 +36,32 @@ def frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+def _peak_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:"))
+
+
+@pytest.fixture
+def peak_growth() -> Callable[[Callable[[], object]], int]:
+    """``peak_growth(fn)``: by how many bytes calling ``fn`` raised this process's peak
+    resident set (``VmHWM``, reset to the resident set first). Skips where Linux's
+    ``/proc/self/clear_refs`` is missing or refuses the reset."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("VmHWM and /proc/self/clear_refs are Linux's")
+
+    def growth(fn: Callable[[], object]) -> int:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # resets the peak to the resident set now
+        except OSError:
+            pytest.skip("cannot reset VmHWM here")
+        before = _peak_kib()
+        fn()
+        return (_peak_kib() - before) << 10
+
+    return growth
 
 
 @pytest.fixture(scope="session")
