@@ -336,6 +336,9 @@ def _npy_regions(path: str, tensors: dict[str, object]) -> Iterator[list[Any] | 
         yield None
         return
     t = asarray_one(arr, what="a .npy array")  # its descriptor only: no byte is read
+    if len(t.buffers) != 1 or t.buffers[0].ptr != arr.ctypes.data:
+        yield None  # not a view of the file's bytes (a big-endian array is swapped)
+        return
     (key,) = tensors
     with _open_regular(path) as fh:
         if os.fstat(fh.fileno()).st_size < arr.offset + t.nbytes:

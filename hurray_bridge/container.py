@@ -1551,18 +1551,26 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
     file's size. With ``verify`` (the default) every byte of ``src`` is checked as
     :func:`verify` checks it, in the same pass as the copy, and a defect raises before
     ``dst`` is replaced. A file with sharded tensors is rewritten through :func:`load`
-    (their shard sets are checked as a load checks them).
+    (their shard sets are checked as a load checks them), and so is a safetensors file,
+    which :func:`load` knows by its content.
     """
     check_suffix(dst, "hurray")
     if sys.byteorder != "little":
         raise UnsupportedError("Hurray files are little-endian; this host is big-endian")
+    def through_load() -> int:
+        loaded = load(src, verify=verify)
+        plan = _plan_tensors(loaded, loaded.metadata or None, alignment, checksums)
+        _write_plan(dst, plan, fsync=fsync, progress=progress)
+        return len(loaded)
+
     with _open_regular(src, "src") as f:
+        head = f.read(16)
+        f.seek(0)
+        if head[:4] != MAGIC and len(head) >= 9 and head[8:9] == b"{":
+            return through_load()  # safetensors content: load reads a file by what it holds
         h, entries, meta = _read_head(f)
         if any(_shard_group(e.name, e.descriptor) is not None for e in entries):
-            loaded = load(src, verify=verify)
-            plan = _plan_tensors(loaded, meta or None, alignment, checksums)
-            _write_plan(dst, plan, fsync=fsync, progress=progress)
-            return len(loaded)
+            return through_load()
         fd = f.fileno()
         read = functools.partial(_read_range, fd)
         regions = [[_Region(fd, h.data_offset + b.offset, b.length) for b in e.buffers]

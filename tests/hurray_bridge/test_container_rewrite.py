@@ -49,6 +49,18 @@ def test_rewrite_writes_what_load_and_save_write(tmp_path: pathlib.Path, src: pa
     container.verify(got)
 
 
+def test_rewrite_of_safetensors_content_converts_it_as_load_reads_it(
+        tmp_path: pathlib.Path) -> None:
+    from hurray_bridge import safetensors_io as sio
+
+    st = tmp_path / "st.safetensors"
+    sio.save(st, {"w": np.arange(6, dtype=np.float32)}, {"k": "v"}, fsync=False)
+    want, got = tmp_path / "want.hurray", tmp_path / "got.hurray"
+    sio.safetensors_to_hurray(st, want, fsync=False)
+    assert container.rewrite(st, got, fsync=False) == 1  # what `--from hurray` asks for
+    assert got.read_bytes() == want.read_bytes()
+
+
 def test_rewrite_of_the_same_settings_is_the_same_file(tmp_path: pathlib.Path) -> None:
     src = tmp_path / "small.hurray"
     src.write_bytes(DATA)
@@ -141,6 +153,10 @@ NPY_CASES = {
     "rank 0": lambda: np.array(7.5),
     "bool": lambda: np.array([True, False, True]),
     "float16": lambda: np.linspace(0, 1, 9, dtype=np.float16),
+    # NumPy's bytes are swapped into a new array: the file's bytes are not the tensor's
+    "big-endian": lambda: np.arange(10, dtype=">f4"),
+    "big-endian fortran": lambda: np.asfortranarray(np.arange(6, dtype=">i2").reshape(2, 3)),
+    "big-endian rank 0": lambda: np.array(2.5, dtype=">f8"),
 }
 
 
