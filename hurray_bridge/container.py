@@ -1486,16 +1486,38 @@ def _write_data(fd: int, base: int, total: int, slots: int, items: Sequence[_Ite
             stop.set()
             failed.append(exc)
 
-    helper = threading.Thread(target=run, args=(1, items[k:]), name="hurray-write",
-                              daemon=True)
+    ended = threading.Lock()
+    ended.acquire()
+
+    def second_half() -> None:
+        try:
+            run(1, items[k:])
+        finally:
+            ended.release()
+
+    helper = threading.Thread(target=second_half, name="hurray-write", daemon=True)
     helper.start()
+    signalled: BaseException | None = None
     try:
         run(0, items[:k])
-    except BaseException:  # (run keeps its own errors: this is a signal between them)
+    except BaseException as exc:  # (run keeps its own errors: this is a signal between them)
         stop.set()
-        raise
-    finally:
-        helper.join()  # no write after this returns: the caller may close and remove the file
+        signalled = exc
+    # No write may follow the return: the caller then closes the descriptor (whose number
+    # the next open reuses) and removes the file. So a signal that arrives while the helper
+    # is waited for (KeyboardInterrupt) stops it, and is raised once it has ended. (Waited
+    # for on a lock of its own: Python 3.11 marks a thread ended when its join is
+    # interrupted, while it still runs.)
+    while True:
+        try:
+            ended.acquire()
+            break
+        except BaseException as exc:
+            stop.set()
+            signalled = signalled or exc
+    helper.join()
+    if signalled is not None:
+        raise signalled
     if failed:
         raise failed[0]
     first, second = crcs

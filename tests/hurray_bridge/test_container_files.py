@@ -454,3 +454,59 @@ def test_a_shared_segment_truncated_by_a_peer_faults(tmp_path: pathlib.Path) -> 
         """)
     assert "touching" in r.stdout and "sum" not in r.stdout
     assert r.returncode == -signal.SIGBUS, (r.returncode, r.stderr)
+
+
+SPLIT_INTERRUPTED = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    import numpy as np
+    import hurray_bridge as hb
+    from hurray_bridge import container
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it
+    container._SPLIT_BYTES = 0  # two halves at once, even for a small file
+    container._THREADED_CRC_BYTES = None
+    container._CHUNK = 1 << 16
+    real, seen, late = os.pwrite, [0], []
+    done = threading.Event()
+    def slow(fd, data, offset):
+        if threading.current_thread().name.startswith("hurray-write"):
+            seen[0] += 1
+            if seen[0] == 2:
+                print("writing", flush=True)
+                time.sleep(2)  # the caller's half is done: it waits for this one
+            if done.is_set():
+                late.append(fd)
+        return real(fd, data, offset)
+    os.pwrite = slow
+    tensors = {f"w{k}": np.full(1 << 16, k, np.float32) for k in range(8)}
+    try:
+        hb.save(sys.argv[1], tensors, fsync=False)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        done.set()
+        fd = os.open(sys.argv[2], os.O_RDWR | os.O_CREAT)  # the closed descriptor's number
+        os.write(fd, b"keep")
+        time.sleep(2.5)
+        os.close(fd)
+        print("late writes", len(late), "threads", threading.active_count(), flush=True)
+""")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_an_interrupted_split_write_returns_only_once_its_helper_stopped(
+        tmp_path: pathlib.Path) -> None:
+    out, other = tmp_path / "out.hurray", tmp_path / "other.bin"
+    with subprocess.Popen([sys.executable, "-c", SPLIT_INTERRUPTED, str(out), str(other)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
+            time.sleep(0.3)  # the caller's half ends and waits for the helper's
+            proc.send_signal(signal.SIGINT)
+            stdout, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, err
+    assert stdout.split() == ["late", "writes", "0", "threads", "1"], (stdout, err)
+    assert other.read_bytes() == b"keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.bin"]  # no temporary
