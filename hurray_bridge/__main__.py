@@ -84,6 +84,7 @@ def _fail(path: object, exc: BaseException) -> int:
 def _sniff(path: str) -> str:
     """The format of an input file: its magic bytes first, its suffix as a fallback."""
     from ._disk import _open_regular
+    from ._safetensors_header import looks_like_safetensors
 
     with _open_regular(path) as f:  # a FIFO or device is refused, never waited on
         head = f.read(16)
@@ -93,14 +94,12 @@ def _sniff(path: str) -> str:
         return "npy"
     if head[:4] == b"PK\x03\x04":
         return "npz"
-    if len(head) >= 9 and head[8:9] == b"{":
+    if looks_like_safetensors(head):
         return "safetensors"
     return _suffix_format(path) or "hurray"  # let the Hurray reader name the defect
 
 
 def _suffix_format(path: str) -> str | None:
-    import os
-
     from ._disk import SUFFIX_FORMATS
 
     return SUFFIX_FORMATS.get(os.path.splitext(path)[1].lower())
@@ -245,8 +244,6 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def _report_stale(path: str) -> None:
     """Warn about temporaries that killed saves of ``path`` left (container.md §7)."""
-    import os
-
     from ._disk import _TEMP, stale_temporaries
 
     for tmp in stale_temporaries(path):
@@ -290,11 +287,8 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
     from ._registry import get_adapter
 
     get_adapter("numpy")  # BackendNotAvailableError, with the pip extra, when NumPy is missing
-    import os
-
     from ._disk import _open_regular
     from ._numpy import numpy
-    from .errors import FormatError
 
     np = numpy()
 
@@ -393,7 +387,6 @@ def _signals_raise() -> Callable[[], None]:
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     from . import container, safetensors_io
-    from .errors import FormatError
 
     try:
         src_fmt = args.from_format or _sniff(args.input)
@@ -603,8 +596,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # Python's documented recipe (the signal module's notes on SIGPIPE): point stdout
         # at devnull so the interpreter's final flush does not raise again, and end quietly.
-        import os
-
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
             os.dup2(devnull, sys.stdout.fileno())

@@ -72,6 +72,12 @@ def _uint(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+def looks_like_safetensors(head: bytes | memoryview) -> bool:
+    """Whether a file's first bytes are safetensors' own: the 8-byte header length, then
+    the ``{`` of its JSON header (how every reader here tells the format by content)."""
+    return len(head) >= 9 and bytes(head[8:9]) == b"{"
+
+
 def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex:
     """Parse a safetensors header; ``prefix`` holds at least the first ``8 + N`` bytes."""
     try:

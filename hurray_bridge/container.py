@@ -43,7 +43,7 @@ from ._disk import (
     stale_temporaries,
 )
 from ._memory import alloc_aligned, buffer_address
-from ._safetensors_header import read_header_from
+from ._safetensors_header import looks_like_safetensors, read_header_from
 from ._trailing import placed_pieces, set_trailing_bits
 from .conversion import asarray, asarray_one
 from .descriptor import Descriptor
@@ -253,7 +253,7 @@ def _describe_magic(magic: bytes, raw: bytes | memoryview) -> str:
         return "this is a bare Hurray descriptor (HRYD), not a Hurray file (HRYF)"
     if magic[:1] == b"\x93" and bytes(raw[1:6]) == b"NUMPY":
         return "this looks like a NumPy .npy file; convert it with `hurray convert`"
-    if len(raw) >= 9 and bytes(raw[8:9]) == b"{":
+    if looks_like_safetensors(raw):
         return ("this looks like a safetensors file: hb.load(path) opens it, "
                 "`hurray convert` converts it")
     return f"bad magic {bytes(magic)!r}, expected {MAGIC!r}: not a Hurray file"
@@ -779,7 +779,7 @@ def _load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> Tensor
     with _open_regular(path) as f:
         head = f.read(16)
         f.seek(0)
-        if head[:4] != MAGIC and len(head) >= 9 and head[8:9] == b"{":
+        if head[:4] != MAGIC and looks_like_safetensors(head):
             return _load_safetensors(f, os.fspath(path), mmap=mmap, verify=verify)
         h, entries, meta = _read_head(f)
         if not mmap:
@@ -1579,6 +1579,7 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
     check_suffix(dst, "hurray")
     if sys.byteorder != "little":
         raise UnsupportedError("Hurray files are little-endian; this host is big-endian")
+
     def through_load() -> int:
         loaded = load(src, verify=verify)
         plan = _plan_tensors(loaded, loaded.metadata or None, alignment, checksums)
@@ -1588,7 +1589,7 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
     with _open_regular(src, "src") as f:
         head = f.read(16)
         f.seek(0)
-        if head[:4] != MAGIC and len(head) >= 9 and head[8:9] == b"{":
+        if head[:4] != MAGIC and looks_like_safetensors(head):
             return through_load()  # safetensors content: load reads a file by what it holds
         h, entries, meta = _read_head(f)
         if any(_shard_group(e.name, e.descriptor) is not None for e in entries):
@@ -1602,11 +1603,12 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
         sums = bool(h.flags & FLAG_DATA_CHECKSUMS)
 
         def check(crcs: Sequence[int]) -> None:  # in the order verify() checks
-            for e, pe, r in zip(entries, plan.entries, regions, strict=True) if sums else ():
-                # A buffer written with its trailing bits cleared was summed as written:
-                # the file's own bytes are summed again for the comparison.
-                crc = crcs[e.position] if len(pe.sources) == len(r) else _regions_crc(r)
-                _check_checksum(e, crc)
+            if sums:
+                for e, pe, r in zip(entries, plan.entries, regions, strict=True):
+                    # A buffer written with its trailing bits cleared was summed as written:
+                    # the file's own bytes are summed again for the comparison.
+                    crc = crcs[e.position] if len(pe.sources) == len(r) else _regions_crc(r)
+                    _check_checksum(e, crc)
             _check_padding_and_bits(read, h, entries)
 
         if verify:
