@@ -32,6 +32,8 @@ from __future__ import annotations
 import atexit
 import ctypes
 import struct
+import sys
+import time
 from math import prod
 from typing import Any
 
@@ -246,6 +248,23 @@ def live_exports() -> int:
 _NOOP_ADDR: int = ctypes.cast(_api.Py_IsInitialized, _c_void_p).value  # type: ignore[assignment]
 
 
+_interpreter = _cfunc("PyInterpreterState_Get", _c_void_p)
+_first_thread = _cfunc("PyInterpreterState_ThreadHead", _c_void_p, _c_void_p)
+_next_thread = _cfunc("PyThreadState_Next", _c_void_p, _c_void_p)
+
+
+def _threads_without_a_frame() -> int:
+    # A ctypes callback on a thread Python has not seen makes its thread state first,
+    # then waits for the GIL: until it gets it, that state has no frame. (With the GIL
+    # held no thread state is freed under this walk.)
+    n = 0
+    ts = _first_thread(_interpreter())
+    while ts:
+        n += 1
+        ts = _next_thread(ts)
+    return n - len(sys._current_frames())
+
+
 @atexit.register
 def _disarm_exports() -> None:
     # A ctypes callback entered after the interpreter is finalised would crash the
@@ -258,6 +277,14 @@ def _disarm_exports() -> None:
         # and the process aborts (see _speedups_c/deleters.c). A ctypes callback cannot do that:
         # it asks for the GIL before any of our code runs.
         _stop_foreign_releases(2000)
+    else:
+        # What the ctypes deleter can have instead: a call already waiting for the GIL
+        # is let in now, while it is still safe to take. Bounded, since a thread state
+        # without a frame may also be a native thread that released the GIL for good.
+        for _ in range(50):
+            if not _EXPORTS or _threads_without_a_frame() <= 0:
+                break
+            time.sleep(0.001)
     write = ctypes.memmove
     noop = struct.pack("@P", _NOOP_ADDR)
     for p, (_buf, _owner, offset) in list(_EXPORTS.items()):

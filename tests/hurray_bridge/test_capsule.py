@@ -612,12 +612,16 @@ _EXIT_SCRIPT = textwrap.dedent("""
     else:
         # "waiting": the call starts while this thread holds the GIL and is still
         # waiting for it when the interpreter begins to exit.
+        # Nothing may release the GIL after the wait, printing included: that would let
+        # the call in by chance, before the exit hook does.
         sys.setswitchinterval(30)
         lib.call_later(deleter, p, 100)
+        print("exiting", flush=True)
         end = time.perf_counter() + 0.5
         while time.perf_counter() < end:
             pass
-    print("exiting", flush=True)
+    if sys.argv[2] != "waiting":
+        print("exiting", flush=True)
 """)
 
 
