@@ -162,6 +162,11 @@ _L_DELETER_OFFSET = struct.calcsize("@" + _TENSOR + "P")  # 56
 # struct address -> (buffer, owner, offset of the deleter field)
 _EXPORTS: dict[int, tuple[Any, object, int]] = {}
 
+# One entry per call of the ctypes deleter still running (list.append and list.pop are
+# single calls, so no thread switch splits them): the exit hook waits for these, since
+# an owner's release may drop the GIL (munmap, a finaliser's I/O) after the pop.
+_DELETER_CALLS: list[None] = []
+
 _DeleterFn = ctypes.CFUNCTYPE(None, _c_void_p)  # both deleters: void (*)(Managed* self)
 
 
@@ -170,14 +175,17 @@ def _export_deleter(
     _exports: dict[int, tuple[Any, object, int]] = _EXPORTS,
     _save: Any = _save_exception,
     _restore: Any = _restore_exception,
+    _calls: list[None] = _DELETER_CALLS,
 ) -> None:
     # Called by consumers, on any thread (ctypes takes the GIL), exactly once per
     # consumed export. Defaults bind everything so that it still works while module
     # globals are being torn down at shutdown.
     saved = _save()
+    _calls.append(None)
     try:
         _exports.pop(p, None)  # type: ignore[arg-type]  # frees the struct, releases owner
     finally:
+        _calls.pop()
         if saved is not None:
             _restore(saved)
 
@@ -248,21 +256,12 @@ def live_exports() -> int:
 _NOOP_ADDR: int = ctypes.cast(_api.Py_IsInitialized, _c_void_p).value  # type: ignore[assignment]
 
 
-_interpreter = _cfunc("PyInterpreterState_Get", _c_void_p)
-_first_thread = _cfunc("PyInterpreterState_ThreadHead", _c_void_p, _c_void_p)
-_next_thread = _cfunc("PyThreadState_Next", _c_void_p, _c_void_p)
-
-
 def _threads_without_a_frame() -> int:
     # A ctypes callback on a thread Python has not seen makes its thread state first,
-    # then waits for the GIL: until it gets it, that state has no frame. (With the GIL
-    # held no thread state is freed under this walk.)
-    n = 0
-    ts = _first_thread(_interpreter())
-    while ts:
-        n += 1
-        ts = _next_thread(ts)
-    return n - len(sys._current_frames())
+    # then waits for the GIL: until it gets it, that state has no frame. Both maps have
+    # an entry per thread state, keyed by thread id, each built in one call under the
+    # runtime's lock (a walk of the states from Python could meet one freed meanwhile).
+    return len(sys._current_exceptions().keys() - sys._current_frames().keys())
 
 
 @atexit.register
@@ -279,15 +278,23 @@ def _disarm_exports() -> None:
         _stop_foreign_releases(2000)
     else:
         # What the ctypes deleter can have instead: a call already waiting for the GIL
-        # is let in now, while it is still safe to take. Bounded, since a thread state
-        # without a frame may also be a native thread that released the GIL for good.
-        for _ in range(50):
-            if not _EXPORTS or _threads_without_a_frame() <= 0:
-                break
+        # is let in now, while it is still safe to take, and one under way (its owner's
+        # release may have dropped the GIL) finishes. Bounded by the clock (each sleep
+        # may wait a switch interval for the GIL back), since a thread state without a
+        # frame may also be a native thread that released the GIL for good.
+        end = time.monotonic() + 0.05
+        while (_DELETER_CALLS or (_EXPORTS and _threads_without_a_frame() > 0)) and (
+                time.monotonic() < end):
             time.sleep(0.001)
     write = ctypes.memmove
     noop = struct.pack("@P", _NOOP_ADDR)
-    for p, (_buf, _owner, offset) in list(_EXPORTS.items()):
+    while True:
+        try:  # a collection while the list is built may run a deleter (3.10, 3.11)
+            live = list(_EXPORTS.items())
+            break
+        except RuntimeError:
+            continue
+    for p, (_buf, _owner, offset) in live:
         write(p + offset, noop, len(noop))
 
 
