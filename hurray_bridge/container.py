@@ -1488,11 +1488,13 @@ def _write_data(fd: int, base: int, total: int, slots: int, items: Sequence[_Ite
 
     ended = threading.Lock()
     ended.acquire()
+    finished: list[bool] = []  # set before the release: the flag is what the wait trusts
 
     def second_half() -> None:
         try:
             run(1, items[k:])
         finally:
+            finished.append(True)
             ended.release()
 
     helper = threading.Thread(target=second_half, name="hurray-write", daemon=True)
@@ -1507,11 +1509,12 @@ def _write_data(fd: int, base: int, total: int, slots: int, items: Sequence[_Ite
     # the next open reuses) and removes the file. So a signal that arrives while the helper
     # is waited for (KeyboardInterrupt) stops it, and is raised once it has ended. (Waited
     # for on a lock of its own: Python 3.11 marks a thread ended when its join is
-    # interrupted, while it still runs.)
-    while True:
+    # interrupted, while it still runs. A signal may also land once the lock is taken,
+    # before the loop sees it: the flag ends the loop, and the timeout bounds a wait on
+    # a lock this thread then holds itself.)
+    while not finished:
         try:
-            ended.acquire()
-            break
+            ended.acquire(timeout=0.05)
         except BaseException as exc:
             stop.set()
             signalled = signalled or exc

@@ -491,6 +491,50 @@ SPLIT_INTERRUPTED = textwrap.dedent("""
 """)
 
 
+SIGNAL_AFTER_THE_WAIT = textwrap.dedent("""
+    import os, sys, threading, types
+    import numpy as np
+    import hurray_bridge as hb
+    from hurray_bridge import container
+    container._SPLIT_BYTES = 0  # two halves at once, even for a small file
+    container._THREADED_CRC_BYTES = None
+    container._CHUNK = 1 << 16
+
+    class SignalledOnceTaken:
+        # A signal (KeyboardInterrupt) that lands when the wait for the other half has
+        # got the lock, before the next line: Python runs handlers between bytecodes.
+        def __init__(self):
+            self.lock, self.taken = threading.Lock(), 0
+        def acquire(self, *args, **kwargs):
+            got = self.lock.acquire(*args, **kwargs)
+            self.taken += got
+            if got and self.taken == 2:  # the first is the one made before the helper starts
+                raise KeyboardInterrupt
+            return got
+        def release(self):
+            self.lock.release()
+
+    container.threading = types.SimpleNamespace(**vars(threading))
+    container.threading.Lock = SignalledOnceTaken
+    tensors = {f"w{k}": np.full(1 << 16, k, np.float32) for k in range(8)}
+    try:
+        hb.save(sys.argv[1], tensors, fsync=False)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+""")
+
+
+def test_a_signal_just_after_the_split_write_wait_ends_it(tmp_path: pathlib.Path) -> None:
+    # The wait took the lock, the signal came before it noticed, and it went back to
+    # wait for a lock it now held itself: hurray convert hung for good (a review's
+    # repeated Ctrl-C, 1 hang in 35 tries), SIGTERM no longer ended it.
+    out = subprocess.run([sys.executable, "-c", SIGNAL_AFTER_THE_WAIT, str(tmp_path / "o.hurray")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.split() == ["interrupted"], out.stdout + out.stderr
+    assert list(tmp_path.iterdir()) == []  # no temporary left
+
+
 @pytest.mark.skipif(os.name != "posix", reason="signals")
 def test_an_interrupted_split_write_returns_only_once_its_helper_stopped(
         tmp_path: pathlib.Path) -> None:
