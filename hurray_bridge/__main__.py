@@ -92,10 +92,10 @@ def _sniff(path: str) -> str:
         return "hurray"
     if head[:6] == b"\x93NUMPY":
         return "npy"
+    if looks_like_safetensors(head):  # first: its header length may begin with "PK\3\4"
+        return "safetensors"
     if head[:4] == b"PK\x03\x04":
         return "npz"
-    if looks_like_safetensors(head):
-        return "safetensors"
     return _suffix_format(path) or "hurray"  # let the Hurray reader name the defect
 
 
@@ -299,10 +299,26 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
         if fmt == "npy":
             fh.close()  # a memory map of the path, which np.load opens and closes itself
             key = name or os.path.splitext(os.path.basename(path))[0] or "array"
-            return {key: np.load(path, mmap_mode="r", allow_pickle=False)}
-        with np.load(fh, allow_pickle=False) as npz:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+            if not isinstance(arr, np.ndarray):  # an archive: np.load reads those too
+                arr.close()
+                raise FormatError("not a .npy file: it is a .npz archive (--from npz reads it)",
+                                  field="input")
+            return {key: arr}
+        got = np.load(fh, allow_pickle=False)
+        if isinstance(got, np.ndarray):
+            raise FormatError("not a .npz archive: it is a .npy file (--from npy reads it)",
+                              field="input")
+        with got as npz:
+            seen: set[str] = set()
+            for k in npz.files:  # "a" and "a.npy" are both read as "a"
+                if k in seen:
+                    raise FormatError(f"the archive has two members for the array {k!r} "
+                                      f"(one named {k!r}, one {k + '.npy'!r}, or the same name "
+                                      "twice): which one is meant is unclear", field="input")
+                seen.add(k)
             return {k: npz[k] for k in npz.files}
-    except OSError:
+    except (OSError, HurrayError):
         raise
     except Exception as exc:  # NumPy and zipfile raise many kinds of error for bad bytes
         # ValueError (pickled objects, bad headers), tokenize.TokenError, EOFError,

@@ -8,6 +8,7 @@ import os
 import pathlib
 import signal
 import stat
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -489,6 +490,56 @@ def test_convert_of_malformed_numpy_files_is_a_format_error(
     assert rc == 2 and stdout == "" and not out.exists()
     assert err.startswith(f"hurray: error: {path}: input: cannot read ") and word in err, err
     assert err.count("\n") == 1
+
+
+def _npy_bytes(a: Any) -> bytes:
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()
+
+
+@pytest.mark.parametrize("names", [("a", "a.npy"), ("a.npy", "a.npy")])
+def test_convert_refuses_an_npz_with_two_members_for_one_array(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path,
+        names: tuple[str, str]) -> None:
+    # np.load lists both as "a": one of the two arrays was dropped without a word.
+    import warnings
+    import zipfile
+
+    path, out = tmp_path / "dup.npz", tmp_path / "o.hurray"
+    with zipfile.ZipFile(path, "w") as z, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name
+        z.writestr(names[0], _npy_bytes(np.arange(3, dtype=np.int32)))
+        z.writestr(names[1], _npy_bytes(np.arange(5.0)))
+    rc, _, err = run(capsys, "convert", str(path), str(out))
+    assert rc == 2 and not out.exists(), err
+    assert "two members for the array 'a'" in err and err.count("\n") == 1, err
+
+
+def test_convert_with_the_wrong_numpy_from_names_the_right_one(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    # --from npy on an archive made an array of its member names (a "<U1" dtype error).
+    np.savez(tmp_path / "two.npz", a=np.arange(3), b=np.ones(2))
+    np.save(tmp_path / "one.npy", np.arange(3))
+    out = tmp_path / "o.hurray"
+    for src, wrong, right in (("two.npz", "npy", "npz"), ("one.npy", "npz", "npy")):
+        rc, _, err = run(capsys, "convert", str(tmp_path / src), str(out), "--from", wrong)
+        assert rc == 2 and not out.exists(), err
+        assert f"--from {right} reads it" in err and err.count("\n") == 1, err
+
+
+def test_a_safetensors_header_length_that_reads_pk_is_not_a_zip(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    # A header of 0x04034B50 bytes (under safetensors' 100 MB limit) begins the file with
+    # "PK\3\4": convert took it for an .npz, verify for safetensors.
+    n = 0x04034B50
+    head = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    path, out = tmp_path / "pk.safetensors", tmp_path / "pk.hurray"
+    path.write_bytes(struct.pack("<Q", n) + head + b" " * (n - len(head))
+                     + np.array([1.5, 2.5], np.float32).tobytes())
+    rc, _, err = run(capsys, "convert", str(path), str(out), "-q")
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.asarray(hb.load(out)["a"]), [1.5, 2.5])
 
 
 @pytest.mark.skipif(os.name != "posix", reason="FIFOs are POSIX")
