@@ -455,6 +455,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     except (HurrayError, OSError) as exc:
         bar.close()
         where = getattr(exc, "filename", None) or args.input
+        if getattr(exc, "output_replaced", False):
+            return _fail(args.output, _Annotated(exc, "the output was written in full, but its "
+                                                      "folder may not be flushed to disk"))
         if where == args.output:
             return _fail(where, _Annotated(exc, "the output was not written; an earlier file "
                                                 "of that name is unchanged"))
@@ -468,9 +471,11 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
         bar.close()
         signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
-        print(f"hurray: error: {args.output}: interrupted by {signal.Signals(signum).name}; the "
-              "output was not written (an earlier file of that name is unchanged)",
-              file=sys.stderr)
+        what = ("the output was written in full, but its folder may not be flushed to disk"
+                if getattr(exc, "output_replaced", False) else
+                "the output was not written (an earlier file of that name is unchanged)")
+        print(f"hurray: error: {args.output}: interrupted by {signal.Signals(signum).name}; "
+              f"{what}", file=sys.stderr)
         return 128 + signum  # what a shell reports for a command stopped by that signal
     finally:
         restore_signals()
@@ -609,6 +614,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.flush()
             raise
         sys.stdout.flush()  # a closed pipe shows here, not at exit where it cannot be caught
+    except KeyboardInterrupt:  # where a command does not say more itself: no traceback
+        return _interrupted()
     except BrokenPipeError:
         # Python's documented recipe (the signal module's notes on SIGPIPE): point stdout
         # at devnull so the interpreter's final flush does not raise again, and end quietly.
@@ -621,6 +628,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.close(devnull)
         return EXIT_BROKEN_PIPE
     return status
+
+
+def _interrupted() -> int:
+    import signal
+
+    try:  # a second Ctrl-C must not interrupt the message with a traceback
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # main() called off the main thread
+        old = None
+    try:
+        print("hurray: interrupted", file=sys.stderr)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
+    return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

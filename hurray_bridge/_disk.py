@@ -253,7 +253,9 @@ def atomic_output(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterat
     anything is written. The new file keeps the replaced file's permission bits
     (and, where allowed, its owner and group). Temporaries that interrupted
     saves of ``path`` left behind (see :func:`stale_temporaries`) are removed
-    first. An ``OSError`` of the writing (a full disk, say) names ``path``.
+    first. An ``OSError`` of the writing (a full disk, say) names ``path``. An
+    exception raised while the directory is flushed, after the rename, carries
+    ``output_replaced = True``: the new file is in place.
     """
     target = _fspath(path, "path")
     old = _existing_target(target)
@@ -286,7 +288,11 @@ def atomic_output(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterat
             _name_target(exc, target, tmp)
         raise
     if fsync:
-        _fsync_dir(directory)
+        try:
+            _fsync_dir(directory)
+        except BaseException as exc:  # a signal or an I/O error, once the new file is in place
+            exc.output_replaced = True  # type: ignore[attr-defined]  # read by the CLI
+            raise
 
 
 def _keep_attributes(fd: int, old: os.stat_result) -> None:

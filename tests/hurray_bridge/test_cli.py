@@ -542,6 +542,45 @@ def test_a_safetensors_header_length_that_reads_pk_is_not_a_zip(
     np.testing.assert_array_equal(np.asarray(hb.load(out)["a"]), [1.5, 2.5])
 
 
+_CONVERT_WITH = """
+import errno, sys
+import numpy as np
+import hurray_bridge as hb
+from hurray_bridge import __main__ as cli, _disk
+src, dst, what = sys.argv[1:4]
+hb.save(src, {"new": np.arange(3.0)})
+hb.save(dst, {"old": np.zeros(1)})
+def fail(*args):
+    raise KeyboardInterrupt if what.endswith("signal") else OSError(errno.EIO, "I/O error")
+if what.startswith("folder flush"):  # after the rename: the new file is in place
+    _disk._fsync_dir = fail
+else:  # before anything is opened
+    cli._sniff = fail
+status = cli.main(["convert", src, dst, "-q"])
+print(status, list(hb.load(dst)))
+"""
+
+
+@pytest.mark.parametrize("what", ["folder flush, signal", "folder flush, I/O error",
+                                  "sniff, signal"])
+def test_an_interrupted_or_failed_convert_says_whether_the_output_was_written(
+        tmp_path: pathlib.Path, what: str) -> None:
+    # A signal during the folder's fsync, after the rename, was reported as "the output
+    # was not written" over a file that held the new content; one before the conversion
+    # began ended in a traceback.
+    src, dst = tmp_path / "in.hurray", tmp_path / "out.hurray"
+    out = subprocess.run([sys.executable, "-c", _CONVERT_WITH, str(src), str(dst), what],
+                         capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    status, names = out.stdout.split(" ", 1)
+    if what.startswith("folder flush"):
+        assert names.strip() == "['new']" and "written in full" in out.stderr, out.stderr
+        assert int(status) == (130 if what.endswith("signal") else 2), out
+    else:
+        assert names.strip() == "['old']" and out.stderr == "hurray: interrupted\n"
+        assert int(status) == 130
+
+
 @pytest.mark.skipif(os.name != "posix", reason="FIFOs are POSIX")
 def test_commands_refuse_a_fifo_instead_of_hanging(tmp_path: pathlib.Path) -> None:
     fifo = tmp_path / "pipe.hurray"
