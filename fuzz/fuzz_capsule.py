@@ -307,8 +307,14 @@ def load_check() -> _harness.Check:
                     raise Finding(f"canonical_bytes differ from the memory for {producer!r}")
             if len(t.memoryview()) != t.buffers[0].nbytes or canonical(t.copy()) != ref:
                 raise Finding(f"t.copy() holds other values for {producer!r}")
-            if canonical(pickle.loads(pickle.dumps(t, protocol=5))) != ref:
-                raise Finding(f"pickle round trip changes values for {producer!r}")
+            try:
+                pickled = pickle.dumps(t, protocol=5)
+            except hb.FormatError as e:  # a writer refuses bool8 bytes other than 0 and 1
+                if not (t.dtype == hb.bool8 and e.field == "data" and max(ref, default=0) > 1):
+                    raise Finding(f"pickle refused {t!r} from {producer!r}: {e}") from e
+            else:
+                if canonical(pickle.loads(pickled)) != ref:
+                    raise Finding(f"pickle round trip changes values for {producer!r}")
         for target in TARGETS:
             try:
                 out = convert(t, target)

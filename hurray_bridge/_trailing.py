@@ -9,17 +9,46 @@ returns each buffer as the pieces to write: the buffer itself, or, when its last
 has a trailing bit set, all but that byte (a view of the source, no copy) and the
 masked byte. The source is never modified (it may be read-only, or someone else's).
 :func:`set_trailing_bits` is the reader's side of the same rule, for ``verify``.
+
+The same writers refuse a ``bool8`` byte other than 0x00 and 0x01 (element-types.md
+§2: a writer must not write one). NumPy holds any byte under ``np.bool_`` that
+``frombuffer`` gave it, and a foreign file may too; since which of the two values such
+a byte means is the producer's call, not ours, it is refused by name, not changed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .descriptor import Descriptor
+from .dtypes import bool8
+from .errors import FormatError
+from .layout import Layout
 
-__all__ = ["placed_pieces", "set_trailing_bits", "written_pieces"]
+__all__ = ["check_bool8", "placed_pieces", "set_trailing_bits", "written_pieces"]
 
 Piece = memoryview | bytes
+_NOT_BOOL8 = b"\x00\x01"  # deleted by bytes.translate: what is left is no bool8 value
+_STEP = 1 << 20
+
+
+def check_bool8(d: Descriptor, primary: Any, name: str | None = None) -> None:
+    """Refuse a bool8 byte other than 0x00 or 0x01 among ``d``'s elements: a row-major
+    data buffer or a sparse one's values (``primary``, a byte view or a file region
+    with ``read(start, n)``; a strided or tiled buffer's gaps are no elements)."""
+    if d.dtype != bool8 or d.layout in (Layout.STRIDED, Layout.TILED):
+        return
+    read = getattr(primary, "read", None)
+    for k in range(0, len(primary), _STEP):
+        n = min(_STEP, len(primary) - k)
+        chunk = read(k, n) if read is not None else bytes(primary[k:k + n])
+        if chunk.translate(None, _NOT_BOOL8):
+            i = next(j for j, v in enumerate(chunk) if v > 1)
+            what = f"entry {name!r}: " if name is not None else ""
+            raise FormatError(f"{what}bool8 element {k + i} holds the byte {chunk[i]:#04x}; only "
+                              "0x00 and 0x01 are bool8 values (NumPy: write `a != 0`, a "
+                              "bool8 array of the same truth values)", field="data")
 
 
 def set_trailing_bits(d: Descriptor, last_byte: int) -> int:
@@ -28,8 +57,12 @@ def set_trailing_bits(d: Descriptor, last_byte: int) -> int:
     return last_byte & ~(0xFF >> k) & 0xFF if k else 0
 
 
-def written_pieces(d: Descriptor, views: Sequence[memoryview]) -> list[tuple[Piece, ...]]:
-    """For each buffer of ``d`` (``views`` in table order), the pieces that make its bytes."""
+def written_pieces(d: Descriptor, views: Sequence[memoryview],
+                   name: str | None = None) -> list[tuple[Piece, ...]]:
+    """For each buffer of ``d`` (``views`` in table order), the pieces that make its bytes;
+    a ``FormatError`` naming ``name`` for a bool8 byte that is no bool8 value."""
+    if views:
+        check_bool8(d, views[0], name)
     out: list[tuple[Piece, ...]] = [(v,) for v in views]
     if views and len(views[0]) and d.trailing_bits:  # the primary buffer is the first
         v = views[0]
@@ -40,12 +73,12 @@ def written_pieces(d: Descriptor, views: Sequence[memoryview]) -> list[tuple[Pie
 
 
 def placed_pieces(
-    d: Descriptor, views: Sequence[memoryview], offsets: Sequence[int]
+    d: Descriptor, views: Sequence[memoryview], offsets: Sequence[int], name: str | None = None
 ) -> tuple[tuple[Piece, ...], tuple[int, ...]]:
     """:func:`written_pieces` flattened, each piece with its offset (buffers at ``offsets``)."""
     pieces: list[Piece] = []
     at: list[int] = []
-    for parts, off in zip(written_pieces(d, views), offsets):
+    for parts, off in zip(written_pieces(d, views, name), offsets):
         for p in parts:
             pieces.append(p)
             at.append(off)

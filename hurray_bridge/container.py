@@ -1026,6 +1026,12 @@ class _Region:
         _pread_into(self.fd, memoryview(byte), self.offset + range(self.length)[key])
         return byte[0]
 
+    def read(self, start: int, n: int) -> bytes:
+        """``n`` bytes from ``start`` (``_trailing`` reads a bool8 region's this way)."""
+        out = bytearray(n)
+        _pread_into(self.fd, memoryview(out), self.offset + start)
+        return bytes(out)
+
 
 _Piece = memoryview | bytes | _Region
 
@@ -1204,7 +1210,7 @@ def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece]]],
         # Each buffer as the pieces to write: packed sub-byte data ends with zero bits.
         # (A file region slices like the view it stands for.)
         views = cast(Sequence[memoryview], sources)
-        entries.append(_PlanEntry(nb, desc, *placed_pieces(d, views, offsets)))
+        entries.append(_PlanEntry(nb, desc, *placed_pieces(d, views, offsets, name)))
         table += _ENTRY.size + _pad8(len(nb)) + len(desc)
     index_end = HEADER_SIZE + table + len(meta)
     data_offset = _align(index_end, max(PAGE_ALIGNMENT, alignment)) if cursor else index_end

@@ -250,9 +250,10 @@ class StreamWriter:
         payload = len(shape_bytes) + _pad(lead) + sum(_aligned(s.nbytes) for s in specs)
         header = _MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_TENSOR, len(specs), rank, self._seq,
                                       payload, 0)
-        self._write(header + shape_bytes + _ZEROS[: _pad(lead)])
         views = [t.memoryview(buf.role) for buf in t.buffers]
-        for buf, pieces in zip(t.buffers, written_pieces(t.descriptor, views)):
+        written = written_pieces(t.descriptor, views)  # before a byte of it: it may refuse
+        self._write(header + shape_bytes + _ZEROS[: _pad(lead)])
+        for buf, pieces in zip(t.buffers, written):
             if buf.nbytes:
                 for piece in pieces:  # packed sub-byte data: its last byte's trailing bits zero
                     self._write(piece)

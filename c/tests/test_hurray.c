@@ -743,6 +743,11 @@ static int mode_make_files(const char *dir)
             for (uint32_t j = 0; j < ns; j++) {
                 owned[i][j] = specs[j].length ? malloc((size_t)specs[j].length) : NULL;
                 pattern(owned[i][j], specs[j].length, (unsigned)(i * 8 + j));
+                if (set[i].d.dtype == HRY_BOOL8 && j == 0) { /* only 0 and 1 are bool8 bytes */
+                    for (uint64_t k = 0; k < specs[j].length; k++) {
+                        owned[i][j][k] &= 1;
+                    }
+                }
                 bufs[j] = owned[i][j];
             }
             if (hry_writer_add(w, set[i].name, strlen(set[i].name), &set[i].d, bufs, ns, &err) !=

@@ -514,6 +514,8 @@ def test_c_to_python(driver: tuple[pathlib.Path, dict[str, str]], tmp_path: path
             assert t.descriptor == d, e["name"]
             # the C driver fills buffer j with generate_files.pattern(length, seed + j)
             raws = [pattern(s.nbytes, e["seed"] + j) for j, s in enumerate(d.buffer_layout())]
+            if d.dtype == hb.dtypes.bool8 and raws:  # only 0 and 1 are bool8 bytes
+                raws[0] = bytes(b & 1 for b in raws[0])
             if d.trailing_bits and raws[0]:  # written as zero by the C writer, as by hb.save
                 raws[0] = raws[0][:-1] + bytes([raws[0][-1] & (0xFF >> d.trailing_bits)])
             assert [bytes(t.memoryview(b.role)) for b in t.buffers] == raws, e["name"]

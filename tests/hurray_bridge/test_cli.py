@@ -581,6 +581,29 @@ def test_an_interrupted_or_failed_convert_says_whether_the_output_was_written(
         assert int(status) == 130
 
 
+@pytest.mark.parametrize("kind", ["npy", "safetensors", "hurray"])
+def test_convert_refuses_bool8_bytes_that_are_no_bool8_value(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, kind: str) -> None:
+    # The file-to-file paths copy regions they never hold in memory: 0x02 and 0xff went
+    # into the output, and hurray verify called it OK.
+    src, out = tmp_path / f"b.{kind}", tmp_path / "o.hurray"
+    if kind == "npy":
+        np.save(src, np.frombuffer(bytes([0, 1, 2, 255]), dtype=np.bool_))
+    elif kind == "safetensors":
+        h = b'{"a":{"dtype":"BOOL","shape":[4],"data_offsets":[0,4]}}'
+        src.write_bytes(struct.pack("<Q", len(h)) + h + bytes([0, 1, 2, 255]))
+    else:  # a Hurray file without checksums whose data was changed after it was written
+        hb.save(src, {"a": np.array([False, True, True, True])}, checksums=False)
+        raw = bytearray(src.read_bytes())
+        at = hb.container.read_index(src).data_offset
+        assert raw[at:at + 4] == b"\x00\x01\x01\x01"
+        raw[at + 2:at + 4] = b"\x02\xff"
+        src.write_bytes(bytes(raw))
+    rc, _, err = run(capsys, "convert", str(src), str(out))
+    assert rc == 2 and not out.exists(), err
+    assert "bool8 element 2 holds the byte 0x02" in err and err.count("\n") == 1, err
+
+
 @pytest.mark.skipif(os.name != "posix", reason="FIFOs are POSIX")
 def test_commands_refuse_a_fifo_instead_of_hanging(tmp_path: pathlib.Path) -> None:
     fifo = tmp_path / "pipe.hurray"

@@ -333,6 +333,32 @@ def test_trailing_bits_are_written_as_zero(case: str, path: str, tmp_path: Any) 
     assert [bytes(t.memoryview(b.role)) for b in t.buffers] == source
 
 
+# bool8 bytes other than 0 and 1 (element-types.md §2: a writer must not write them)
+BAD_BOOL8 = {
+    "row-major": (hb.Descriptor([4], hb.bool8), [b"\x00\x01\x02\xff"], 2),
+    "coo-values": (hb.Descriptor([8], hb.bool8, hb.Layout.COO, sparse=hb.Sparse(2, hb.int8)),
+                   [b"\x01\x80", b"\x01\x05"], 1),
+}
+
+
+@pytest.mark.parametrize("path", WRITE_PATHS)
+@pytest.mark.parametrize("case", BAD_BOOL8)
+def test_no_write_path_writes_a_bool8_byte_that_is_no_bool8_value(
+        case: str, path: str, tmp_path: Any) -> None:
+    # np.frombuffer(bytes([2]), np.bool_) holds 0x02; it was written as it was.
+    d, source, first_bad = BAD_BOOL8[case]
+    t = _dirty(d, *source)
+    with pytest.raises(hb.FormatError, match=rf"bool8 element {first_bad} holds the byte") as e:
+        _written(t, path, tmp_path)
+    assert e.value.field == "data"
+    assert list(tmp_path.iterdir()) == []  # nothing written, no temporary
+    # bytes 0 and 1 pass every path unchanged, and strided gaps are no elements
+    good = [bytes(b & 1 for b in source[0]), *source[1:]]
+    assert _written(_dirty(d, *good), path, tmp_path) == good
+    gaps = hb.Descriptor([2], hb.bool8, hb.Layout.STRIDED, strides=[2])
+    assert _written(_dirty(gaps, b"\x01\x07\x00"), path, tmp_path) == [b"\x01\x07\x00"]
+
+
 @pytest.mark.parametrize("path", WRITE_PATHS)
 def test_real_producers_with_set_trailing_bits(path: str, tmp_path: Any) -> None:
     pa = pytest.importorskip("pyarrow")
