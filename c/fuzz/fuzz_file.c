@@ -59,6 +59,7 @@ static void check_accepted(hry_file *f, const uint8_t *data, size_t size)
         REQUIRE(hry_file_metadata(f, k, &key, &kl, &value, &vl) == HRY_OK);
         REQUIRE(strlen(key) == kl && hry_writer_add_metadata(w, key, kl, value, vl, &err) == HRY_OK);
     }
+    uint32_t refused = 0;
     for (uint32_t i = 0; i < hry_file_entry_count(f); i++) {
         const hry_entry *e = hry_file_entry(f, i);
         hry_descriptor d;
@@ -93,8 +94,12 @@ static void check_accepted(hry_file *f, const uint8_t *data, size_t size)
             }
             m->deleter(m);
         }
-        REQUIRE(hry_writer_add(w, e->name, e->name_length, &d, bufs, e->buffers.count, &err) ==
-                HRY_OK);
+        hry_status ws = hry_writer_add(w, e->name, e->name_length, &d, bufs, e->buffers.count,
+                                       &err);
+        /* a writer refuses bool8 bytes other than 0 and 1, which a reader need not detect */
+        REQUIRE(ws == HRY_OK ||
+                (ws == HRY_E_FORMAT && d.dtype == HRY_BOOL8 && strcmp(err.field, "data") == 0));
+        refused += ws != HRY_OK;
     }
     uint64_t out_size = hry_writer_file_size(w);
     uint8_t *out = malloc(out_size ? (size_t)out_size : 1);
@@ -104,7 +109,7 @@ static void check_accepted(hry_file *f, const uint8_t *data, size_t size)
      * exactly when the input was laid out canonically */
     hry_file *g;
     REQUIRE(hry_file_open_memory(out, (size_t)out_size, HRY_OPEN_VERIFY, &g, &err) == HRY_OK);
-    REQUIRE(hry_file_entry_count(g) == hry_file_entry_count(f));
+    REQUIRE(hry_file_entry_count(g) + refused == hry_file_entry_count(f));
     hry_file_close(g);
     free(out);
 }

@@ -425,7 +425,8 @@ hry_status hry_writer_add_metadata(hry_writer *w, const char *key, size_t key_le
                                    const char *value, size_t value_length, hry_error *err);
 /* Append a tensor: a checked, static descriptor and one pointer per buffer of its buffer
  * layout, in canonical order, each exactly as long as the layout says (NULL for an empty
- * one). The bytes are borrowed until hry_writer_save / hry_writer_serialize returns. */
+ * one). The bytes are borrowed until hry_writer_save / hry_writer_serialize returns. A bool8
+ * element byte other than 0 or 1 is refused (HRY_E_FORMAT, field "data"). */
 hry_status hry_writer_add(hry_writer *w, const char *name, size_t name_length,
                           const hry_descriptor *d, const void *const *buffers, uint32_t n_buffers,
                           hry_error *err);

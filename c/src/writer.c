@@ -255,6 +255,21 @@ hry_status hry_writer_add(hry_writer *w, const char *name, size_t name_length,
         }
         e->offset[j] = at & ~(a - 1);
     }
+    /* element-types.md section 2: a writer must not write a bool8 byte other than 0 or 1
+     * (only elements are read: a strided or tiled buffer's gaps are none). */
+    if (d->dtype == HRY_BOOL8 && d->layout != HRY_STRIDED && d->layout != HRY_TILED && n &&
+        specs[0].length) {
+        const uint8_t *p = buffers[0];
+        for (uint64_t k = 0; k < specs[0].length; k++) {
+            if (p[k] > 1) {
+                free(e);
+                return hry__fail(err, HRY_E_FORMAT, "data",
+                                 "entry '%.*s': bool8 element %llu holds the byte 0x%02x; only "
+                                 "0x00 and 0x01 are bool8 values",
+                                 SHOWN(name, name_length), (unsigned long long)k, p[k]);
+            }
+        }
+    }
     e->n = n;
     e->keep = (uint8_t)(0xFFu >> hry__trailing_bits(d));
     size_t written;

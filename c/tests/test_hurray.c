@@ -1054,6 +1054,16 @@ static void unit_files(const char *dir)
     uint64_t dyn[] = {HRY_DYNAMIC};
     hry_descriptor dd = dense(HRY_FLOAT32, 1, dyn);
     CHECK(hry_writer_add(w, "dyn", 3, &dd, NULL, 0, &err) == HRY_E_DYNAMIC);
+    /* bool8 bytes other than 0 and 1 are refused, 0 and 1 written */
+    hry_descriptor db = dense(HRY_BOOL8, 1, s3);
+    static const uint8_t bad_bools[3] = {1, 0, 2}, bools[3] = {1, 0, 1};
+    const void *bb[1] = {bad_bools}, *gb[1] = {bools};
+    CHECK_FIELD(hry_writer_add(w, "b", 1, &db, bb, 1, &err), err, HRY_E_FORMAT, "data");
+    CHECK(strstr(err.message, "element 2 holds the byte 0x02") != NULL);
+    hry_writer *wb;
+    CHECK(hry_writer_new(0, 1, &wb, &err) == HRY_OK);
+    CHECK(hry_writer_add(wb, "b", 1, &db, gb, 1, &err) == HRY_OK);
+    hry_writer_free(wb);
     /* the empty tensor: a NULL buffer, no bytes */
     uint64_t s0[] = {0};
     hry_descriptor de = dense(HRY_FLOAT32, 1, s0);
