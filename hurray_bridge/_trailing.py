@@ -18,6 +18,7 @@ a byte means is the producer's call, not ours, it is refused by name, not change
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +27,8 @@ from .dtypes import bool8
 from .errors import FormatError
 from .layout import Layout
 
-__all__ = ["check_bool8", "placed_pieces", "set_trailing_bits", "written_pieces"]
+__all__ = ["check_bool8", "check_bool8_bytes", "placed_pieces", "set_trailing_bits",
+           "written_pieces"]
 
 Piece = memoryview | bytes
 _NOT_BOOL8 = b"\x00\x01"  # deleted by bytes.translate: what is left is no bool8 value
@@ -34,21 +36,54 @@ _STEP = 1 << 20
 
 
 def check_bool8(d: Descriptor, primary: Any, name: str | None = None) -> None:
-    """Refuse a bool8 byte other than 0x00 or 0x01 among ``d``'s elements: a row-major
-    data buffer or a sparse one's values (``primary``, a byte view or a file region
-    with ``read(start, n)``; a strided or tiled buffer's gaps are no elements)."""
-    if d.dtype != bool8 or d.layout in (Layout.STRIDED, Layout.TILED):
-        return
+    """Refuse a bool8 byte other than 0x00 or 0x01 among ``d``'s elements: a row-major or
+    strided data buffer or a sparse one's values (``primary``, a byte view or a file
+    region with ``read(start, n)``). A strided buffer's gaps are no elements: when some
+    byte of it is no bool8 value, its elements alone are looked at. (Tiled buffers, whose
+    edge tiles hold padding, are not checked.)"""
+    if d.dtype == bool8 and d.layout != Layout.TILED:
+        check_bool8_bytes(primary, name, d if d.layout == Layout.STRIDED else None)
+
+
+def check_bool8_bytes(primary: Any, name: str | None = None,
+                      strided: Descriptor | None = None) -> None:
+    """:func:`check_bool8` of bytes that are all elements (a row-major bool8 tensor's, as
+    the safetensors writer has them), or, with ``strided``, the elements of that
+    descriptor's buffer."""
     read = getattr(primary, "read", None)
     for k in range(0, len(primary), _STEP):
         n = min(_STEP, len(primary) - k)
         chunk = read(k, n) if read is not None else bytes(primary[k:k + n])
         if chunk.translate(None, _NOT_BOOL8):
+            if strided is not None:
+                whole = read(0, len(primary)) if read is not None else bytes(primary)
+                _check_strided(strided, whole, name)
+                return
             i = next(j for j, v in enumerate(chunk) if v > 1)
-            what = f"entry {name!r}: " if name is not None else ""
-            raise FormatError(f"{what}bool8 element {k + i} holds the byte {chunk[i]:#04x}; only "
-                              "0x00 and 0x01 are bool8 values (NumPy: write `a != 0`, a "
-                              "bool8 array of the same truth values)", field="data")
+            _refuse(k + i, chunk[i], name)
+
+
+def _check_strided(d: Descriptor, data: bytes, name: str | None) -> None:
+    # Element [0, ..., 0] is where the negative strides' dimensions start from.
+    shape, strides = d.shape, d.strides_or_compact
+    at = sum((n - 1) * -s for n, s in zip(shape, strides, strict=True) if s < 0 and n)
+    inner = bool(shape) and strides[-1] == 1  # the innermost elements are contiguous
+    run, outer = (shape[-1], shape[:-1]) if inner else (1, shape)
+    count = 0
+    for idx in itertools.product(*(range(n) for n in outer)):
+        off = at + sum(i * s for i, s in zip(idx, strides, strict=False))
+        elems = data[off:off + run]
+        if elems.translate(None, _NOT_BOOL8):
+            i = next(j for j, v in enumerate(elems) if v > 1)
+            _refuse(count + i, elems[i], name)
+        count += run
+
+
+def _refuse(element: int, byte: int, name: str | None) -> None:
+    what = f"entry {name!r}: " if name is not None else ""
+    raise FormatError(f"{what}bool8 element {element} holds the byte {byte:#04x}; only "
+                      "0x00 and 0x01 are bool8 values (NumPy: write `a != 0`, a bool8 array "
+                      "of the same truth values)", field="data")
 
 
 def set_trailing_bits(d: Descriptor, last_byte: int) -> int:

@@ -24,6 +24,7 @@ from ._safetensors_header import LENGTH as _LEN
 from ._safetensors_header import MAX_HEADER_SIZE, SafetensorsEntry, SafetensorsIndex, parse_header
 from ._safetensors_header import METADATA_KEY as _METADATA_KEY
 from ._safetensors_header import read_header_from as _read_header_from
+from ._trailing import check_bool8_bytes
 from .container import (
     BUFFER_ALIGNMENT,
     FLAG_DATA_CHECKSUMS,
@@ -271,6 +272,10 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
         header[_METADATA_KEY] = dict(metadata)
     pos = 0
     for o in outs:
+        if o.dtype == "BOOL":  # row-major here: every byte written is an element
+            for piece, _slot, written in o.pieces:
+                if written:
+                    check_bool8_bytes(piece, o.name)
         header[o.name] = {"dtype": o.dtype, "shape": o.shape,
                           "data_offsets": [pos, pos + o.nbytes]}
         pos += o.nbytes

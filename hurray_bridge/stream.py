@@ -182,7 +182,9 @@ class StreamWriter:
         try:
             step()
         except BaseException as exc:
-            if not (isinstance(exc, BlockingIOError) and self._pos == start):
+            # (A refusal of the tensor, a bool8 byte that is no bool8 value, comes before
+            # its first byte: the stream goes on without it.)
+            if not (isinstance(exc, (BlockingIOError, FormatError)) and self._pos == start):
                 # Part of the message is on the wire (or its flush failed): framing another
                 # one, or the same one again, would corrupt or duplicate it.
                 self._broken = True

@@ -581,12 +581,14 @@ def test_an_interrupted_or_failed_convert_says_whether_the_output_was_written(
         assert int(status) == 130
 
 
-@pytest.mark.parametrize("kind", ["npy", "safetensors", "hurray"])
+@pytest.mark.parametrize("kind", ["npy", "safetensors", "hurray", "hurray to safetensors"])
 def test_convert_refuses_bool8_bytes_that_are_no_bool8_value(
         capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, kind: str) -> None:
     # The file-to-file paths copy regions they never hold in memory: 0x02 and 0xff went
     # into the output, and hurray verify called it OK.
-    src, out = tmp_path / f"b.{kind}", tmp_path / "o.hurray"
+    to_st = kind == "hurray to safetensors"
+    kind = "hurray" if to_st else kind
+    src, out = tmp_path / f"b.{kind}", tmp_path / ("o.safetensors" if to_st else "o.hurray")
     if kind == "npy":
         np.save(src, np.frombuffer(bytes([0, 1, 2, 255]), dtype=np.bool_))
     elif kind == "safetensors":

@@ -338,6 +338,9 @@ BAD_BOOL8 = {
     "row-major": (hb.Descriptor([4], hb.bool8), [b"\x00\x01\x02\xff"], 2),
     "coo-values": (hb.Descriptor([8], hb.bool8, hb.Layout.COO, sparse=hb.Sparse(2, hb.int8)),
                    [b"\x01\x80", b"\x01\x05"], 1),
+    # elements at bytes 4, 2, 0 (a negative stride): byte 2 is element 1
+    "strided": (hb.Descriptor([3], hb.bool8, hb.Layout.STRIDED, strides=[-2]),
+                [b"\x01\x00\x02\x00\x01"], 1),
 }
 
 
@@ -357,6 +360,32 @@ def test_no_write_path_writes_a_bool8_byte_that_is_no_bool8_value(
     assert _written(_dirty(d, *good), path, tmp_path) == good
     gaps = hb.Descriptor([2], hb.bool8, hb.Layout.STRIDED, strides=[2])
     assert _written(_dirty(gaps, b"\x01\x07\x00"), path, tmp_path) == [b"\x01\x07\x00"]
+
+
+@pytest.mark.parametrize("case", ["row-major", "strided"])
+def test_the_safetensors_writer_refuses_a_bool8_byte_that_is_no_bool8_value(
+        case: str, tmp_path: Any) -> None:
+    from hurray_bridge import safetensors_io as sio
+
+    d, source, first_bad = BAD_BOOL8[case]
+    with pytest.raises(hb.FormatError, match=rf"entry 'x': bool8 element {first_bad} holds"):
+        sio.save(tmp_path / "x.safetensors", {"x": _dirty(d, *source)})
+    assert list(tmp_path.iterdir()) == []
+    sio.save(tmp_path / "x.safetensors", {"x": _dirty(d, bytes(b & 1 for b in source[0]))})
+
+
+def test_a_stream_goes_on_after_a_refused_bool8_message() -> None:
+    # The refusal comes before the message's first byte: nothing to break.
+    import io
+
+    d, source, _ = BAD_BOOL8["row-major"]
+    f = io.BytesIO()
+    with hb.StreamWriter(f, d) as w:
+        with pytest.raises(hb.FormatError, match="bool8 element 2"):
+            w.write(_dirty(d, *source))
+        w.write(_dirty(d, b"\x00\x01\x01\x01"))
+    f.seek(0)
+    assert [bytes(t.memoryview()) for t in hb.StreamReader(f)] == [b"\x00\x01\x01\x01"]
 
 
 @pytest.mark.parametrize("path", WRITE_PATHS)
