@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -299,7 +300,9 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
         if fmt == "npy":
             fh.close()  # a memory map of the path, which np.load opens and closes itself
             key = name or os.path.splitext(os.path.basename(path))[0] or "array"
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+            with warnings.catch_warnings():  # NumPy warns of the overflow, then raises
+                warnings.filterwarnings("ignore", "overflow", RuntimeWarning)
+                arr = np.load(path, mmap_mode="r", allow_pickle=False)
             if not isinstance(arr, np.ndarray):  # an archive: np.load reads those too
                 arr.close()
                 raise FormatError("not a .npy file: it is a .npz archive (--from npz reads it)",

@@ -516,6 +516,20 @@ def test_convert_refuses_an_npz_with_two_members_for_one_array(
     assert "two members for the array 'a'" in err and err.count("\n") == 1, err
 
 
+def test_an_npy_whose_shape_overflows_is_one_line(tmp_path: pathlib.Path) -> None:
+    # NumPy printed its overflow RuntimeWarning (two lines) before refusing the size.
+    path = tmp_path / "huge.npy"
+    np.save(path, np.zeros(4, np.uint8))
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[8:10], "little")
+    head = raw[10:10 + n].replace(b"(4,)", b"(1099511627776, 1099511627776)").rstrip(b" \n")
+    head += b" " * (-(10 + len(head) + 1) % 64) + b"\n"
+    path.write_bytes(raw[:8] + len(head).to_bytes(2, "little") + head + raw[10 + n:])
+    out = _cli("convert", str(path), str(tmp_path / "o.hurray"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "too big" in out.stderr and "Warning" not in out.stderr
+
+
 def test_convert_with_the_wrong_numpy_from_names_the_right_one(
         capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
     # --from npy on an archive made an array of its member names (a "<U1" dtype error).
