@@ -726,7 +726,8 @@ def test_an_interrupted_convert_leaves_no_temporary(tmp_path: pathlib.Path, sig:
 
 
 SLOW_READ = """
-import sys, time
+import faulthandler, sys, time
+faulthandler.dump_traceback_later(45, exit=True)  # a hang shows where it is (seen once in CI)
 from hurray_bridge import container
 from hurray_bridge.__main__ import main
 container._THREADED_CRC_BYTES = 0  # the reads on their thread, even for a small file

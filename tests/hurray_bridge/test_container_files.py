@@ -492,7 +492,7 @@ SPLIT_INTERRUPTED = textwrap.dedent("""
 
 
 SIGNAL_AFTER_THE_WAIT = textwrap.dedent("""
-    import os, sys, threading, types
+    import os, sys, threading, time, types
     import numpy as np
     import hurray_bridge as hb
     from hurray_bridge import container
@@ -516,6 +516,13 @@ SIGNAL_AFTER_THE_WAIT = textwrap.dedent("""
 
     container.threading = types.SimpleNamespace(**vars(threading))
     container.threading.Lock = SignalledOnceTaken
+    real, slowed = os.pwrite, []
+    def slow(fd, data, offset):  # the other half is still writing when the wait begins
+        if threading.current_thread().name.startswith("hurray-write") and not slowed:
+            slowed.append(1)
+            time.sleep(0.5)
+        return real(fd, data, offset)
+    os.pwrite = slow
     tensors = {f"w{k}": np.full(1 << 16, k, np.float32) for k in range(8)}
     try:
         hb.save(sys.argv[1], tensors, fsync=False)
