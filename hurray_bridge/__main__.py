@@ -404,6 +404,10 @@ def _signals_raise() -> Callable[[], None]:
     return restore
 
 
+# What a failure after the rename says (``_disk.atomic_output`` marks it ``output_replaced``).
+_WRITTEN_UNFLUSHED = "the output was written in full, but its folder may not be flushed to disk"
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
     from . import container, safetensors_io
 
@@ -459,8 +463,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         bar.close()
         where = getattr(exc, "filename", None) or args.input
         if getattr(exc, "output_replaced", False):
-            return _fail(args.output, _Annotated(exc, "the output was written in full, but its "
-                                                      "folder may not be flushed to disk"))
+            return _fail(args.output, _Annotated(exc, _WRITTEN_UNFLUSHED))
         if where == args.output:
             return _fail(where, _Annotated(exc, "the output was not written; an earlier file "
                                                 "of that name is unchanged"))
@@ -474,8 +477,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
         bar.close()
         signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
-        what = ("the output was written in full, but its folder may not be flushed to disk"
-                if getattr(exc, "output_replaced", False) else
+        what = (_WRITTEN_UNFLUSHED if getattr(exc, "output_replaced", False) else
                 "the output was not written (an earlier file of that name is unchanged)")
         print(f"hurray: error: {args.output}: interrupted by {signal.Signals(signum).name}; "
               f"{what}", file=sys.stderr)

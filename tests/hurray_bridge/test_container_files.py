@@ -456,15 +456,28 @@ def test_a_shared_segment_truncated_by_a_peer_faults(tmp_path: pathlib.Path) -> 
     assert r.returncode == -signal.SIGBUS, (r.returncode, r.stderr)
 
 
-SPLIT_INTERRUPTED = textwrap.dedent("""
-    import os, signal, sys, threading, time
-    import numpy as np
-    import hurray_bridge as hb
-    from hurray_bridge import container
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it
-    container._SPLIT_BYTES = 0  # two halves at once, even for a small file
-    container._THREADED_CRC_BYTES = None
-    container._CHUNK = 1 << 16
+# Both scripts below: a small file saved in two halves at once, then what the script's
+# on_interrupt() does when the save raises KeyboardInterrupt.
+_SPLIT_SETUP = """
+import os, signal, sys, threading, time, types
+import numpy as np
+import hurray_bridge as hb
+from hurray_bridge import container
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it
+container._SPLIT_BYTES = 0  # two halves at once, even for a small file
+container._THREADED_CRC_BYTES = None
+container._CHUNK = 1 << 16
+"""
+_SPLIT_SAVE = """
+tensors = {f"w{k}": np.full(1 << 16, k, np.float32) for k in range(8)}
+try:
+    hb.save(sys.argv[1], tensors, fsync=False)
+    print("not interrupted")
+except KeyboardInterrupt:
+    on_interrupt()
+"""
+
+SPLIT_INTERRUPTED = _SPLIT_SETUP + textwrap.dedent("""
     real, seen, late = os.pwrite, [0], []
     done = threading.Event()
     def slow(fd, data, offset):
@@ -477,29 +490,17 @@ SPLIT_INTERRUPTED = textwrap.dedent("""
                 late.append(fd)
         return real(fd, data, offset)
     os.pwrite = slow
-    tensors = {f"w{k}": np.full(1 << 16, k, np.float32) for k in range(8)}
-    try:
-        hb.save(sys.argv[1], tensors, fsync=False)
-        print("not interrupted")
-    except KeyboardInterrupt:
+    def on_interrupt():
         done.set()
         fd = os.open(sys.argv[2], os.O_RDWR | os.O_CREAT)  # the closed descriptor's number
         os.write(fd, b"keep")
         time.sleep(2.5)
         os.close(fd)
         print("late writes", len(late), "threads", threading.active_count(), flush=True)
-""")
+""") + _SPLIT_SAVE
 
 
-SIGNAL_AFTER_THE_WAIT = textwrap.dedent("""
-    import os, sys, threading, time, types
-    import numpy as np
-    import hurray_bridge as hb
-    from hurray_bridge import container
-    container._SPLIT_BYTES = 0  # two halves at once, even for a small file
-    container._THREADED_CRC_BYTES = None
-    container._CHUNK = 1 << 16
-
+SIGNAL_AFTER_THE_WAIT = _SPLIT_SETUP + textwrap.dedent("""
     class SignalledOnceTaken:
         # A signal (KeyboardInterrupt) that lands when the wait for the other half has
         # got the lock, before the next line: Python runs handlers between bytecodes.
@@ -523,13 +524,9 @@ SIGNAL_AFTER_THE_WAIT = textwrap.dedent("""
             time.sleep(0.5)
         return real(fd, data, offset)
     os.pwrite = slow
-    tensors = {f"w{k}": np.full(1 << 16, k, np.float32) for k in range(8)}
-    try:
-        hb.save(sys.argv[1], tensors, fsync=False)
-        print("not interrupted")
-    except KeyboardInterrupt:
+    def on_interrupt():
         print("interrupted")
-""")
+""") + _SPLIT_SAVE
 
 
 def test_a_signal_just_after_the_split_write_wait_ends_it(tmp_path: pathlib.Path) -> None:
