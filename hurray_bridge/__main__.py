@@ -320,7 +320,11 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
                                       f"(one named {k!r}, one {k + '.npy'!r}, or the same name "
                                       "twice): which one is meant is unclear", field="input")
                 seen.add(k)
-            return {k: npz[k] for k in npz.files}
+            out: dict[str, object] = {}
+            for info, k in zip(npz.zip.infolist(), npz.files, strict=True):
+                stored = _stored_member(np, path, fh.fileno(), npz.zip, info)
+                out[k] = stored if stored is not None else npz[k]
+            return out
     except (OSError, HurrayError):
         raise
     except Exception as exc:  # NumPy and zipfile raise many kinds of error for bad bytes
@@ -333,31 +337,119 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
         fh.close()
 
 
+class _StoredMember:
+    """An uncompressed ``.npz`` member: a memory map of its array in the archive (never
+    read through: only its descriptor is taken) and what its CRC-32 must come to."""
+
+    def __init__(self, name: str, array: Any, crc: int, head_crc: int) -> None:
+        self.name = name
+        self.array = array
+        self.crc = crc  # the archive's, of the member's bytes: the .npy header, then the data
+        self.head_crc = head_crc  # of the .npy header alone
+
+
+def _stored_member(np: Any, path: str, fd: int, archive: Any, info: Any) -> _StoredMember | None:
+    """``info``'s array as a :class:`_StoredMember` where the archive stores it as it is
+    (``np.savez``); None where it is read whole (compressed, encrypted, empty, not a
+    plain .npy, or anything NumPy would refuse: its own read then says why)."""
+    import math
+    import struct
+    import zipfile
+    import zlib
+
+    from . import container
+
+    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1 or info.file_size < 10:
+        return None
+    local = bytearray(30)
+    container._pread_into(fd, memoryview(local), info.header_offset)
+    if local[:4] != b"PK\x03\x04":
+        raise FormatError(f"cannot read npz: archive member {info.filename!r} has no local "
+                          f"header at offset "
+                          f"{info.header_offset}", field="input")
+    name_len, extra_len = struct.unpack_from("<HH", local, 26)
+    start = info.header_offset + 30 + name_len + extra_len
+    with archive.open(info) as member:
+        if member.read(6) != b"\x93NUMPY":
+            return None
+        member.seek(0)
+        version = np.lib.format.read_magic(member)
+        if version not in ((1, 0), (2, 0)):
+            return None
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, fortran, dtype = read(member)
+        head = member.tell()
+    if dtype.hasobject or dtype.byteorder == ">" or not all(shape):
+        return None
+    nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no wrap
+    if info.file_size != head + nbytes:
+        raise FormatError(f"cannot read npz: archive member {info.filename!r} holds "
+                          f"{info.file_size - head} "
+                          f"bytes after its .npy header, which says {shape} {dtype} "
+                          f"({nbytes} bytes)", field="input")
+    if os.fstat(fd).st_size < start + info.file_size:
+        raise FormatError(f"cannot read npz: archive member {info.filename!r} ends past the "
+                          "end of the file (truncated)", field="input")
+    header = bytearray(head)
+    container._pread_into(fd, memoryview(header), start)
+    array = np.memmap(path, dtype=dtype, mode="r", offset=start + head, shape=shape,
+                      order="F" if fortran else "C")
+    return _StoredMember(info.filename, array, info.CRC, zlib.crc32(header))
+
+
 @contextlib.contextmanager
-def _npy_regions(path: str, tensors: dict[str, object]) -> Iterator[list[Any] | None]:
-    """The one array of a ``.npy`` file as a plan item whose bytes are read from the file
-    in chunks (a memory map that a conversion reads whole would grow the resident set by
-    the file's size); None for what is not such an array (a ``.npz``)."""
+def _file_regions(path: str, tensors: dict[str, object]
+                  ) -> Iterator[tuple[list[Any], Callable[[Sequence[int]], None]] | None]:
+    """Plan items for the arrays of a ``.npy`` or ``.npz`` file, and the check of the
+    archive's checksums. An array mapped from the file (the ``.npy``'s, a stored member's)
+    is an item whose bytes are read from the file in chunks: a memory map that a
+    conversion reads whole would grow the resident set by the file's size. Others (a
+    compressed member, read whole) are items in memory. None where no array is mapped."""
     from . import container
     from ._disk import _open_regular
     from ._numpy import numpy
     from .conversion import asarray_one
 
     np = numpy()
-    (arr,) = tensors.values() if len(tensors) == 1 else (None,)
-    if not isinstance(arr, np.memmap) or not isinstance(getattr(arr, "offset", None), int):
+    mapped = {k: v for k, v in tensors.items()
+              if isinstance(v, _StoredMember) or (
+                  isinstance(v, np.memmap) and isinstance(getattr(v, "offset", None), int))}
+    if not mapped:
         yield None
         return
-    t = asarray_one(arr, what="a .npy array")  # its descriptor only: no byte is read
-    if len(t.buffers) != 1 or t.buffers[0].ptr != arr.ctypes.data:
-        yield None  # not a view of the file's bytes (a big-endian array is swapped)
-        return
-    (key,) = tensors
     with _open_regular(path) as fh:
-        if os.fstat(fh.fileno()).st_size < arr.offset + t.nbytes:
-            raise FormatError("the .npy file is shorter than its header says (truncated "
-                              "while it was read)", field="input")
-        yield [(key, t.descriptor, [container._Region(fh.fileno(), arr.offset, t.nbytes)])]
+        size = os.fstat(fh.fileno()).st_size
+        items: list[Any] = []
+        sums: list[tuple[int, _StoredMember, int]] = []  # entry, member, data bytes
+        for key, value in tensors.items():
+            arr: Any = value.array if isinstance(value, _StoredMember) else value
+            if key in mapped:
+                t = asarray_one(arr, what="a .npy array")  # its descriptor only: no byte read
+                if len(t.buffers) == 1 and t.buffers[0].ptr == arr.ctypes.data:
+                    if size < arr.offset + t.nbytes:
+                        what = ("archive" if isinstance(value, _StoredMember)
+                                else ".npy file")
+                        raise FormatError(f"the {what} is shorter than its header says "
+                                          "(truncated while it was read)", field="input")
+                    if isinstance(value, _StoredMember):
+                        sums.append((len(items), value, t.nbytes))
+                    items.append((key, t.descriptor,
+                                  [container._Region(fh.fileno(), arr.offset, t.nbytes)]))
+                    continue
+            items += [(name, t.descriptor, [t.memoryview(b.role) for b in t.buffers])
+                      for name, t in container._host_entries(key, arr)]
+        container._check_shard_names({name: d for name, d, _ in items})
+
+        def check(crcs: Sequence[int]) -> None:  # before the output replaces anything
+            for entry, member, nbytes in sums:
+                got = container._crc32_combine(member.head_crc, crcs[entry], nbytes)
+                if got != member.crc:
+                    raise FormatError(f"cannot read npz: archive member {member.name!r} is "
+                                      f"damaged: its bytes have the CRC-32 {got:#010x}, the "
+                                      f"archive says {member.crc:#010x}", field="input")
+
+        yield items, check
 
 
 class _Annotated(Exception):
@@ -448,11 +540,17 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                                   verify=verify, progress=bar)
         elif dst_fmt == "hurray" and src_fmt in ("npy", "npz"):
             tensors = _numpy_tensors(args.input, src_fmt, args.name)
-            with _npy_regions(args.input, tensors) as items:
-                plan = (container._plan(items, None, alignment, not args.no_checksums, [])
-                        if items else container._plan_tensors(tensors, None, alignment,
-                                                              not args.no_checksums))
-                container._write_plan(args.output, plan, fsync=fsync, progress=bar)
+            with _file_regions(args.input, tensors) as regions:
+                if regions is None:
+                    plan = container._plan_tensors(tensors, None, alignment,
+                                                   not args.no_checksums)
+                    container._write_plan(args.output, plan, fsync=fsync, progress=bar)
+                else:
+                    items, check = regions
+                    plan = container._plan(items, None, alignment, not args.no_checksums,
+                                           list(tensors.values()))
+                    container._write_plan(args.output, plan, fsync=fsync, progress=bar,
+                                          check=check, sums=True)
             n = len(tensors)
         else:
             bar.close()

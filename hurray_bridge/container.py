@@ -119,6 +119,51 @@ def _fast_crc32() -> Callable[[Any, int], int]:
 
 
 _crc32 = _fast_crc32()
+
+
+def _gf2_times(matrix: Sequence[int], vector: int) -> int:
+    total, i = 0, 0
+    while vector:
+        if vector & 1:
+            total ^= matrix[i]
+        vector >>= 1
+        i += 1
+    return total
+
+
+# _ZEROS[k]: the linear map of the CRC-32 register that appending 2**k zero bytes is
+# (built once, each the square of the one before).
+_ZEROS: list[list[int]] = []
+
+
+def _crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC-32 of ``a + b`` from ``crc1`` of ``a`` and ``crc2`` of ``b`` (``len2`` bytes):
+    a zip member's checksum from those of its parts, without reading a byte again.
+
+    Appending a zero bit to the message is a linear map of the CRC register over GF(2);
+    the maps of 2**k zero bytes for the set bits k of ``len2`` are applied to ``crc1``.
+    """
+    if not _ZEROS:
+        shift = [0xEDB88320] + [1 << k for k in range(31)]  # one zero bit (reflected)
+        for _ in range(3):  # 2, 4, then 8 zero bits: one byte
+            shift = [_gf2_times(shift, column) for column in shift]
+        for _ in range(64):
+            _ZEROS.append(shift)
+            shift = [_gf2_times(shift, column) for column in shift]
+    k = 0
+    while len2 > 0:
+        if len2 & 1:
+            crc1 = _gf2_times(_ZEROS[k], crc1)
+        len2 >>= 1
+        k += 1
+    return crc1 ^ crc2
+    while True:
+        if len2 & 1:
+            crc1 = _gf2_times(shift, crc1)
+        len2 >>= 1
+        if not len2:
+            return crc1 ^ crc2
+        shift = [_gf2_times(shift, column) for column in shift]
 # From this size (None: never), a file's data is read on a helper thread while the caller's
 # thread writes. zlib's CRC-32 (250-400 ms a GiB) runs on a thread of its own; the compiled
 # one (~20 ms a GiB) right after each read on the reading thread, where a third thread's

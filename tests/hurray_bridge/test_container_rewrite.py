@@ -8,10 +8,12 @@ memory must not follow the file's size; and with ``verify`` every defect that
 
 from __future__ import annotations
 
+import io
 import pathlib
 import struct
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -185,3 +187,115 @@ def test_convert_of_a_npy_does_not_map_the_file(
     grew = peak_growth(lambda: main(argv))
     assert grew < 32 << 20, grew >> 20
     assert int(np.asarray(hb.load(tmp_path / "big.hurray")["big"])[-1]) == 3
+
+
+def _npz_arrays() -> dict[str, Any]:
+    rng = np.random.default_rng(5)
+    return {"w": rng.standard_normal((300, 70)).astype(np.float32),
+            "scalar": np.array(3.5),
+            "empty": np.zeros((0, 3), np.int8),
+            "fortran": np.asfortranarray(rng.integers(0, 9, (40, 30)).astype(np.int16)),
+            "mask": rng.integers(0, 2, 1001).astype(bool),
+            "big_endian": np.arange(10, dtype=">i4")}
+
+
+def _mixed_npz(path: pathlib.Path, arrays: dict[str, Any]) -> None:
+    """An archive whose members alternate between stored and deflated."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        for k, (name, a) in enumerate(arrays.items()):
+            raw = io.BytesIO()
+            np.save(raw, a)
+            z.writestr(name + ".npy", raw.getvalue(),
+                       zipfile.ZIP_STORED if k % 2 else zipfile.ZIP_DEFLATED)
+
+
+@pytest.mark.parametrize("kind", ["savez", "savez_compressed", "mixed"])
+def test_convert_of_an_npz_writes_what_saving_its_arrays_writes(
+        tmp_path: pathlib.Path, kind: str) -> None:
+    """Stored members are read from the archive in chunks, compressed ones whole: the file
+    is the same either way, and the same as ``hb.save`` of the arrays."""
+    from hurray_bridge.__main__ import main
+
+    arrays = _npz_arrays()
+    src = tmp_path / "a.npz"
+    if kind == "mixed":
+        _mixed_npz(src, arrays)
+    else:
+        getattr(np, kind)(src, **arrays)
+    want, got = tmp_path / "want.hurray", tmp_path / "got.hurray"
+    hb.save(want, dict(np.load(src)), alignment=128, fsync=False)
+    assert main(["convert", "-q", "--alignment", "128", str(src), str(got)]) == 0
+    assert got.read_bytes() == want.read_bytes()
+    loaded = hb.load(got)
+    for name, a in arrays.items():
+        np.testing.assert_array_equal(np.asarray(loaded[name]), a)
+
+
+def test_convert_of_an_npz_does_not_hold_its_members(
+        tmp_path: pathlib.Path, peak_growth: Callable[[Callable[[], object]], int]) -> None:
+    from hurray_bridge.__main__ import main
+
+    src = tmp_path / "big.npz"
+    np.savez(src, a=np.zeros(48 << 20, np.uint8) + 3, b=np.zeros(12 << 20, np.float32) + 2)
+    argv = ["convert", "-q", "--no-fsync", str(src), str(tmp_path / "big.hurray")]
+    grew = peak_growth(lambda: main(argv))
+    assert grew < 32 << 20, grew >> 20  # 96 MiB of members
+    loaded = hb.load(tmp_path / "big.hurray")
+    assert int(np.asarray(loaded["a"])[-1]) == 3 and float(np.asarray(loaded["b"])[-1]) == 2
+
+
+def _stored_npz(tmp_path: pathlib.Path) -> tuple[pathlib.Path, bytearray, int]:
+    src = tmp_path / "d.npz"
+    a = np.arange(100_000, dtype=np.int32)
+    np.savez(src, a=a, b=np.ones(10))
+    raw = bytearray(src.read_bytes())
+    return src, raw, raw.find(a.tobytes()[:64])
+
+
+@pytest.mark.parametrize("where", ["data", "npy header", "data, no checksums"])
+def test_convert_of_a_damaged_stored_member_leaves_no_output(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], where: str) -> None:
+    """The member's bytes are not read by zipfile, which would check its CRC-32: the
+    conversion checks it from the checksums it computes on the way, before the output
+    replaces anything."""
+    from hurray_bridge.__main__ import main
+
+    src, raw, data = _stored_npz(tmp_path)
+    at = data + 40_000 if where.startswith("data") else raw.find(b"'descr'") + 2
+    raw[at] ^= 0x01 if where.startswith("data") else 0x00  # the header: a byte NumPy ignores
+    if where == "npy header":
+        raw[raw.find(b"}", at) + 1] = ord("\t")  # padding space -> tab: same header, new CRC
+    src.write_bytes(bytes(raw))
+    out = tmp_path / "o.hurray"
+    extra = ["--no-checksums"] if where.endswith("no checksums") else []
+    assert main(["convert", "-q", *extra, str(src), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "archive member 'a.npy' is damaged" in err and "CRC-32" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npz"]
+
+
+@pytest.mark.parametrize("defect", ["member cut", "member longer"])
+def test_convert_of_a_stored_member_of_the_wrong_size_is_refused(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], defect: str) -> None:
+    import zipfile
+
+    from hurray_bridge.__main__ import main
+
+    src = tmp_path / "s.npz"
+    raw = io.BytesIO()
+    np.save(raw, np.arange(5000, dtype=np.int64))
+    body = raw.getvalue()
+    if defect == "member cut":
+        body = body[:-8]
+    elif defect == "member longer":
+        body += b"\0" * 8
+    with zipfile.ZipFile(src, "w") as z:
+        z.writestr("a.npy", body, zipfile.ZIP_STORED)
+    assert main(["convert", "-q", str(src), str(tmp_path / "o.hurray")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hurray: error: {src}: input: cannot read npz: archive member "
+                          "'a.npy' holds "), err
+    assert err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.npz"]
