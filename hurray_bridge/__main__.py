@@ -307,6 +307,13 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
                 arr.close()
                 raise FormatError("not a .npy file: it is a .npz archive (--from npz reads it)",
                                   field="input")
+            if arr.dtype.byteorder == ">":
+                # Swapped into memory either way: read, not through the map, which a file
+                # cut meanwhile turns into SIGBUS; swapped in place, so held once.
+                del arr
+                with open(path, "rb") as f:
+                    arr = np.load(f, allow_pickle=False)
+                arr = arr.byteswap(inplace=True).view(arr.dtype.newbyteorder("="))
             return {key: arr}
         got = np.load(fh, allow_pickle=False)
         if isinstance(got, np.ndarray):

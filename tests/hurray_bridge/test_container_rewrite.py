@@ -299,3 +299,36 @@ def test_convert_of_a_stored_member_of_the_wrong_size_is_refused(
                           "'a.npy' holds "), err
     assert err.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.npz"]
+
+
+_CUT_AFTER_MAP = """
+import os, sys
+import numpy as np
+path, out = sys.argv[1], sys.argv[2]
+real = np.load
+def load(*args, **kw):
+    got = real(*args, **kw)
+    if kw.get("mmap_mode"):  # the file is cut once its header has been read
+        os.truncate(path, 256)
+    return got
+np.load = load
+from hurray_bridge.__main__ import main
+sys.exit(main(["convert", "-q", path, out]))
+"""
+
+
+def test_a_big_endian_npy_cut_during_its_conversion_is_an_error_not_a_crash(
+        tmp_path: pathlib.Path) -> None:
+    """Its bytes are swapped into memory: read from the file, not through the memory map
+    of its header's reading, which a cut file turns into SIGBUS (run in a subprocess)."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "be.npy"
+    np.save(src, np.arange(1 << 20, dtype=">i4"))
+    proc = subprocess.run([sys.executable, "-c", _CUT_AFTER_MAP, str(src),
+                           str(tmp_path / "o.hurray")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stderr.startswith(f"hurray: error: {src}: input: cannot read npy"), proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["be.npy"]
