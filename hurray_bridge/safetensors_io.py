@@ -33,18 +33,18 @@ from .container import (
     _check_checksum,
     _check_head_padding,
     _check_padding_and_bits,
+    _copy_tensors,
     _DataWriter,
     _encode_metadata,
+    _file_reader,
     _Header,
     _host_tensor,
     _load_safetensors,
-    _mapping,
     _Piece,
     _plan,
     _read_head,
     _read_range,
     _Region,
-    _tensors_over,
     _verify_mapped,
     _write_data,
     _write_plan,
@@ -194,7 +194,7 @@ def _from_hurray(f: Any, path: str, dst: str | os.PathLike[str], *, fsync: bool,
         raise
     fd = f.fileno()
     sums = verify and bool(h.flags & FLAG_DATA_CHECKSUMS)
-    gathered = _gather(f, path, h, [e for e in entries if e.descriptor.layout == Layout.STRIDED])
+    gathered = _gather(f, h, [e for e in entries if e.descriptor.layout == Layout.STRIDED])
     outs = []
     for e, st in zip(entries, dtypes, strict=True):
         (b,) = e.buffers  # a dense tensor has its data buffer alone
@@ -223,13 +223,14 @@ def _from_hurray(f: Any, path: str, dst: str | os.PathLike[str], *, fsync: bool,
                               check=check if verify else None)
 
 
-def _gather(f: Any, path: str, h: _Header, strided: Sequence[EntryInfo]) -> dict[str, memoryview]:
-    """Row-major copies of the strided entries of the open Hurray file ``f``, by name."""
-    if not strided:
-        return {}
-    owner = _mapping(f, h.file_size, path)
-    tensors = _tensors_over(strided, owner.address + h.data_offset, owner, True)
-    return {name: t.copy().memoryview() for name, t in tensors.items()}
+def _gather(f: Any, h: _Header, strided: Sequence[EntryInfo]) -> dict[str, memoryview]:
+    """Row-major copies of the strided entries of the open Hurray file ``f``, by name.
+
+    Each entry's span is read into memory (a memory map of the file, which a file cut
+    meanwhile would turn into SIGBUS, is not used), gathered, and let go.
+    """
+    read = _file_reader(f, h.data_offset)
+    return {e.name: _copy_tensors([e], read)[e.name].copy().memoryview() for e in strided}
 
 
 def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],

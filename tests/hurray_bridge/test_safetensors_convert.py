@@ -343,3 +343,35 @@ def test_save_from_memory_through_the_pipeline(tmp_path: pathlib.Path, chunking:
     assert sio.hurray_to_safetensors(tmp_path / "m.hurray", tmp_path / "back.safetensors")
     assert ((tmp_path / "back.safetensors").read_bytes()
             == (tmp_path / "m.safetensors").read_bytes())
+
+
+_CUT_AFTER_HEAD = """
+import os, sys
+from hurray_bridge import safetensors_io as sio
+path, out = sys.argv[1], sys.argv[2]
+from hurray_bridge.tensor import Tensor
+real = Tensor.copy
+def copy(self, *args, **kw):  # the file is cut as the strided entry is gathered
+    os.truncate(path, 8192)
+    return real(self, *args, **kw)
+Tensor.copy = copy
+from hurray_bridge.__main__ import main
+sys.exit(main(["convert", "-q", path, out]))
+"""
+
+
+def test_a_strided_entry_cut_during_its_conversion_is_an_error_not_a_crash(
+        tmp_path: pathlib.Path) -> None:
+    """A strided entry is gathered to row-major from its span read into memory, not from a
+    memory map of the file, which a cut file turns into SIGBUS (run in a subprocess)."""
+    import subprocess
+
+    src = tmp_path / "f.hurray"
+    hb.save(src, {"w": np.asfortranarray(np.ones((512, 512), np.float32))})
+    proc = subprocess.run([sys.executable, "-c", _CUT_AFTER_HEAD, str(src),
+                           str(tmp_path / "o.safetensors")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stderr.startswith(f"hurray: error: {src}: ") and "truncated" in proc.stderr, (
+        proc.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.hurray"]
