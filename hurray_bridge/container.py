@@ -1620,15 +1620,16 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
             alignment: int = BUFFER_ALIGNMENT, checksums: bool = True, fsync: bool = True,
             verify: bool = True, progress: _PROGRESS | None = None) -> int:
     """Write the Hurray file ``src`` again as ``dst`` with another buffer ``alignment``,
-    with or without data checksums; returns the number of entries.
+    with or without data checksums; returns the number of tensors, as :func:`load`
+    counts them (a sharded tensor's entries count once).
 
     Names, descriptors, metadata and every tensor's bytes carry over, in the file's
     order. The data is read in chunks, never mapped, so memory stays flat whatever the
     file's size. With ``verify`` (the default) every byte of ``src`` is checked as
     :func:`verify` checks it, in the same pass as the copy, and a defect raises before
-    ``dst`` is replaced. A file with sharded tensors is rewritten through :func:`load`
-    (their shard sets are checked as a load checks them), and so is a safetensors file,
-    which :func:`load` knows by its content.
+    ``dst`` is replaced. The shard sets of a file with sharded tensors are checked as
+    :func:`load` checks them. A safetensors file (which :func:`load` knows by its
+    content) is rewritten through :func:`load`.
     """
     check_suffix(dst, "hurray")
     if sys.byteorder != "little":
@@ -1647,7 +1648,15 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
             return through_load()  # safetensors content: load reads a file by what it holds
         h, entries, meta = _read_head(f)
         if any(_shard_group(e.name, e.descriptor) is not None for e in entries):
-            return through_load()
+            # The shard sets are checked as load checks them, over a map through which no
+            # byte is read (a file cut meanwhile makes a read through a map SIGBUS); their
+            # bytes are then copied in chunks like every other entry's.
+            owner = _mapping(f, h.file_size, os.fspath(src))
+            count = len(_grouped(TensorFile(_tensors_over(
+                entries, owner.address + h.data_offset, owner, True), meta, h.alignment)))
+            del owner
+        else:
+            count = len(entries)
         fd = f.fileno()
         read = functools.partial(_read_range, fd)
         regions = [[_Region(fd, h.data_offset + b.offset, b.length) for b in e.buffers]
@@ -1669,7 +1678,7 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
             _check_head_padding(read, h)
         _write_plan(dst, plan, fsync=fsync, progress=progress,
                     check=check if verify else None, sums=verify and sums)
-    return len(entries)
+    return count
 
 
 def _regions_crc(regions: Sequence[_Region]) -> int:

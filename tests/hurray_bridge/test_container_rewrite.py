@@ -332,3 +332,66 @@ def test_a_big_endian_npy_cut_during_its_conversion_is_an_error_not_a_crash(
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert proc.stderr.startswith(f"hurray: error: {src}: input: cannot read npy"), proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["be.npy"]
+
+
+def test_rewrite_of_shard_entries_writes_what_load_and_save_write(tmp_path: pathlib.Path) -> None:
+    a = np.arange(96, dtype=np.float32).reshape(8, 12)
+    src = tmp_path / "w.hurray"
+    hb.save(src, {"bias": np.ones(3), "w": hb.split(a, hb.grid_boxes(a.shape, (2, 3))),
+                  "b": np.zeros(5, np.int8)}, {"k": "v"}, fsync=False)
+    for alignment in (64, 4096):
+        want, got = tmp_path / "want.hurray", tmp_path / "got.hurray"
+        _through_load(src, want, alignment, True)
+        assert container.rewrite(src, got, alignment=alignment, fsync=False) == 3  # as loaded
+        assert got.read_bytes() == want.read_bytes()
+
+
+def test_rewrite_of_an_overlapping_shard_set_is_refused_as_load_refuses_it(
+        tmp_path: pathlib.Path) -> None:
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    st = hb.split(a, hb.grid_boxes(a.shape, (2, 1)))
+    src = tmp_path / "w.hurray"
+    # Entries that are shards by their names and sections, saved as they are: one box twice.
+    hb.save(src, {"w[0]": st.shards[0], "w[1]": st.shards[0]}, fsync=False)
+    with pytest.raises(hb.FormatError) as want:
+        container.load(src)
+    out = tmp_path / "o.hurray"
+    with pytest.raises(hb.FormatError) as got:
+        container.rewrite(src, out)
+    assert str(got.value) == str(want.value)
+    assert not out.exists()
+
+
+_CUT_WHEN_WRITING = """
+import os, sys
+import numpy as np
+import hurray_bridge as hb
+from hurray_bridge import container
+path, out = sys.argv[1], sys.argv[2]
+a = np.arange(1 << 20, dtype=np.float32).reshape(1024, 1024)
+hb.save(path, {"w": hb.split(a, hb.grid_boxes(a.shape, (2, 1)))}, fsync=False)
+real = container._write_plan
+def write_plan(*args, **kw):
+    os.truncate(path, 4096)  # the input is cut as the output is about to be written
+    return real(*args, **kw)
+container._write_plan = write_plan
+from hurray_bridge.__main__ import main
+sys.exit(main(["convert", "-q", path, out]))
+"""
+
+
+def test_shard_entries_cut_during_their_conversion_are_an_error_not_a_crash(
+        tmp_path: pathlib.Path) -> None:
+    """Their bytes are read from the file in chunks like any entry's, not through a memory
+    map, which a cut file turns into SIGBUS (run in a subprocess)."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "w.hurray"
+    proc = subprocess.run([sys.executable, "-c", _CUT_WHEN_WRITING, str(src),
+                           str(tmp_path / "o.hurray")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stderr.startswith(f"hurray: error: {src}: "), proc.stderr
+    assert "truncated" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.hurray"]
