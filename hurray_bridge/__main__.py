@@ -328,9 +328,22 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
                                       "twice): which one is meant is unclear", field="input")
                 seen.add(k)
             out: dict[str, object] = {}
+            mapped: list[Any] = []
+
+            def view() -> Any:  # one map of the archive for all its stored members
+                if not mapped:
+                    import mmap
+
+                    mapped.append(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+                return mapped[0]
+
             for info, k in zip(npz.zip.infolist(), npz.files, strict=True):
-                stored = _stored_member(np, path, fh.fileno(), npz.zip, info)
+                stored = _stored_member(np, fh.fileno(), npz.zip, info, view)
                 out[k] = stored if stored is not None else npz[k]
+                if isinstance(out[k], bytes):  # NpzFile's answer for a member not a .npy
+                    raise FormatError(f"cannot read npz: archive member {info.filename!r} is "
+                                      "not a .npy array (np.savez writes only those)",
+                                      field="input")
             return out
     except (OSError, HurrayError):
         raise
@@ -345,64 +358,86 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
 
 
 class _StoredMember:
-    """An uncompressed ``.npz`` member: a memory map of its array in the archive (never
-    read through: only its descriptor is taken) and what its CRC-32 must come to."""
+    """An uncompressed ``.npz`` member: a view of its array in one memory map of the
+    archive (never read through: only its descriptor is taken), where its data starts in
+    the file, and what its CRC-32 must come to."""
 
-    def __init__(self, name: str, array: Any, crc: int, head_crc: int) -> None:
+    def __init__(self, name: str, array: Any, offset: int, crc: int, head_crc: int) -> None:
         self.name = name
         self.array = array
+        self.offset = offset
         self.crc = crc  # the archive's, of the member's bytes: the .npy header, then the data
         self.head_crc = head_crc  # of the .npy header alone
 
 
-def _stored_member(np: Any, path: str, fd: int, archive: Any, info: Any) -> _StoredMember | None:
+def _stored_member(np: Any, fd: int, archive: Any, info: Any,
+                   view: Callable[[], Any]) -> _StoredMember | None:
     """``info``'s array as a :class:`_StoredMember` where the archive stores it as it is
-    (``np.savez``); None where it is read whole (compressed, encrypted, empty, not a
-    plain .npy, or anything NumPy would refuse: its own read then says why)."""
+    (``np.savez``) and NumPy would read it the same way; None where it is left to NumPy,
+    read whole (compressed, encrypted, sizes that disagree, not a plain little-endian
+    .npy of a type the bridge takes over the file's bytes: NumPy then reads it or says
+    why not). ``view()`` is the memory map of the archive, made on first use."""
+    import io
     import math
     import struct
     import zipfile
     import zlib
 
     from . import container
+    from .conversion import asarray_one
 
-    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1 or info.file_size < 10:
-        return None
+    if (info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1
+            or info.file_size < 10 or info.compress_size != info.file_size):
+        return None  # zipfile reads compress_size bytes of a stored member, and checks them
+    size = os.fstat(fd).st_size
+    if not 0 <= info.header_offset <= size - 30:
+        raise FormatError(f"cannot read npz: archive member {info.filename!r} has its local "
+                          f"header at offset {info.header_offset}, outside the file "
+                          f"({size} bytes)", field="input")
     local = bytearray(30)
     container._pread_into(fd, memoryview(local), info.header_offset)
     if local[:4] != b"PK\x03\x04":
         raise FormatError(f"cannot read npz: archive member {info.filename!r} has no local "
-                          f"header at offset "
-                          f"{info.header_offset}", field="input")
+                          f"header at offset {info.header_offset}", field="input")
     name_len, extra_len = struct.unpack_from("<HH", local, 26)
     start = info.header_offset + 30 + name_len + extra_len
-    with archive.open(info) as member:
-        if member.read(6) != b"\x93NUMPY":
-            return None
-        member.seek(0)
-        version = np.lib.format.read_magic(member)
-        if version not in ((1, 0), (2, 0)):
-            return None
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, fortran, dtype = read(member)
-        head = member.tell()
-    if dtype.hasobject or dtype.byteorder == ">" or not all(shape):
+    with archive.open(info) as member:  # zipfile's checks of the local header (its name...)
+        magic = member.read(12)
+    if magic[:6] != b"\x93NUMPY" or magic[6:8] not in (b"\x01\x00", b"\x02\x00"):
         return None
-    nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no wrap
-    if info.file_size != head + nbytes:
-        raise FormatError(f"cannot read npz: archive member {info.filename!r} holds "
-                          f"{info.file_size - head} "
-                          f"bytes after its .npy header, which says {shape} {dtype} "
-                          f"({nbytes} bytes)", field="input")
-    if os.fstat(fd).st_size < start + info.file_size:
-        raise FormatError(f"cannot read npz: archive member {info.filename!r} ends past the "
-                          "end of the file (truncated)", field="input")
+    head = (10 + struct.unpack_from("<H", magic, 8)[0] if magic[6] == 1
+            else 12 + struct.unpack_from("<I", magic, 8)[0])
+    if head > info.file_size or start + head > size:
+        return None
+    # The header whose CRC-32 is checked is the one parsed: both from this one read.
     header = bytearray(head)
     container._pread_into(fd, memoryview(header), start)
-    array = np.memmap(path, dtype=dtype, mode="r", offset=start + head, shape=shape,
-                      order="F" if fortran else "C")
-    return _StoredMember(info.filename, array, info.CRC, zlib.crc32(header))
+    f = io.BytesIO(header)
+    version = np.lib.format.read_magic(f)
+    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+            else np.lib.format.read_array_header_2_0)
+    shape, fortran, dtype = read(f)
+    if (f.tell() != head or dtype.hasobject or dtype.fields is not None
+            or dtype.subdtype is not None or dtype.byteorder == ">"
+            or not all(shape) or min(shape, default=1) < 0):
+        return None
+    nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no wrap
+    if info.file_size > head + nbytes:
+        return None  # bytes after the array: NumPy reads the array and leaves them
+    if info.file_size < head + nbytes:
+        raise FormatError(f"cannot read npz: archive member {info.filename!r} holds "
+                          f"{info.file_size - head} bytes after its .npy header (so says the "
+                          f"archive's directory), which says {shape} {dtype} ({nbytes} "
+                          "bytes)", field="input")
+    if size < start + info.file_size:
+        raise FormatError(f"cannot read npz: archive member {info.filename!r} ends past the "
+                          "end of the file (truncated)", field="input")
+    array = np.ndarray(shape, dtype, buffer=view(), offset=start + head,
+                       order="F" if fortran else "C")
+    t = asarray_one(array, what="a .npz member")  # its descriptor only: no byte read
+    if len(t.buffers) != 1 or t.buffers[0].ptr != array.ctypes.data:
+        return None  # not the file's bytes as they are: NumPy reads it whole
+    return _StoredMember(info.filename, array, start + head, info.CRC, zlib.crc32(header))
 
 
 @contextlib.contextmanager
@@ -433,8 +468,9 @@ def _file_regions(path: str, tensors: dict[str, object]
             arr: Any = value.array if isinstance(value, _StoredMember) else value
             if key in mapped:
                 t = asarray_one(arr, what="a .npy array")  # its descriptor only: no byte read
+                offset = value.offset if isinstance(value, _StoredMember) else arr.offset
                 if len(t.buffers) == 1 and t.buffers[0].ptr == arr.ctypes.data:
-                    if size < arr.offset + t.nbytes:
+                    if size < offset + t.nbytes:
                         what = ("archive" if isinstance(value, _StoredMember)
                                 else ".npy file")
                         raise FormatError(f"the {what} is shorter than its header says "
@@ -442,8 +478,10 @@ def _file_regions(path: str, tensors: dict[str, object]
                     if isinstance(value, _StoredMember):
                         sums.append((len(items), value, t.nbytes))
                     items.append((key, t.descriptor,
-                                  [container._Region(fh.fileno(), arr.offset, t.nbytes)]))
+                                  [container._Region(fh.fileno(), offset, t.nbytes)]))
                     continue
+                # _stored_member took only members read this way: its CRC-32 is checked
+                assert not isinstance(value, _StoredMember), key
             items += [(name, t.descriptor, [t.memoryview(b.role) for b in t.buffers])
                       for name, t in container._host_entries(key, arr)]
         container._check_shard_names({name: d for name, d, _ in items})
