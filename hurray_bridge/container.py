@@ -763,14 +763,18 @@ def _mapping(f: Any, size: int, path: str,
         raise
 
 
-def _verify_mapped(f: Any, h: _Header, entries: Sequence[EntryInfo]) -> None:
-    """Check the data checksums and padding of an open file through a temporary map."""
-    mm = _map(f, h.file_size)
-    try:
-        with memoryview(mm) as view:
-            _verify_data(view, h, entries)
-    finally:
-        mm.close()
+def _verify_file(f: Any, h: _Header, entries: Sequence[EntryInfo]) -> None:
+    """:func:`_verify_data` of an open file, read in pieces: never through a memory map,
+    which a file cut meanwhile turns into SIGBUS (here it is ``file_size: truncated``),
+    and which would count the whole file in the resident set."""
+    fd = f.fileno()
+    read = functools.partial(_read_range, fd)
+    _check_head_padding(read, h)
+    for e in entries:
+        if e.checksum is not None:
+            _check_checksum(e, _regions_crc([_Region(fd, h.data_offset + b.offset, b.length)
+                                             for b in e.buffers]))
+    _check_padding_and_bits(read, h, entries)
 
 
 def verify(path: str | os.PathLike[str]) -> FileIndex:
@@ -781,7 +785,7 @@ def verify(path: str | os.PathLike[str]) -> FileIndex:
     """
     with _open_regular(path) as f:
         h, entries, meta = _read_head(f)
-        _verify_mapped(f, h, entries)
+        _verify_file(f, h, entries)
     return _index_from(h, entries, meta)
 
 
@@ -829,7 +833,7 @@ def _load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> Tensor
         h, entries, meta = _read_head(f)
         if not mmap:
             if verify:
-                _verify_mapped(f, h, entries)
+                _verify_file(f, h, entries)
 
             tensors = _copy_tensors(entries, _file_reader(f, h.data_offset))
             return TensorFile(tensors, meta, BUFFER_ALIGNMENT)

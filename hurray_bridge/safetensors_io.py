@@ -45,7 +45,7 @@ from .container import (
     _read_head,
     _read_range,
     _Region,
-    _verify_mapped,
+    _verify_file,
     _write_data,
     _write_plan,
     load,
@@ -190,7 +190,7 @@ def _from_hurray(f: Any, path: str, dst: str | os.PathLike[str], *, fsync: bool,
         dtypes = [_safetensors_dtype(e.name, e.descriptor) for e in entries]
     except (FormatError, UnsupportedError):
         if verify:
-            _verify_mapped(f, h, entries)  # a damaged file is refused as damaged first
+            _verify_file(f, h, entries)  # a damaged file is refused as damaged first
         raise
     fd = f.fileno()
     sums = verify and bool(h.flags & FLAG_DATA_CHECKSUMS)

@@ -558,3 +558,35 @@ def test_an_interrupted_split_write_returns_only_once_its_helper_stopped(
     assert stdout.split() == ["late", "writes", "0", "threads", "1"], (stdout, err)
     assert other.read_bytes() == b"keep"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.bin"]  # no temporary
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGBUS semantics of Linux")
+@pytest.mark.parametrize("how", ["container.verify", "hb.load(mmap=False, verify=True)",
+                                 "hurray verify"])
+def test_a_file_cut_while_it_is_verified_is_an_error_not_a_crash(
+        tmp_path: pathlib.Path, how: str) -> None:
+    """Verification reads the file in pieces, not through a memory map, which a file cut
+    meanwhile (by another writer) turns into SIGBUS."""
+    path = tmp_path / "t.hurray"
+    hb.save(path, {"w": np.ones(1 << 20, np.float32)})
+    call = {"container.verify": f"container.verify({str(path)!r})",
+            "hb.load(mmap=False, verify=True)": f"hb.load({str(path)!r}, mmap=False, verify=True)",
+            "hurray verify": f"sys.exit(main(['verify', {str(path)!r}]))"}[how]
+    r = child(f"""
+        import os, sys, hurray_bridge as hb
+        from hurray_bridge import container
+        from hurray_bridge.__main__ import main
+        real = container._check_head_padding
+        def cut_then_check(*args):  # the file is opened and its index read: now it is cut
+            os.truncate({str(path)!r}, 8192)
+            return real(*args)
+        container._check_head_padding = cut_then_check
+        try:
+            {call}
+        except hb.FormatError as exc:
+            print("refused", exc.field, flush=True)
+        """)
+    if how == "hurray verify":
+        assert r.returncode == 2 and "file_size: truncated" in r.stderr, (r.returncode, r.stderr)
+    else:
+        assert r.returncode == 0 and "refused file_size" in r.stdout, (r.returncode, r.stderr)
