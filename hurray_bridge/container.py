@@ -1633,23 +1633,22 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
     :func:`verify` checks it, in the same pass as the copy, and a defect raises before
     ``dst`` is replaced. The shard sets of a file with sharded tensors are checked as
     :func:`load` checks them. A safetensors file (which :func:`load` knows by its
-    content) is rewritten through :func:`load`.
+    content) is converted as ``safetensors_io.safetensors_to_hurray`` converts it.
     """
     check_suffix(dst, "hurray")
     if sys.byteorder != "little":
         raise UnsupportedError("Hurray files are little-endian; this host is big-endian")
 
-    def through_load() -> int:
-        loaded = load(src, verify=verify)
-        plan = _plan_tensors(loaded, loaded.metadata or None, alignment, checksums)
-        _write_plan(dst, plan, fsync=fsync, progress=progress)
-        return len(loaded)
-
     with _open_regular(src, "src") as f:
         head = f.read(16)
         f.seek(0)
         if head[:4] != MAGIC and looks_like_safetensors(head):
-            return through_load()  # safetensors content: load reads a file by what it holds
+            # Safetensors content (load reads a file by what it holds): converted as such,
+            # its bytes read in chunks, never mapped.
+            from .safetensors_io import safetensors_to_hurray
+
+            return safetensors_to_hurray(src, dst, checksums=checksums, fsync=fsync,
+                                         progress=progress, alignment=alignment)
         h, entries, meta = _read_head(f)
         if any(_shard_group(e.name, e.descriptor) is not None for e in entries):
             # The shard sets are checked as load checks them, over a map through which no
