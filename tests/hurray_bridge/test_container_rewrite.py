@@ -520,31 +520,37 @@ import os, sys
 import numpy as np
 import hurray_bridge as hb
 from hurray_bridge import container
-path, out = sys.argv[1], sys.argv[2]
+path, out, kind = sys.argv[1], sys.argv[2], sys.argv[3]
 a = np.arange(1 << 20, dtype=np.float32).reshape(1024, 1024)
-hb.save(path, {"w": hb.split(a, hb.grid_boxes(a.shape, (2, 1)))}, fsync=False)
+if kind == "shards":
+    hb.save(path, {"w": hb.split(a, hb.grid_boxes(a.shape, (2, 1)))}, fsync=False)
+else:  # safetensors content, converted as a Hurray input (--from hurray)
+    from hurray_bridge import safetensors_io
+    safetensors_io.save(path, {"w": a}, fsync=False)
 real = container._write_plan
 def write_plan(*args, **kw):
     os.truncate(path, 4096)  # the input is cut as the output is about to be written
     return real(*args, **kw)
-container._write_plan = write_plan
+from hurray_bridge import safetensors_io
+container._write_plan = safetensors_io._write_plan = write_plan
 from hurray_bridge.__main__ import main
-sys.exit(main(["convert", "-q", path, out]))
+sys.exit(main(["convert", "-q", "--from", "hurray", path, out]))
 """
 
 
-def test_shard_entries_cut_during_their_conversion_are_an_error_not_a_crash(
-        tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("kind", ["shards", "safetensors content"])
+def test_an_input_loaded_before_cut_during_its_conversion_is_an_error_not_a_crash(
+        tmp_path: pathlib.Path, kind: str) -> None:
     """Their bytes are read from the file in chunks like any entry's, not through a memory
     map, which a cut file turns into SIGBUS (run in a subprocess)."""
     import subprocess
     import sys
 
-    src = tmp_path / "w.hurray"
+    src = tmp_path / ("w.hurray" if kind == "shards" else "w.safetensors")
     proc = subprocess.run([sys.executable, "-c", _CUT_WHEN_WRITING, str(src),
-                           str(tmp_path / "o.hurray")], capture_output=True, text=True,
+                           str(tmp_path / "o.hurray"), kind], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert proc.stderr.startswith(f"hurray: error: {src}: "), proc.stderr
     assert "truncated" in proc.stderr, proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.hurray"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]
