@@ -334,16 +334,16 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
                 if not mapped:
                     import mmap
 
-                    mapped.append(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+                    try:
+                        mapped.append(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+                    except ValueError:  # "cannot mmap an empty file"
+                        raise FormatError("cannot read npz: the archive is empty now (it was "
+                                          "cut while it was read)", field="input") from None
                 return mapped[0]
 
             for info, k in zip(npz.zip.infolist(), npz.files, strict=True):
                 stored = _stored_member(np, fh.fileno(), npz.zip, info, view)
-                out[k] = stored if stored is not None else npz[k]
-                if isinstance(out[k], bytes):  # NpzFile's answer for a member not a .npy
-                    raise FormatError(f"cannot read npz: archive member {info.filename!r} is "
-                                      "not a .npy array (np.savez writes only those)",
-                                      field="input")
+                out[k] = stored if stored is not None else _numpy_member(np, npz.zip, info)
             return out
     except (OSError, HurrayError):
         raise
@@ -355,6 +355,21 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
                           f"({type(exc).__name__})", field="input") from None
     finally:
         fh.close()
+
+
+def _numpy_member(np: Any, archive: Any, info: Any) -> Any:
+    """The array of the member ``info``, read whole by NumPy as ``np.load`` reads it, then
+    read on to the member's end: zipfile checks a member's CRC-32 when a read reaches its
+    end, and NumPy stops at the array's last byte (a member may hold more)."""
+    with archive.open(info) as member:
+        if member.read(6) != b"\x93NUMPY":
+            raise FormatError(f"cannot read npz: archive member {info.filename!r} is not a "
+                              ".npy array (np.savez writes only those)", field="input")
+    with archive.open(info) as member:
+        array = np.lib.format.read_array(member, allow_pickle=False)
+        while member.read(1 << 20):
+            pass
+    return array
 
 
 class _StoredMember:
@@ -432,7 +447,11 @@ def _stored_member(np: Any, fd: int, archive: Any, info: Any,
     if size < start + info.file_size:
         raise FormatError(f"cannot read npz: archive member {info.filename!r} ends past the "
                           "end of the file (truncated)", field="input")
-    array = np.ndarray(shape, dtype, buffer=view(), offset=start + head,
+    archive_map = view()
+    if len(archive_map) < start + info.file_size:
+        raise FormatError(f"cannot read npz: archive member {info.filename!r} ends past the "
+                          "end of the file (truncated while it was read)", field="input")
+    array = np.ndarray(shape, dtype, buffer=archive_map, offset=start + head,
                        order="F" if fortran else "C")
     t = asarray_one(array, what="a .npz member")  # its descriptor only: no byte read
     if len(t.buffers) != 1 or t.buffers[0].ptr != array.ctypes.data:

@@ -1650,38 +1650,84 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
             return safetensors_to_hurray(src, dst, checksums=checksums, fsync=fsync,
                                          progress=progress, alignment=alignment)
         h, entries, meta = _read_head(f)
+        order, count = _as_loaded(entries)  # as load then save would write them
+        shard_sets = None
         if any(_shard_group(e.name, e.descriptor) is not None for e in entries):
-            # The shard sets are checked as load checks them, over a map through which no
-            # byte is read (a file cut meanwhile makes a read through a map SIGBUS); their
-            # bytes are then copied in chunks like every other entry's.
-            owner = _mapping(f, h.file_size, os.fspath(src))
-            count = len(_grouped(TensorFile(_tensors_over(
-                entries, owner.address + h.data_offset, owner, True), meta, h.alignment)))
-            del owner
-        else:
-            count = len(entries)
+            shard_sets = functools.partial(_check_shard_sets, f, h, entries, meta,
+                                           os.fspath(src))
         fd = f.fileno()
         read = functools.partial(_read_range, fd)
         regions = [[_Region(fd, h.data_offset + b.offset, b.length) for b in e.buffers]
                    for e in entries]
-        plan = _plan([(e.name, e.descriptor, r) for e, r in zip(entries, regions, strict=True)],
+        plan = _plan([(name, e.descriptor, regions[e.position]) for e, name in order],
                      meta or None, alignment, checksums, [])
+        out = {e.position: i for i, (e, _) in enumerate(order)}  # input entry -> output
         sums = bool(h.flags & FLAG_DATA_CHECKSUMS)
 
-        def check(crcs: Sequence[int]) -> None:  # in the order verify() checks
+        def check(crcs: Sequence[int]) -> None:  # in the order load(verify=True) checks
             if sums:
-                for e, pe, r in zip(entries, plan.entries, regions, strict=True):
+                for e in entries:
+                    i, r = out[e.position], regions[e.position]
                     # A buffer written with its trailing bits cleared was summed as written:
                     # the file's own bytes are summed again for the comparison.
-                    crc = crcs[e.position] if len(pe.sources) == len(r) else _regions_crc(r)
+                    crc = crcs[i] if len(plan.entries[i].sources) == len(r) else _regions_crc(r)
                     _check_checksum(e, crc)
             _check_padding_and_bits(read, h, entries)
+            if shard_sets is not None:
+                shard_sets()  # after the bytes, as a load checks them
 
         if verify:
             _check_head_padding(read, h)
+        elif shard_sets is not None:
+            shard_sets()  # a load checks them whether or not it verifies
         _write_plan(dst, plan, fsync=fsync, progress=progress,
                     check=check if verify else None, sums=verify and sums)
     return count
+
+
+def _as_loaded(entries: Sequence[EntryInfo]) -> tuple[list[tuple[EntryInfo, str]], int]:
+    """The entries in the order and under the names that :func:`load` then :func:`save`
+    give them (each sharded tensor's shards at the place of its first, in table order,
+    numbered from 0), and the number of tensors that load counts."""
+    groups: dict[str, list[EntryInfo]] = {}
+    keys: list[str | EntryInfo] = []
+    for e in entries:
+        group = _shard_group(e.name, e.descriptor)
+        if group is None:
+            keys.append(e)
+        else:
+            if group not in groups:
+                groups[group] = []
+                keys.append(group)
+            groups[group].append(e)
+    order: list[tuple[EntryInfo, str]] = []
+    for k in keys:
+        if isinstance(k, str):
+            order += [(e, f"{k}[{i}]") for i, e in enumerate(groups[k])]
+        else:
+            order.append((k, k.name))
+    return order, len(keys)
+
+
+def _check_shard_sets(f: Any, h: _Header, entries: Sequence[EntryInfo],
+                      meta: dict[str, str], path: str) -> None:
+    """Check the file's shard sets as :func:`load` checks them, over a map of the open
+    file ``f`` through which no byte is read (a file cut meanwhile makes a read through a
+    map SIGBUS). The map is closed before an error leaves (a caller holding the error would
+    hold it through the error's traceback)."""
+    owner = _mapping(f, h.file_size, path)
+    tensors = TensorFile(_tensors_over(entries, owner.address + h.data_offset, owner, True),
+                         meta, h.alignment)
+    del owner
+    try:
+        _grouped(tensors)
+        return
+    except FormatError as exc:
+        error = exc
+    del tensors
+    # Its traceback, and that of the error it replaced, hold frames that hold the tensors.
+    error.__traceback__ = error.__context__ = error.__cause__ = None
+    raise error
 
 
 def _regions_crc(regions: Sequence[_Region]) -> int:

@@ -554,3 +554,133 @@ def test_an_input_loaded_before_cut_during_its_conversion_is_an_error_not_a_cras
     assert proc.stderr.startswith(f"hurray: error: {src}: "), proc.stderr
     assert "truncated" in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]
+
+
+@pytest.mark.parametrize("method", ["stored", "deflated"])
+def test_a_damaged_member_with_bytes_after_its_array_is_refused(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], method: str) -> None:
+    """NumPy reads such a member's array and stops before its end, where zipfile checks
+    the CRC-32: the conversion reads on to the end."""
+    import zipfile
+
+    from hurray_bridge.__main__ import main
+
+    buf = io.BytesIO()
+    np.save(buf, np.arange(5000, dtype=np.int64))
+    good = buf.getvalue() + b"\0" * 100
+    bad = bytearray(good)
+    bad[len(good) - 100 - 8 * 4999] ^= 0xFF  # a byte of a[1]
+    src = tmp_path / "s.npz"
+    with zipfile.ZipFile(src, "w") as z:  # the CRC-32 of the good bytes, over the bad ones
+        z.writestr(zipfile.ZipInfo("a.npy"), good)
+    raw = bytearray(src.read_bytes())
+    raw[raw.find(good):raw.find(good) + len(good)] = bad
+    if method == "deflated":
+        import zlib
+
+        comp = zlib.compressobj(6, zlib.DEFLATED, -15)
+        body = comp.compress(bytes(bad)) + comp.flush()
+        with zipfile.ZipFile(src, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("a.npy", bytes(bad))
+        raw = bytearray(src.read_bytes())
+        for at in (14, raw.find(b"PK\x01\x02") + 16):  # both headers' CRC: the good bytes'
+            struct.pack_into("<I", raw, at, zlib.crc32(good))
+        assert body in raw
+    src.write_bytes(bytes(raw))
+    with pytest.raises(Exception, match="CRC"):
+        zipfile.ZipFile(src).read("a.npy")
+    assert main(["convert", "-q", str(src), str(tmp_path / "o.hurray")]) == 2
+    err = capsys.readouterr().err
+    assert "CRC-32" in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.npz"]
+
+
+def _shard_file(tmp_path: pathlib.Path, layout: str) -> pathlib.Path:
+    """Shard entries saved under the names and in the order given (as another writer, or
+    one rank's file, may hold them)."""
+    a = np.arange(96, dtype=np.float32).reshape(8, 12)
+    sh = hb.split(a, hb.grid_boxes(a.shape, (2, 2))).shards
+    v = hb.split(a[:4], hb.grid_boxes((4, 12), (1, 2))).shards
+    entries: dict[str, Any] = {
+        "interleaved": {"w[0]": sh[0], "b": np.ones(3), "w[1]": sh[1], "w[2]": sh[2],
+                        "w[3]": sh[3]},
+        "numbers with gaps": {"w[1]": sh[1], "w[3]": sh[3]},
+        "reversed": {"w[3]": sh[3], "w[2]": sh[2], "w[1]": sh[1], "w[0]": sh[0]},
+        "two groups interleaved": {"w[0]": sh[0], "v[0]": v[0], "w[1]": sh[1], "v[1]": v[1],
+                                   "w[2]": sh[2], "w[3]": sh[3]},
+    }[layout]
+    src = tmp_path / "s.hurray"
+    hb.save(src, entries, {"k": "v"}, fsync=False)
+    return src
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "numbers with gaps", "reversed",
+                                    "two groups interleaved"])
+@pytest.mark.parametrize("alignment", [64, 4096])
+def test_rewrite_of_shard_entries_in_any_order_writes_what_load_and_save_write(
+        tmp_path: pathlib.Path, layout: str, alignment: int) -> None:
+    src = _shard_file(tmp_path, layout)
+    want, got = tmp_path / "want.hurray", tmp_path / "got.hurray"
+    for checksums in (True, False):
+        _through_load(src, want, alignment, checksums)
+        n = container.rewrite(src, got, alignment=alignment, checksums=checksums, fsync=False)
+        assert n == len(container.load(src))
+        assert got.read_bytes() == want.read_bytes(), (layout, checksums)
+
+
+def test_rewrite_of_damaged_overlapping_shards_reports_the_damage_first(
+        tmp_path: pathlib.Path) -> None:
+    """As load(verify=True) does: the bytes are checked before the shard sets."""
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    st = hb.split(a, hb.grid_boxes(a.shape, (2, 1)))
+    src = tmp_path / "w.hurray"
+    hb.save(src, {"w[0]": st.shards[0], "w[1]": st.shards[0]}, fsync=False)
+    idx = container.read_index(src)
+    raw = bytearray(src.read_bytes())
+    raw[idx.data_offset + idx.entries[1].buffers[0].offset] ^= 0x01
+    src.write_bytes(bytes(raw))
+    with pytest.raises(hb.FormatError) as want:
+        container.load(src, verify=True)
+    assert want.value.field.endswith("checksum"), want.value.field
+    with pytest.raises(hb.FormatError) as got:
+        container.rewrite(src, tmp_path / "o.hurray")
+    assert str(got.value) == str(want.value)
+
+
+def test_an_npz_cut_between_its_listing_and_its_map_is_called_truncated(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hurray_bridge.__main__ import main
+
+    src = tmp_path / "s.npz"
+    np.savez(src, a=np.arange(100_000), b=np.ones(5))
+    real = np.lib.format.read_array_header_1_0
+
+    def cut_then_read(*args: Any, **kw: Any) -> Any:  # once the archive's size is known
+        os.truncate(src, 40_000)
+        return real(*args, **kw)
+
+    import os
+
+    monkeypatch.setattr(np.lib.format, "read_array_header_1_0", cut_then_read)
+    assert main(["convert", "-q", str(src), str(tmp_path / "o.hurray")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hurray: error: {src}: input: cannot read npz: archive member "
+                          "'a.npy' ends past the end of the file (truncated"), err
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/maps").exists(), reason="needs /proc (Linux)")
+def test_a_refused_shard_set_leaves_no_map_of_the_file_behind(tmp_path: pathlib.Path) -> None:
+    import gc
+
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    st = hb.split(a, hb.grid_boxes(a.shape, (2, 1)))
+    src = tmp_path / "w.hurray"
+    hb.save(src, {"w[0]": st.shards[0], "w[1]": st.shards[0]}, fsync=False)
+    gc.disable()  # reference counting alone must release it
+    try:
+        with pytest.raises(hb.FormatError) as kept:
+            container.rewrite(src, tmp_path / "o.hurray")
+        assert str(src) not in pathlib.Path("/proc/self/maps").read_text(), kept.value
+    finally:
+        gc.enable()
