@@ -100,17 +100,26 @@ def _damage(tmp_path: pathlib.Path, change: str) -> pathlib.Path:
     return path
 
 
+def _refused_alike(reference: Callable[[pathlib.Path], object], src: pathlib.Path,
+                   out: pathlib.Path) -> hb.FormatError:
+    """``rewrite(src, out)`` refuses ``src`` with the error ``reference(src)`` raises, and
+    writes nothing."""
+    with pytest.raises(hb.FormatError) as want:
+        reference(src)
+    with pytest.raises(hb.FormatError) as got:
+        container.rewrite(src, out)
+    assert str(got.value) == str(want.value)
+    assert not out.exists()
+    return want.value
+
+
 @pytest.mark.parametrize("change", ["data byte", "head padding", "padding between buffers",
                                     "trailing bits, checksum resealed"])
 def test_rewrite_refuses_what_verify_refuses(tmp_path: pathlib.Path, change: str) -> None:
     bad = _damage(tmp_path, change)
-    with pytest.raises(hb.FormatError) as want:
-        container.verify(bad)
     out = tmp_path / "out.hurray"
-    with pytest.raises(hb.FormatError) as got:
-        container.rewrite(bad, out)
-    assert str(got.value) == str(want.value)
-    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["bad.hurray"]
+    _refused_alike(container.verify, bad, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.hurray"]
     container.rewrite(bad, out, verify=False)  # on purpose: written as it is
     assert out.exists()
 
@@ -499,20 +508,19 @@ def test_rewrite_of_shard_entries_writes_what_load_and_save_write(tmp_path: path
         assert got.read_bytes() == want.read_bytes()
 
 
-def test_rewrite_of_an_overlapping_shard_set_is_refused_as_load_refuses_it(
-        tmp_path: pathlib.Path) -> None:
+def _overlapping_shards(tmp_path: pathlib.Path) -> pathlib.Path:
+    """Entries that are shards by their names and sections, saved as they are: one box
+    twice (which load refuses)."""
     a = np.arange(16, dtype=np.float32).reshape(4, 4)
     st = hb.split(a, hb.grid_boxes(a.shape, (2, 1)))
     src = tmp_path / "w.hurray"
-    # Entries that are shards by their names and sections, saved as they are: one box twice.
     hb.save(src, {"w[0]": st.shards[0], "w[1]": st.shards[0]}, fsync=False)
-    with pytest.raises(hb.FormatError) as want:
-        container.load(src)
-    out = tmp_path / "o.hurray"
-    with pytest.raises(hb.FormatError) as got:
-        container.rewrite(src, out)
-    assert str(got.value) == str(want.value)
-    assert not out.exists()
+    return src
+
+
+def test_rewrite_of_an_overlapping_shard_set_is_refused_as_load_refuses_it(
+        tmp_path: pathlib.Path) -> None:
+    _refused_alike(container.load, _overlapping_shards(tmp_path), tmp_path / "o.hurray")
 
 
 _CUT_WHEN_WRITING = """
@@ -631,20 +639,13 @@ def test_rewrite_of_shard_entries_in_any_order_writes_what_load_and_save_write(
 def test_rewrite_of_damaged_overlapping_shards_reports_the_damage_first(
         tmp_path: pathlib.Path) -> None:
     """As load(verify=True) does: the bytes are checked before the shard sets."""
-    a = np.arange(16, dtype=np.float32).reshape(4, 4)
-    st = hb.split(a, hb.grid_boxes(a.shape, (2, 1)))
-    src = tmp_path / "w.hurray"
-    hb.save(src, {"w[0]": st.shards[0], "w[1]": st.shards[0]}, fsync=False)
+    src = _overlapping_shards(tmp_path)
     idx = container.read_index(src)
     raw = bytearray(src.read_bytes())
     raw[idx.data_offset + idx.entries[1].buffers[0].offset] ^= 0x01
     src.write_bytes(bytes(raw))
-    with pytest.raises(hb.FormatError) as want:
-        container.load(src, verify=True)
-    assert want.value.field.endswith("checksum"), want.value.field
-    with pytest.raises(hb.FormatError) as got:
-        container.rewrite(src, tmp_path / "o.hurray")
-    assert str(got.value) == str(want.value)
+    want = _refused_alike(lambda p: container.load(p, verify=True), src, tmp_path / "o.hurray")
+    assert want.field.endswith("checksum"), want.field
 
 
 def test_an_npz_cut_between_its_listing_and_its_map_is_called_truncated(
@@ -673,10 +674,7 @@ def test_an_npz_cut_between_its_listing_and_its_map_is_called_truncated(
 def test_a_refused_shard_set_leaves_no_map_of_the_file_behind(tmp_path: pathlib.Path) -> None:
     import gc
 
-    a = np.arange(16, dtype=np.float32).reshape(4, 4)
-    st = hb.split(a, hb.grid_boxes(a.shape, (2, 1)))
-    src = tmp_path / "w.hurray"
-    hb.save(src, {"w[0]": st.shards[0], "w[1]": st.shards[0]}, fsync=False)
+    src = _overlapping_shards(tmp_path)
     gc.disable()  # reference counting alone must release it
     try:
         with pytest.raises(hb.FormatError) as kept:
