@@ -740,7 +740,11 @@ def load_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def _map(f: Any, size: int) -> _mmap.mmap:
-    mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+    try:
+        mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+    except ValueError:  # "cannot mmap an empty file": emptied since its header was read
+        raise FormatError("the file changed size while it was opened",
+                          field="file_size") from None
     if len(mm) != size:
         mm.close()
         raise FormatError("the file changed size while it was opened", field="file_size")
@@ -770,11 +774,15 @@ def _verify_file(f: Any, h: _Header, entries: Sequence[EntryInfo]) -> None:
     fd = f.fileno()
     read = functools.partial(_read_range, fd)
     _check_head_padding(read, h)
+    buf = memoryview(bytearray(min(4 << 20, max((b.length for e in entries if e.checksum
+                                                  is not None for b in e.buffers), default=0))))
     for e in entries:
         if e.checksum is not None:
             _check_checksum(e, _regions_crc([_Region(fd, h.data_offset + b.offset, b.length)
-                                             for b in e.buffers]))
+                                             for b in e.buffers], buf))
     _check_padding_and_bits(read, h, entries)
+    if os.fstat(fd).st_size != h.file_size:  # a map would have seen it (grown; cut is read)
+        raise FormatError("the file changed size while it was opened", field="file_size")
 
 
 def verify(path: str | os.PathLike[str]) -> FileIndex:
@@ -1659,8 +1667,19 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
         read = functools.partial(_read_range, fd)
         regions = [[_Region(fd, h.data_offset + b.offset, b.length) for b in e.buffers]
                    for e in entries]
-        plan = _plan([(name, e.descriptor, regions[e.position]) for e, name in order],
-                     meta or None, alignment, checksums, [])
+        if shard_sets is not None and not verify:
+            shard_sets()  # a load checks them whether or not it verifies
+        try:
+            plan = _plan([(name, e.descriptor, regions[e.position]) for e, name in order],
+                         meta or None, alignment, checksums, [])
+        except FormatError as exc:
+            if verify and exc.field == "data":
+                # A byte that is no bool8 value (the plan reads them): what load(verify=True)
+                # finds first (damage, then a bad shard set) is the error, as it reports it.
+                _verify_file(f, h, entries)
+                if shard_sets is not None:
+                    shard_sets()
+            raise
         out = {e.position: i for i, (e, _) in enumerate(order)}  # input entry -> output
         sums = bool(h.flags & FLAG_DATA_CHECKSUMS)
 
@@ -1678,8 +1697,6 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
 
         if verify:
             _check_head_padding(read, h)
-        elif shard_sets is not None:
-            shard_sets()  # a load checks them whether or not it verifies
         _write_plan(dst, plan, fsync=fsync, progress=progress,
                     check=check if verify else None, sums=verify and sums)
     return count
@@ -1730,9 +1747,12 @@ def _check_shard_sets(f: Any, h: _Header, entries: Sequence[EntryInfo],
     raise error
 
 
-def _regions_crc(regions: Sequence[_Region]) -> int:
-    """CRC-32 of the regions' bytes in order, read in 4 MiB pieces."""
-    crc, buf = 0, memoryview(bytearray(4 << 20))
+def _regions_crc(regions: Sequence[_Region], buf: memoryview | None = None) -> int:
+    """CRC-32 of the regions' bytes in order, read in pieces of ``buf`` (a buffer of at
+    most 4 MiB, the regions' size, by default)."""
+    if buf is None or not len(buf):
+        buf = memoryview(bytearray(min(4 << 20, max(1, sum(len(r) for r in regions)))))
+    crc = 0
     for r in regions:
         for at in range(0, len(r), len(buf)):
             n = min(len(buf), len(r) - at)

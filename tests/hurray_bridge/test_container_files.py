@@ -590,3 +590,41 @@ def test_a_file_cut_while_it_is_verified_is_an_error_not_a_crash(
         assert r.returncode == 2 and "file_size: truncated" in r.stderr, (r.returncode, r.stderr)
     else:
         assert r.returncode == 0 and "refused file_size" in r.stdout, (r.returncode, r.stderr)
+
+
+@pytest.mark.parametrize("how", ["container.verify", "hb.load(mmap=False, verify=True)"])
+def test_a_file_grown_while_it_is_verified_is_refused(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    path = tmp_path / "t.hurray"
+    hb.save(path, {"w": np.ones(1000, np.float32)}, fsync=False)
+    real = container._check_head_padding
+
+    def grow_then_check(*args: Any) -> None:  # the index is read: now a byte is appended
+        with open(path, "ab") as f:
+            f.write(b"\0")
+        real(*args)
+
+    monkeypatch.setattr(container, "_check_head_padding", grow_then_check)
+    with pytest.raises(hb.FormatError, match="changed size") as err:
+        if how == "container.verify":
+            container.verify(path)
+        else:
+            hb.load(path, mmap=False, verify=True)
+    assert err.value.field == "file_size"
+
+
+def test_a_file_emptied_before_it_is_mapped_is_a_format_error(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.hurray"
+    hb.save(path, {"w": np.ones(1000, np.float32)}, fsync=False)
+    real = container._read_head
+
+    def read_then_empty(f: Any) -> Any:
+        got = real(f)
+        os.truncate(path, 0)
+        return got
+
+    monkeypatch.setattr(container, "_read_head", read_then_empty)
+    with pytest.raises(hb.FormatError, match="changed size") as err:
+        hb.load(path)
+    assert err.value.field == "file_size"

@@ -682,3 +682,22 @@ def test_a_refused_shard_set_leaves_no_map_of_the_file_behind(tmp_path: pathlib.
         assert str(src) not in pathlib.Path("/proc/self/maps").read_text(), kept.value
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("kind", ["plain", "shards"])
+def test_a_damaged_bool8_byte_is_reported_as_verify_reports_it(
+        tmp_path: pathlib.Path, kind: str) -> None:
+    """A byte that is no bool8 value is refused as the output is planned; in a file with
+    checksums, the damage verify finds is the error, as load(verify=True) reports it."""
+    a = np.array([True, False, True, True])
+    halves = hb.split(a, hb.grid_boxes((4,), (2,))).shards
+    src = tmp_path / "b.hurray"
+    hb.save(src, {"x": np.ones(3, np.float32), "b": a} if kind == "plain"
+            else {"w[2]": halves[0], "w[5]": halves[1]}, fsync=False)
+    idx = container.read_index(src)
+    (e,) = [e for e in idx.entries if e.descriptor.dtype.name == "bool8"][:1]
+    raw = bytearray(src.read_bytes())
+    raw[idx.data_offset + e.buffers[0].offset] ^= 0x40
+    src.write_bytes(bytes(raw))
+    want = _refused_alike(lambda p: container.load(p, verify=True), src, tmp_path / "o.hurray")
+    assert want.field.endswith("checksum"), want.field
