@@ -1651,12 +1651,11 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
         head = f.read(16)
         f.seek(0)
         if head[:4] != MAGIC and looks_like_safetensors(head):
-            # Safetensors content (load reads a file by what it holds): converted as such,
-            # its bytes read in chunks, never mapped.
-            from .safetensors_io import safetensors_to_hurray
-
-            return safetensors_to_hurray(src, dst, checksums=checksums, fsync=fsync,
-                                         progress=progress, alignment=alignment)
+            # Safetensors content (load reads a file by what it holds): converted as a
+            # safetensors input is, its bytes read in chunks, never mapped.
+            plan, count = _safetensors_plan(f, alignment, checksums)
+            _write_plan(dst, plan, fsync=fsync, progress=progress)
+            return count
         h, entries, meta = _read_head(f)
         order, count = _as_loaded(entries)  # as load then save would write them
         shard_sets = None
@@ -1700,6 +1699,16 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
         _write_plan(dst, plan, fsync=fsync, progress=progress,
                     check=check if verify else None, sums=verify and sums)
     return count
+
+
+def _safetensors_plan(f: Any, alignment: int, checksums: bool) -> tuple[_Plan, int]:
+    """The plan of the Hurray file that the open safetensors file ``f`` converts to (its
+    tensors read from ``f`` in chunks when written), and its number of tensors."""
+    idx = read_header_from(f)
+    fd = f.fileno()
+    items = [(e.name, e.descriptor, [_Region(fd, idx.data_start + e.begin, e.end - e.begin)])
+             for e in idx.entries]
+    return _plan(items, idx.metadata, alignment, checksums, []), len(items)
 
 
 def _as_loaded(entries: Sequence[EntryInfo]) -> tuple[list[tuple[EntryInfo, str]], int]:

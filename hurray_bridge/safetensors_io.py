@@ -41,10 +41,10 @@ from .container import (
     _host_tensor,
     _load_safetensors,
     _Piece,
-    _plan,
     _read_head,
     _read_range,
     _Region,
+    _safetensors_plan,
     _verify_file,
     _write_data,
     _write_plan,
@@ -89,13 +89,9 @@ def safetensors_to_hurray(src: str | os.PathLike[str], dst: str | os.PathLike[st
     if sys.byteorder != "little":
         raise UnsupportedError("both formats are little-endian; this host is big-endian")
     with _open_regular(src, "src") as f:
-        idx = _read_header_from(f)
-        fd = f.fileno()
-        items = [(e.name, e.descriptor, [_Region(fd, idx.data_start + e.begin, e.end - e.begin)])
-                 for e in idx.entries]
-        plan = _plan(items, idx.metadata, alignment, checksums, [])
+        plan, count = _safetensors_plan(f, alignment, checksums)
         _write_plan(dst, plan, fsync=fsync, progress=progress)
-    return len(items)
+    return count
 
 
 class _Out(NamedTuple):
