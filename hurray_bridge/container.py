@@ -763,7 +763,10 @@ def _mapping(f: Any, size: int, path: str,
         return _Mapping(view, mm, path)
     except BaseException:
         view.release()
-        mm.close()
+        try:
+            mm.close()
+        except BufferError:  # still exported (an interrupt inside buffer_address): the
+            pass  # map goes with its last reference; the first error is the one to see
         raise
 
 
@@ -1671,9 +1674,10 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
         try:
             plan = _plan([(name, e.descriptor, regions[e.position]) for e, name in order],
                          meta or None, alignment, checksums, [])
-        except FormatError as exc:
-            if verify and exc.field == "data":
-                # A byte that is no bool8 value (the plan reads them): what load(verify=True)
+        except FormatError:
+            if verify:
+                # The plan's refusals (a byte that is no bool8 value, which it reads; a name
+                # that renumbered shards clash with) are a save's: what load(verify=True)
                 # finds first (damage, then a bad shard set) is the error, as it reports it.
                 _verify_file(f, h, entries)
                 if shard_sets is not None:
@@ -1748,7 +1752,7 @@ def _check_shard_sets(f: Any, h: _Header, entries: Sequence[EntryInfo],
     try:
         _grouped(tensors)
         return
-    except FormatError as exc:
+    except BaseException as exc:  # an interrupt too: a REPL keeps the last one
         error = exc
     del tensors
     # Its traceback, and that of the error it replaced, hold frames that hold the tensors.

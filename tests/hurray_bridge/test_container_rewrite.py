@@ -701,3 +701,23 @@ def test_a_damaged_bool8_byte_is_reported_as_verify_reports_it(
     src.write_bytes(bytes(raw))
     want = _refused_alike(lambda p: container.load(p, verify=True), src, tmp_path / "o.hurray")
     assert want.field.endswith("checksum"), want.field
+
+
+def test_a_name_clash_made_by_renumbering_is_reported_after_the_damage(
+        tmp_path: pathlib.Path) -> None:
+    """Shards w[3], w[7] are written as w[0], w[1] (as load then save number them), which
+    a plain entry w[0] already holds: refused, but damage elsewhere is the first error,
+    as load(verify=True) reports it before any save."""
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    st = hb.split(a, hb.grid_boxes(a.shape, (2, 1)))
+    src = tmp_path / "d.hurray"
+    hb.save(src, {"x": np.arange(3, dtype=np.float32), "w[3]": st.shards[0],
+                  "w[0]": np.ones(2, np.int8), "w[7]": st.shards[1]}, fsync=False)
+    with pytest.raises(hb.FormatError, match="duplicate entry name 'w\\[0\\]'"):
+        container.rewrite(src, tmp_path / "o.hurray", fsync=False)
+    idx = container.read_index(src)
+    raw = bytearray(src.read_bytes())
+    raw[idx.data_offset + idx.entries[0].buffers[0].offset] ^= 1
+    src.write_bytes(bytes(raw))
+    want = _refused_alike(lambda p: container.load(p, verify=True), src, tmp_path / "o.hurray")
+    assert want.field.endswith("checksum"), want.field
