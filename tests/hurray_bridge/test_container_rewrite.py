@@ -636,16 +636,22 @@ def test_rewrite_of_shard_entries_in_any_order_writes_what_load_and_save_write(
         assert got.read_bytes() == want.read_bytes(), (layout, checksums)
 
 
+def _checksum_damage_comes_first(src: pathlib.Path, entry: int, mask: int,
+                                 out: pathlib.Path) -> None:
+    """Flip ``mask`` in the first byte of entry ``entry``'s first buffer: ``rewrite``
+    refuses the file as load(verify=True) does, with the checksum mismatch."""
+    idx = container.read_index(src)
+    raw = bytearray(src.read_bytes())
+    raw[idx.data_offset + idx.entries[entry].buffers[0].offset] ^= mask
+    src.write_bytes(bytes(raw))
+    want = _refused_alike(lambda p: container.load(p, verify=True), src, out)
+    assert want.field.endswith("checksum"), want.field
+
+
 def test_rewrite_of_damaged_overlapping_shards_reports_the_damage_first(
         tmp_path: pathlib.Path) -> None:
     """As load(verify=True) does: the bytes are checked before the shard sets."""
-    src = _overlapping_shards(tmp_path)
-    idx = container.read_index(src)
-    raw = bytearray(src.read_bytes())
-    raw[idx.data_offset + idx.entries[1].buffers[0].offset] ^= 0x01
-    src.write_bytes(bytes(raw))
-    want = _refused_alike(lambda p: container.load(p, verify=True), src, tmp_path / "o.hurray")
-    assert want.field.endswith("checksum"), want.field
+    _checksum_damage_comes_first(_overlapping_shards(tmp_path), 1, 0x01, tmp_path / "o.hurray")
 
 
 def test_an_npz_cut_between_its_listing_and_its_map_is_called_truncated(
@@ -694,13 +700,9 @@ def test_a_damaged_bool8_byte_is_reported_as_verify_reports_it(
     src = tmp_path / "b.hurray"
     hb.save(src, {"x": np.ones(3, np.float32), "b": a} if kind == "plain"
             else {"w[2]": halves[0], "w[5]": halves[1]}, fsync=False)
-    idx = container.read_index(src)
-    (e,) = [e for e in idx.entries if e.descriptor.dtype.name == "bool8"][:1]
-    raw = bytearray(src.read_bytes())
-    raw[idx.data_offset + e.buffers[0].offset] ^= 0x40
-    src.write_bytes(bytes(raw))
-    want = _refused_alike(lambda p: container.load(p, verify=True), src, tmp_path / "o.hurray")
-    assert want.field.endswith("checksum"), want.field
+    first_bool8 = next(e.position for e in container.read_index(src).entries
+                       if e.descriptor.dtype.name == "bool8")
+    _checksum_damage_comes_first(src, first_bool8, 0x40, tmp_path / "o.hurray")  # 0x01 -> 0x41
 
 
 def test_a_name_clash_made_by_renumbering_is_reported_after_the_damage(
@@ -715,9 +717,4 @@ def test_a_name_clash_made_by_renumbering_is_reported_after_the_damage(
                   "w[0]": np.ones(2, np.int8), "w[7]": st.shards[1]}, fsync=False)
     with pytest.raises(hb.FormatError, match="duplicate entry name 'w\\[0\\]'"):
         container.rewrite(src, tmp_path / "o.hurray", fsync=False)
-    idx = container.read_index(src)
-    raw = bytearray(src.read_bytes())
-    raw[idx.data_offset + idx.entries[0].buffers[0].offset] ^= 1
-    src.write_bytes(bytes(raw))
-    want = _refused_alike(lambda p: container.load(p, verify=True), src, tmp_path / "o.hurray")
-    assert want.field.endswith("checksum"), want.field
+    _checksum_damage_comes_first(src, 0, 0x01, tmp_path / "o.hurray")
