@@ -28,6 +28,7 @@ import sys
 import sysconfig
 import textwrap
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -497,8 +498,8 @@ def test_kept_tensors_come_back_fresh() -> None:
         with pytest.raises(AttributeError):
             t._dl  # noqa: B018
         assert _observe_tensor(t, y) == _observe_tensor(asarray_python(y), y)
+        assert gc.is_tracked(t)  # (an export then untracks it while it lives: holds.c)
         assert torch.from_dlpack(t).tolist() == y.tolist()
-        assert gc.is_tracked(t)
 
 
 @needs_compiled
@@ -547,6 +548,260 @@ def test_a_compiled_export_is_released_by_a_thread_without_the_gil() -> None:
     th.join()
     gc.collect()
     assert r() is None
+
+
+def _holds() -> tuple[int, bool]:
+    from hurray_bridge import _speedups
+    return _speedups.export_holds()
+
+
+@needs_compiled
+def test_a_held_export_is_released_without_the_gil_while_its_tensor_lives() -> None:
+    # torch releases with the GIL dropped; the deleter of an export whose tensor is alive
+    # must not need it. The main thread keeps the GIL (a busy loop with a switch interval
+    # longer than the test) while another thread runs the deleter, and watches the count
+    # of live exports, which a release under the GIL would only lower after the loop.
+    assert _holds()[1], "the extension serves hb.Tensor without export holds"
+    base = _holds()[0]
+    t = hb.asarray(np.arange(4.0))
+    named = [t, t]  # referred to beyond the call: a hold, not a reference
+    capsule = t.__dlpack__(max_version=(1, 0))
+    assert _holds()[0] == base + 1
+    p, deleter = _consume_by_hand(capsule)
+    del capsule
+    live = _capsule.live_exports()
+    th = threading.Thread(target=deleter, args=(p,))
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    try:
+        th.start()
+        deadline = time.perf_counter() + 10.0
+        while _capsule.live_exports() == live and time.perf_counter() < deadline:
+            pass
+        released = _capsule.live_exports() == live - 1
+    finally:
+        sys.setswitchinterval(old)
+    th.join()
+    assert released, "the deleter waited for the GIL while the tensor was alive"
+    assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0, 3.0]
+    del named
+
+
+@needs_compiled
+def test_a_temporary_is_exported_with_a_reference_and_a_named_tensor_with_a_hold() -> None:
+    # A tensor only the export's call refers to dies first, and its last release needs
+    # the GIL either way: it gets a plain reference, which costs less than a hold.
+    base = _holds()[0]
+    x = torch.arange(4.0)
+    out = torch.from_dlpack(hb.asarray(x))
+    assert _holds()[0] == base and out.tolist() == [0.0, 1.0, 2.0, 3.0]
+    arr = np.from_dlpack(hb.asarray(x))
+    assert _holds()[0] == base and arr.tolist() == [0.0, 1.0, 2.0, 3.0]
+    named = [hb.asarray(x)]
+    out2 = torch.from_dlpack(named[0])
+    assert _holds()[0] == base + 1
+    out3 = torch.from_dlpack(named[0])  # its second export counts on the same hold
+    assert _holds()[0] == base + 1
+    del out, arr, out2, out3
+    named.clear()
+    assert _holds()[0] == base
+
+
+def _consume_by_hand(capsule: Any) -> tuple[int, Any]:
+    """Mark a versioned capsule consumed; its struct's address and a GIL-free deleter call."""
+    api = ctypes.pythonapi
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    p = api.PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+    api.PyCapsule_SetName(capsule, b"used_dltensor_versioned")
+    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(  # a CFUNCTYPE call drops the GIL
+        ctypes.c_void_p.from_address(p + 16).value)
+    return p, deleter
+
+
+@needs_compiled
+def test_a_tensor_in_a_cycle_keeps_its_memory_while_exported() -> None:
+    # An export holds its tensor by a count the collector cannot see. A tensor that only
+    # garbage refers to, or whose owner refers back to it, must not be found unreachable
+    # while the export lives: not its slots cleared (the owner of the memory), not its
+    # weak references cleared, not their callbacks run (they may free the memory).
+    class Holder:
+        t: Any = None
+
+    base = _holds()[0]
+    a = np.arange(6.0)
+    fired: list[str] = []
+    h = Holder()
+    t = hb.asarray(a)
+    t._owner = h  # the tensor -> its owner -> the tensor
+    h.t = t
+    h.a = a  # type: ignore[attr-defined]
+    owner_ref = weakref.ref(h)
+    t_ref = weakref.ref(t, lambda _: fired.append("callback"))
+    weakref.finalize(t, fired.append, "finalize")
+    g1, g2 = Holder(), Holder()  # garbage in a cycle of its own, referring to the tensor
+    g1.t, g2.t = g2, g1
+    g1.a = t  # type: ignore[attr-defined]
+    out = torch.from_dlpack(t)
+    assert not gc.is_tracked(t)  # while exported, the collector does not look at it
+    del t, h, a, g1, g2
+    for _ in range(3):
+        gc.collect()
+    assert fired == [] and t_ref() is not None, "the collector found an exported tensor dead"
+    assert owner_ref() is not None, "the collector cleared what an export still needs"
+    assert out.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    del out
+    gc.collect()  # tracked again as it starts, and collected in the same pass
+    assert owner_ref() is None and t_ref() is None and sorted(fired) == ["callback", "finalize"]
+    assert _holds()[0] == base
+
+
+@pytest.mark.parametrize("case", ["tracked twice", "exported while tracked"])
+def test_a_tensor_resurrected_by_its_own_del_after_its_exports_is_tracked_once(case: str) -> None:
+    # Exported, released (its count back to 1, still untracked until a collection), its
+    # class changed to one whose __del__ resurrects it: CPython tracks it to finalize it,
+    # behind the hold's back. The next collection must not track it again (a fatal
+    # error), and a new export must untrack it (else a cycle through it is cleared under
+    # the export).
+    if not COMPILED:
+        pytest.skip("hurray_bridge._speedups was not built")
+    script = textwrap.dedent("""
+        import gc, sys, numpy as np, torch, hurray_bridge as hb
+        keep = []
+        class SD(hb.Tensor):
+            __slots__ = ()
+            def __del__(self):
+                self.__class__ = hb.Tensor
+                keep.append(self)
+        src = torch.full((1 << 16,), 7.0)
+        t = hb.asarray(src)
+        y = torch.from_dlpack(t)
+        del y
+        t.__class__ = SD
+        del t
+        r = keep.pop()
+        if sys.argv[1] == "tracked twice":
+            gc.collect()
+            assert float(torch.from_dlpack(r).sum()) == 7.0 * (1 << 16)
+        else:
+            x = torch.from_dlpack(r)
+            assert not gc.is_tracked(r)
+            src.back = r  # r -> src (its owner) -> r
+            del r, src
+            gc.collect()
+            junk = [torch.full((1 << 16,), -1.0) for _ in range(8)]
+            assert float(x.sum()) == 7.0 * (1 << 16), float(x.sum())
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, case], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (
+        proc.returncode, proc.stderr[-2000:])
+
+
+def test_a_second_tensor_class_set_up_gets_no_holds() -> None:
+    # Reloading hurray_bridge.tensor sets up a second Tensor class. Its dealloc is
+    # CPython's, which knows nothing of holds: its exports must hold references.
+    if not COMPILED:
+        pytest.skip("hurray_bridge._speedups was not built")
+    script = textwrap.dedent("""
+        import importlib, numpy as np, torch, hurray_bridge as hb, hurray_bridge.tensor as T
+        from hurray_bridge import _speedups
+        importlib.reload(T)
+        t = hb.asarray(np.full(1 << 16, 7.0))
+        assert type(t) is T.Tensor
+        x = torch.from_dlpack(t)
+        assert _speedups.export_holds()[0] == 0, _speedups.export_holds()
+        del t
+        junk = [np.full(1 << 16, -1.0) for _ in range(8)]
+        assert float(x.sum()) == 7.0 * (1 << 16), float(x.sum())
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+@needs_compiled
+def test_holds_follow_every_tensor_to_its_end() -> None:
+    # Exported and released in every order, from threads and from torch, a tensor's hold
+    # goes with it: none is left behind, each tensor dies once, when its last user goes.
+    base = _holds()[0]
+    x = np.arange(8.0)
+    t = hb.asarray(x)
+    r = weakref.ref(t)
+    outs = [torch.from_dlpack(t) for _ in range(3)]
+    assert _holds()[0] == base + 1
+    del outs[0]
+    del t
+    gc.collect()
+    assert r() is not None and _holds()[0] == base  # resurrected for the two left
+    outs.pop()
+    gc.collect()
+    assert r() is not None
+    outs.pop()
+    gc.collect()
+    assert r() is None
+
+    class Sub(Tensor):
+        __slots__ = ()
+
+    s = asarray_python(x)
+    s.__class__ = Sub  # a subclass is never held: its export holds a reference
+    out = torch.from_dlpack(s)
+    assert _holds()[0] == base
+    r = weakref.ref(s)
+    del s
+    assert r() is not None
+    del out
+    assert r() is None
+
+    finalized: list[int] = []
+
+    class Late(Tensor):
+        __slots__ = ()
+
+        def __del__(self) -> None:
+            finalized.append(1)
+
+    t = hb.asarray(x)
+    out = torch.from_dlpack(t)  # held: its class may not change until out is gone, or
+    with pytest.raises(TypeError, match="while it is exported"):
+        t.__class__ = Late  # Late.__del__ would run when t's last reference goes
+    del out
+    t.__class__ = Late
+    r = weakref.ref(t)
+    del t
+    gc.collect()
+    assert r() is None and finalized == [1] and _holds()[0] == base
+    t = hb.asarray(x)
+    t.__class__ = Sub  # no exports: the class is the caller's to change
+    assert type(t) is Sub
+
+    shared = [hb.asarray(x)]
+    errors: list[BaseException] = []
+
+    def churn() -> None:
+        try:
+            for _ in range(2000):
+                y = torch.from_dlpack(shared[0])
+                z = torch.from_dlpack(hb.asarray(x))
+                assert float(y[3]) == 3.0 and float(z[5]) == 5.0
+                del y, z
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    live = _capsule.live_exports()
+    threads = [threading.Thread(target=churn) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == [] and _capsule.live_exports() == live
+    shared.clear()
+    gc.collect()
+    assert _holds()[0] == base
 
 
 @needs_compiled
