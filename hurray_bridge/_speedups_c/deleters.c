@@ -83,20 +83,6 @@ hb_release_end(void)
     atomic_fetch_sub(&in_flight, 1);
 }
 
-void
-hb_decref_aside(PyObject *obj)
-{
-    if (PyErr_Occurred()) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        Py_XDECREF(obj);
-        PyErr_Restore(type, value, tb);
-    }
-    else {
-        Py_XDECREF(obj);
-    }
-}
-
 /* void (*deleter)(DLManagedTensor[Versioned] *self): any thread, GIL or not. */
 static void
 export_deleter(void *managed)

@@ -7,7 +7,6 @@
  * tensor.c   hb.Tensor built and read from C (its slots), the DLPack address checks
  * xapi_in.c  DLPack import: the C exchange API of producer types, the import fronts
  * xapi_out.c DLPack export: the compiled Tensor.__dlpack__ and hb.Tensor's exchange API
- * holds.c     what keeps an exported hb.Tensor alive without a reference (no GIL to release)
  * crc32.c    zlib.crc32's CRC-32, by carry-less multiplication where the CPU has it
  *
  * The directory is not called _speedups: a directory of that name next to the module
@@ -44,9 +43,6 @@ HB_INTERNAL int hb_release_begin(void);
 HB_INTERNAL void hb_release_end(void);
 /* Whether this thread holds the GIL (its own thread state, not PyGILState_Check()). */
 HB_INTERNAL int hb_holds_gil(void);
-/* GIL held: Py_XDECREF(obj) for a release, which must neither see nor lose an exception
- * in flight (a consumer releasing while a temporary dies during unwinding). */
-HB_INTERNAL void hb_decref_aside(PyObject *obj);
 
 /* crc32.c: crc32() and the CRC32_CLMUL flag it adds to the module (-1 with an exception). */
 HB_INTERNAL PyObject *hb_crc32(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
@@ -130,27 +126,5 @@ HB_INTERNAL PyObject *hb_import_managed(HbDLManagedTensorVersioned *mt, PyObject
 
 /* xapi_out.c */
 HB_INTERNAL int hb_add_export(PyObject *module);
-
-/* holds.c. A hold counts an hb.Tensor's live compiled exports, plus one while it lives. */
-typedef struct HbHold HbHold;
-/* tensor.c, once its dealloc serves type (GIL held): 0 when holds will be used for
- * exports of exactly that type, -1 (an exception may be set) when not. */
-HB_INTERNAL int hb_holds_setup(PyTypeObject *type);
-/* GIL held: the hold of tensor with one more export counted, or NULL (not held: a
- * subclass, a build without holds, no memory), where the export holds a reference. */
-HB_INTERNAL HbHold *hb_hold_export(PyObject *tensor);
-/* Any thread: one export fewer. 1 when it was the last export of a tensor that died
- * meanwhile: then the caller takes the GIL and calls hb_hold_end(hold). */
-HB_INTERNAL int hb_hold_release(HbHold *hold);
-/* GIL held: drops the tensor kept for its exports, and the hold. */
-HB_INTERNAL void hb_hold_end(HbHold *hold);
-/* tensor.c's dealloc, GIL held: 1 when self has live exports and was resurrected for
- * them (the dealloc stops there), 0 when it may be destroyed. */
-HB_INTERNAL int hb_hold_tensor_dies(PyObject *self);
-/* GIL held: whether self has live held exports. */
-HB_INTERNAL int hb_hold_has_exports(PyObject *self);
-/* GIL held: the live exports that holds count. */
-HB_INTERNAL long hb_held_exports(void);
-HB_INTERNAL PyObject *hb_export_holds_fn(PyObject *module, PyObject *ignored);
 
 #endif /* HURRAY_SPEEDUPS_H */

@@ -386,9 +386,6 @@ tensor_dealloc(PyObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     Py_TRASHCAN_BEGIN(self, tensor_dealloc)
-    if (hb_hold_tensor_dies(self)) {
-        goto resurrected; /* for its live exports: nothing in it is cleared yet */
-    }
     if (*(PyObject **)((char *)self + dealloc_weaklist) != NULL) {
         PyObject_ClearWeakRefs(self);
     }
@@ -409,33 +406,7 @@ tensor_dealloc(PyObject *self)
         tp->tp_free(self);
     }
     Py_DECREF(tp);
-resurrected:;
     Py_TRASHCAN_END
-}
-
-/* hb.Tensor's tp_setattro: a tensor with live held exports (holds.c) keeps its class.
- * A subclass's __del__ would otherwise run when the tensor's last reference goes,
- * before its dealloc can keep it for the exports (CPython finalizes first), and free
- * what they use. (object.__setattr__ goes around this, as around any tp_setattro.) */
-static PyObject *class_name = NULL; /* "__class__", interned */
-
-static int
-tensor_setattro(PyObject *self, PyObject *name, PyObject *value)
-{
-    if (name == class_name
-            || (PyUnicode_Check(name) && PyUnicode_Compare(name, class_name) == 0)) {
-        if (hb_hold_has_exports(self)) {
-            PyErr_SetString(PyExc_TypeError,
-                            "cannot change the __class__ of an hb.Tensor while it is exported "
-                            "(a consumer still uses its memory): release the consumer's "
-                            "tensor first, or change the class of a copy");
-            return -1;
-        }
-    }
-    else if (PyErr_Occurred()) {
-        return -1;
-    }
-    return PyObject_GenericSetAttr(self, name, value);
 }
 
 /* Whether tensor_dealloc may replace type's generic dealloc: object + the slots read
@@ -487,12 +458,6 @@ hb_exchange_setup(PyObject *Py_UNUSED(module), PyObject *args)
         dealloc_weaklist = type->tp_weaklistoffset;
         type->tp_dealloc = tensor_dealloc;
         use_kept = type->tp_alloc == PyType_GenericAlloc && type->tp_itemsize == 0;
-        if (type->tp_setattro == PyObject_GenericSetAttr
-                && (class_name = PyUnicode_InternFromString("__class__")) != NULL
-                && hb_holds_setup(type) == 0) {
-            type->tp_setattro = tensor_setattro;
-        }
-        PyErr_Clear(); /* without holds, exports hold references: nothing else changes */
     }
     Py_XSETREF(hb_world.tensor_type, (PyTypeObject *)Py_NewRef(type));
     Py_RETURN_NONE;

@@ -8,12 +8,10 @@
  * capsule the Python one would make (same fields and flags), and hands every other
  * call to the Python one with its arguments unchanged.
  *
- * An export is one malloc'd block: the managed struct, what keeps the tensor's memory
- * alive -- its hold (holds.c), or where it has none a reference to it -- and the shape
- * and strides arrays. Its deleter lets go of the hold (no GIL needed while the tensor
- * lives) or drops the reference, and frees the block, once, from any thread; at
- * interpreter exit it keeps the guard of deleters.c (a thread without the GIL leaves
- * the export's Python objects alone).
+ * An export is one malloc'd block: the managed struct, a reference to the tensor
+ * (which keeps its memory alive) and the shape and strides arrays. Its deleter drops
+ * that reference and frees the block, once, from any thread; at interpreter exit it
+ * keeps the guard of deleters.c (a thread without the GIL leaves the export alone).
  * A capsule that nobody consumed releases it in its destructor.
  *
  * The exchange table (docs/impl/c-ffi.md §8): managed_tensor_from_py_object_no_sync
@@ -41,94 +39,73 @@ static const char NAME_V[] = "dltensor_versioned";
 static const char NAME_L[] = "dltensor";
 static const char USED_V[] = "used_dltensor_versioned";
 
-/* Exports that hold a reference: made and released (drop_owner) with the GIL held.
- * Held exports are counted by their holds (hb_held_exports). */
-static long live_exports = 0;
+static atomic_long live_exports = 0;
 
 typedef struct {
     union {
         HbDLManagedTensorVersioned v;
         HbDLManagedTensor l;
     } mt;            /* first: the struct's address is the block's */
-    PyObject *owner; /* the hb.Tensor, or NULL where its hold keeps it (holds.c) */
-    HbHold *hold;
+    PyObject *owner; /* the hb.Tensor */
     int ndim;        /* our own copy (a consumer may write the struct) */
     int64_t dims[];  /* shape, then strides */
 } Export;
 
-/* Blocks of rank <= SMALL_RANK are kept for reuse: made and released with the GIL held,
- * so the list needs no lock of its own. A held export is released without the GIL
- * (torch's case): its block goes to `spare`, one block passed between threads by
- * atomic exchange, or back to malloc. */
+/* Blocks of rank <= SMALL_RANK are kept for reuse: made and released with the GIL held
+ * (the deleter takes it first), so the list needs no lock of its own. */
 #define SMALL_RANK 4
 #define KEPT_BLOCKS 32
 static Export *kept[KEPT_BLOCKS];
 static int n_kept = 0;
-static _Atomic(Export *) spare = NULL;
 
 static Export *
 new_block(int ndim)
 {
-    if (ndim <= SMALL_RANK) {
-        if (n_kept > 0) {
-            return kept[--n_kept];
-        }
-        Export *e = atomic_exchange(&spare, NULL);
-        if (e != NULL) {
-            return e;
-        }
+    if (ndim <= SMALL_RANK && n_kept > 0) {
+        return kept[--n_kept];
     }
     size_t ndims = 2 * (size_t)(ndim <= SMALL_RANK ? SMALL_RANK : ndim);
     return malloc(sizeof(Export) + sizeof(int64_t) * ndims);
 }
 
-/* From any thread. */
 static void
-free_block(Export *e)
+free_block(Export *e, int ndim)
 {
-    if (e->ndim <= SMALL_RANK) {
-        if (hb_holds_gil()) {
-            if (n_kept < KEPT_BLOCKS) {
-                kept[n_kept++] = e;
-                return;
-            }
-        }
-        else {
-            Export *none = NULL;
-            if (atomic_compare_exchange_strong(&spare, &none, e)) {
-                return;
-            }
-        }
+    if (ndim <= SMALL_RANK && n_kept < KEPT_BLOCKS) {
+        kept[n_kept++] = e;
     }
-    free(e);
+    else {
+        free(e);
+    }
 }
 
 static void
-drop_owner(void *arg)
+drop_owner(Export *e)
 {
-    Export *e = arg;
     PyObject *owner = e->owner;
-    free_block(e);
-    live_exports--;
-    hb_decref_aside(owner);
+    free_block(e, e->ndim);
+    atomic_fetch_sub(&live_exports, 1);
+    if (PyErr_Occurred()) {
+        /* A consumer releasing while an exception is in flight (a temporary dying
+         * during unwinding): the release must neither see nor lose it. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        Py_XDECREF(owner);
+        PyErr_Restore(type, value, tb);
+    }
+    else {
+        Py_XDECREF(owner);
+    }
 }
 
 static void
-end_hold(void *hold)
-{
-    hb_hold_end(hold);
-}
-
-/* fn(arg) with the GIL, from any thread, except a thread without it while the process
- * exits (deleters.c): then nothing is done. */
-static void
-with_gil(void (*fn)(void *), void *arg)
+release_export(Export *e)
 {
     if (!hb_release_begin()) {
         return; /* the process is exiting and this thread has no GIL: leave it */
     }
     if (hb_holds_gil()) {
-        fn(arg); /* NumPy, and our own imports, release with the GIL held */
+        drop_owner(e); /* NumPy, and our own imports, release with the GIL held */
     }
     else {
         /* torch releases its tensors with the GIL dropped (THPVariable_clear): take it
@@ -137,31 +114,16 @@ with_gil(void (*fn)(void *), void *arg)
         PyThreadState *own = PyGILState_GetThisThreadState();
         if (own != NULL) {
             PyEval_RestoreThread(own);
-            fn(arg);
+            drop_owner(e);
             PyEval_SaveThread();
         }
         else {
             PyGILState_STATE gil = PyGILState_Ensure();
-            fn(arg);
+            drop_owner(e);
             PyGILState_Release(gil);
         }
     }
     hb_release_end();
-}
-
-static void
-release_export(Export *e)
-{
-    HbHold *hold = e->hold;
-    if (hold == NULL) {
-        with_gil(drop_owner, e);
-        return;
-    }
-    /* Nothing of Python's is touched unless the tensor died meanwhile (holds.c). */
-    free_block(e);
-    if (hb_hold_release(hold)) {
-        with_gil(end_hold, hold);
-    }
 }
 
 static void
@@ -373,14 +335,8 @@ new_export(PyObject *t, const Fields *f, int versioned, uint64_t flags)
         e->mt.l.manager_ctx = e;
         e->mt.l.deleter = deleter_l;
     }
-    e->hold = hb_hold_export(t);
-    if (e->hold == NULL) {
-        e->owner = Py_NewRef(t);
-        live_exports++;
-    }
-    else {
-        e->owner = NULL;
-    }
+    e->owner = Py_NewRef(t);
+    atomic_fetch_add(&live_exports, 1);
     return e;
 }
 
@@ -849,7 +805,7 @@ exchange_methods(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 static PyObject *
 live_exports_fn(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 {
-    return PyLong_FromLong(live_exports + hb_held_exports());
+    return PyLong_FromLong(atomic_load(&live_exports));
 }
 
 static PyMethodDef export_functions[] = {
@@ -857,8 +813,6 @@ static PyMethodDef export_functions[] = {
      "exchange_methods() -> (__dlpack__, __dlpack_device__, __dlpack_c_exchange_api__)"},
     {"live_exports", live_exports_fn, METH_NOARGS,
      "live_exports() -> exports made in C whose deleter has not run yet"},
-    {"export_holds", hb_export_holds_fn, METH_NOARGS,
-     "export_holds() -> (tensors with a hold, whether holds are used): see holds.c"},
     {NULL}
 };
 
