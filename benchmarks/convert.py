@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._timing import Timing
 
@@ -152,8 +152,8 @@ def _stages(src: str, out: str, repeat: int) -> dict[str, float]:
             crc = container._crc32(buf, crc)
         t2b = time.perf_counter()
         os.close(fd)
-        _fresh(out)
         os.sync()
+        _fresh(out)
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         t3 = time.perf_counter()
         off = 0
@@ -174,34 +174,77 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def _rounds(cases: dict[str, tuple[Callable[[], object], str]],
-            repeat: int) -> tuple[list[Timing], dict[str, float], dict[str, float]]:
-    """Median seconds of each case over ``repeat`` rounds, cases interleaved per round, the
-    median CPU seconds (all threads) of each in microseconds (on a shared machine the
-    wall clock of a parallel copy depends on the cores others leave free, its CPU time
-    much less) and the fastest round of each in microseconds (the cost with the least
-    interference: on a shared VM the kernel's share of a copy varies by 2x between rounds).
-    A case whose call returns a float reports its own CPU seconds."""
+_REPORTED = "/sys/module/page_reporting/parameters/reported_kib"
+
+
+def _reported_kib() -> int | None:
+    """KiB of free memory this guest has handed back to its host so far (Linux's free page
+    reporting, as in Firecracker VMs), or None where the kernel does not say."""
+    try:
+        with open(_REPORTED) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+class _Rounds(NamedTuple):
+    timings: list[Timing]  # median and IQR of every round
+    cpu_us: dict[str, float]  # median CPU time (all threads, children waited for)
+    best_us: dict[str, float]  # the fastest round
+    quiet_us: dict[str, float | None]  # median of the calls the host reclaimed nothing in
+    quiet_rounds: dict[str, int]  # the rounds with such a call
+
+
+def _rounds(cases: dict[str, tuple[Callable[[], object], str]], repeat: int,
+            quiet_kib: int, retries: int = 3) -> _Rounds:
+    """Each case ``repeat`` times, interleaved per round (every other round in reverse).
+
+    Besides the median of all rounds, the median CPU seconds (on a shared machine the wall
+    clock of a parallel copy depends on the cores others leave free, its CPU time much less)
+    and the fastest round, it reports the median of the *quiet* rounds: those during which
+    the guest handed no more than ``quiet_kib`` of memory back to its host. On a VM with
+    free page reporting the kernel does that in bursts, whichever process freed the memory,
+    and a 1 GiB copy overlapped by one takes 2-4x as long (~0.35 s against 0.7-1.8 s: the
+    reporting thread takes a core and the pages it reported must be backed again). The
+    counter says which rounds that was; where the kernel has no counter every round is quiet.
+    A disturbed call is run again, up to ``retries`` times, for a quiet sample of its round;
+    the other figures are of each round's first call. A case whose call returns a float
+    reports its own CPU seconds."""
     samples: dict[str, list[float]] = {k: [] for k in cases}
     cpu: dict[str, list[float]] = {k: [] for k in cases}
+    quiet: dict[str, list[float]] = {k: [] for k in cases}
     names = list(cases)
     for r in range(repeat):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
             fn, out = cases[name]
-            _fresh(out)
-            os.sync()  # everyone starts with nothing dirty to write back
-            c0 = _cpu()
-            t0 = time.perf_counter()
-            got = fn()
-            samples[name].append(time.perf_counter() - t0)
-            cpu[name].append(got if isinstance(got, float) else _cpu() - c0)
+            for attempt in range(1 + retries):
+                os.sync()  # everyone starts with nothing dirty to write back
+                # Deleted only now, right before the call: memory freed a second or more
+                # before it (an unlink followed by a long sync) has been handed back to the
+                # host, so the call's page cache must be backed again (a 1 GiB copy: ~0.4 s
+                # just after the unlink, 2.4-4.8 s 3 s after it).
+                k0 = _reported_kib()
+                _fresh(out)
+                c0 = _cpu()
+                t0 = time.perf_counter()
+                got = fn()
+                dt = time.perf_counter() - t0
+                k1 = _reported_kib()
+                if attempt == 0:
+                    samples[name].append(dt)
+                    cpu[name].append(got if isinstance(got, float) else _cpu() - c0)
+                if k0 is None or k1 is None or k1 - k0 <= quiet_kib:
+                    quiet[name].append(dt)
+                    break
     out_t = []
     for name, s in samples.items():
         q = statistics.quantiles(s, n=4) if len(s) > 1 else [s[0], s[0], s[0]]
         out_t.append(Timing(name, statistics.median(s) * 1e6, (q[2] - q[0]) * 1e6, 1))
-    return (out_t, {k: statistics.median(v) * 1e6 for k, v in cpu.items()},
-            {k: min(v) * 1e6 for k, v in samples.items()})
+    return _Rounds(out_t, {k: statistics.median(v) * 1e6 for k, v in cpu.items()},
+                   {k: min(v) * 1e6 for k, v in samples.items()},
+                   {k: statistics.median(v) * 1e6 if v else None for k, v in quiet.items()},
+                   {k: len(v) for k, v in quiet.items()})
 
 
 def _peak_rss(*argv: str, tree: str | None = None) -> int:
@@ -219,7 +262,7 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
 
     size = size or (SMALL_SIZE if small else DEFAULT_SIZE)
     baseline = baseline or os.environ.get("HURRAY_BENCH_BASELINE") or None
-    repeat = repeat or (5 if small else 3)
+    repeat = repeat or (9 if small else 7)
     tmp = tempfile.mkdtemp(prefix="hurray-convert-", dir=directory)
     st, hr = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "in.hurray")
     st_out, hr_out = os.path.join(tmp, "out.safetensors"), os.path.join(tmp, "out.hurray")
@@ -277,27 +320,59 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
                 "baseline: hurray -> safetensors, fsync=False": (
                     lambda: b.call("hurray_to_safetensors", hr, st_out, False), st_out),
             })
-        timings, cpu, best = _rounds(cases, repeat)
+        # A round is quiet if the host took back no more than 1% of the file during it.
+        rounds = _rounds(cases, repeat, quiet_kib=nbytes // 100 >> 10)
+        timings, cpu, best = rounds.timings, rounds.cpu_us, rounds.best_us
         results["timings"] = [t.as_dict() for t in timings]
         results["cpu_us"] = cpu
         results["best_us"] = best
+        results["quiet_us"] = rounds.quiet_us
+        results["quiet_rounds"] = rounds.quiet_rounds
+        counted = _reported_kib() is not None
+        results["notes"].append(
+            "quiet rounds (the host reclaimed <= 1% of the file's size during a call; a "
+            "disturbed call is run again, up to 3 times), per case: "
+            + ", ".join(str(n) for n in rounds.quiet_rounds.values()) + f" of {repeat}"
+            if counted else "this kernel does not count reclaimed memory: every round counts")
         stages = _stages(st, copy_out, repeat)
         results["stages_ms"] = stages
         results["notes"].append(
             "stages alone (safetensors input, 4 MiB buffer): " + ", ".join(
                 f"{k} {v:.1f} ms" for k, v in stages.items()))
         us = [t.median_us for t in timings]
-        cp_st, cp_st_sync, cp_hr, cp_hr_sync, to_h, to_h_nosync, to_s, to_s_nosync = us[:8]
+        cp_st, cp_st_sync, cp_hr, cp_hr_sync, to_h, _, to_s, _ = us[:8]
         copy_to, copy_back, cli_to, cli_back = us[8:12]
         r = results["ratios"]
 
         def ratio(name: str, value: float, goal: str = "informational") -> None:
             r[name] = {"value": value, "goal": goal}
 
-        ratio("safetensors_to_hurray_vs_durable_copy", to_h / cp_st_sync, "<= 1.2")
-        ratio("hurray_to_safetensors_vs_durable_copy", to_s / cp_hr_sync, "<= 1.2")
-        ratio("safetensors_to_hurray_no_fsync_vs_copyfile", to_h_nosync / cp_st, "<= 1.2")
-        ratio("hurray_to_safetensors_no_fsync_vs_copyfile", to_s_nosync / cp_hr, "<= 1.2")
+        names = list(cases)
+        enough = max(3, (repeat + 1) // 2)
+
+        def goal_ratio(name: str, num: int, den: int) -> None:
+            """The goal on the quiet rounds' medians where both cases have enough of them
+            (half the rounds, three at least), else on every round's; the other beside it."""
+            a, b = names[num], names[den]
+            qa, qb = rounds.quiet_us[a], rounds.quiet_us[b]
+            every = us[num] / us[den]
+            quiet_ok = (counted and qa is not None and qb is not None
+                        and min(rounds.quiet_rounds[a], rounds.quiet_rounds[b]) >= enough)
+            if quiet_ok:
+                assert qa is not None and qb is not None
+                ratio(name, qa / qb, "<= 1.2")
+                ratio(f"all_rounds_{name}", every)
+            else:
+                ratio(name, every, "<= 1.2")
+                if counted:
+                    results["notes"].append(f"{name}: too few quiet rounds "
+                                            f"({rounds.quiet_rounds[a]}, "
+                                            f"{rounds.quiet_rounds[b]} of {repeat}), judged on all")
+
+        goal_ratio("safetensors_to_hurray_vs_durable_copy", 4, 1)
+        goal_ratio("hurray_to_safetensors_vs_durable_copy", 6, 3)
+        goal_ratio("safetensors_to_hurray_no_fsync_vs_copyfile", 5, 0)
+        goal_ratio("hurray_to_safetensors_no_fsync_vs_copyfile", 7, 2)
         b = list(best.values())
         ratio("best_round_safetensors_to_hurray_vs_durable_copy", b[4] / b[1])
         ratio("best_round_hurray_to_safetensors_vs_durable_copy", b[6] / b[3])
@@ -377,15 +452,18 @@ def main() -> int:
     p.add_argument("--dir", default=None, help="where to write the files (default: $TMPDIR)")
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="also time the library of the checkout in DIR, in the same rounds")
-    p.add_argument("--repeat", type=int, default=None, help="rounds (default 3; 5 with --small)")
+    p.add_argument("--repeat", type=int, default=None, help="rounds (default 7; 9 with --small)")
     args = p.parse_args()
     res = run(args.size, args.small, args.dir, args.baseline, args.repeat)
     for note in res["notes"]:
         print(f"  note: {note}")
     for t in res["timings"]:
         cpu = res["cpu_us"][t["name"]] / 1e3
+        quiet = res["quiet_us"][t["name"]]
+        quiet_s = "-" if quiet is None else f"{quiet / 1e3:.1f}"
         print(f"  {t['name']:<66} {t['median_us'] / 1e3:8.1f} ms  (IQR {t['iqr_us'] / 1e3:6.1f}"
-              f", best {res['best_us'][t['name']] / 1e3:6.1f})  CPU {cpu:7.1f} ms")
+              f", best {res['best_us'][t['name']] / 1e3:6.1f}, quiet {quiet_s} in "
+              f"{res['quiet_rounds'][t['name']]})  CPU {cpu:7.1f} ms")
     for k, r in res["ratios"].items():
         met = {True: "met", False: "NOT MET"}.get(r.get("met"), "")  # type: ignore[arg-type]
         print(f"  ratio {k:<44} {r['value']:8.3f}   goal {r['goal']} {met}")
