@@ -16,6 +16,11 @@ no side pays for freeing a previous file's blocks.
   full size and at a quarter of it: memory that follows the file size shows as
   a ratio near 4.
 
+The time goals are judged on *quiet* calls: on a VM whose kernel hands free memory
+back to the host (free page reporting, counted in ``reported_kib``), a call that
+such a burst overlaps is slow whatever it does; it is run again, and every round's
+first call is reported beside (``all_rounds_*``). See :func:`_rounds`.
+
 ``--baseline DIR`` (or ``HURRAY_BENCH_BASELINE``) also times the library calls
 of another checkout (say ``git worktree add /tmp/base HEAD~1``) in a child
 interpreter, in the same rounds, and its peak memory: before and after in one run.
