@@ -80,6 +80,12 @@ def looks_like_safetensors(head: bytes | memoryview) -> bool:
 
 def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex:
     """Parse a safetensors header; ``prefix`` holds at least the first ``8 + N`` bytes."""
+    return _parse(prefix, file_size)[0]
+
+
+def _parse(prefix: bytes | memoryview,
+           file_size: int) -> tuple[SafetensorsIndex, list[Descriptor]]:
+    """:func:`parse_header`, and the descriptor of each entry it checked them by."""
     try:
         view = memoryview(prefix).cast("B")
     except TypeError:
@@ -114,6 +120,8 @@ def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex
     data_size = file_size - data_start
     metadata: dict[str, str] = {}
     entries = []
+    descriptors = []
+    by_name = _by_name()
     for name, info in header.items():
         if name == METADATA_KEY:
             if not isinstance(info, dict) or not all(
@@ -131,7 +139,7 @@ def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex
         offsets = info["data_offsets"]
         if not isinstance(st, str):
             raise FormatError(f"dtype must be a string, got {st!r}", field=f"{field}.dtype")
-        dtype = _by_name().get(st)
+        dtype = by_name.get(st)
         if dtype is None:
             raise UnsupportedError(
                 f"tensor {name!r} has safetensors dtype {st!r}, which has no Hurray element "
@@ -154,15 +162,16 @@ def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex
             d = entry.descriptor
         except FormatError as exc:
             raise FormatError(f"tensor {name!r}: {exc}", field=f"{field}.shape") from None
-        n_elems = d.element_count
-        if dtype.is_subbyte and (n_elems * dtype.bits) % 8:
-            raise FormatError(f"{n_elems} {st} elements do not fill whole bytes",
+        if dtype.is_subbyte and (d.element_count * dtype.bits) % 8:
+            raise FormatError(f"{d.element_count} {st} elements do not fill whole bytes",
                               field=f"{field}.shape")
-        if entry.end - entry.begin != d.nbytes:
+        ((_, nbytes),) = d.buffer_layout()  # a dense tensor's one buffer: d.nbytes
+        if entry.end - entry.begin != nbytes:
             raise FormatError(f"data_offsets span {entry.end - entry.begin} bytes, shape "
-                              f"{list(shape)} of {st} needs {d.nbytes}",
+                              f"{list(shape)} of {st} needs {nbytes}",
                               field=f"{field}.data_offsets")
         entries.append(entry)
+        descriptors.append(d)
     # Like safetensors: sorted by offset, the tensors cover the data exactly.
     pos = 0
     for e in sorted(entries, key=lambda e: (e.begin, e.end)):
@@ -174,15 +183,20 @@ def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex
     if pos != data_size:
         raise FormatError(f"the tensors cover {pos} bytes of data, the file holds {data_size}",
                           field="data")
-    return SafetensorsIndex(tuple(entries), metadata, data_start, file_size)
+    return SafetensorsIndex(tuple(entries), metadata, data_start, file_size), descriptors
 
 
 def read_header_from(f: Any) -> SafetensorsIndex:
     """The checked header of a safetensors file open as ``f`` (at offset 0)."""
+    return read_header_and_descriptors(f)[0]
+
+
+def read_header_and_descriptors(f: Any) -> tuple[SafetensorsIndex, list[Descriptor]]:
+    """:func:`read_header_from`, and each entry's descriptor (made once, for a converter)."""
     size = os.fstat(f.fileno()).st_size
     head = f.read(LENGTH.size)
     if len(head) == LENGTH.size:
         (n,) = LENGTH.unpack(head)
         if n <= min(MAX_HEADER_SIZE, size - LENGTH.size):  # read only what the file justifies
             head += f.read(n)
-    return parse_header(head, size)
+    return _parse(head, size)

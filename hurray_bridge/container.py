@@ -43,7 +43,11 @@ from ._disk import (
     stale_temporaries,
 )
 from ._memory import alloc_aligned, buffer_address
-from ._safetensors_header import looks_like_safetensors, read_header_from
+from ._safetensors_header import (
+    looks_like_safetensors,
+    read_header_and_descriptors,
+    read_header_from,
+)
 from ._trailing import placed_pieces, set_trailing_bits
 from .conversion import asarray, asarray_one
 from .descriptor import Descriptor
@@ -1708,10 +1712,10 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
 def _safetensors_plan(f: Any, alignment: int, checksums: bool) -> tuple[_Plan, int]:
     """The plan of the Hurray file that the open safetensors file ``f`` converts to (its
     tensors read from ``f`` in chunks when written), and its number of tensors."""
-    idx = read_header_from(f)
-    fd = f.fileno()
-    items = [(e.name, e.descriptor, [_Region(fd, idx.data_start + e.begin, e.end - e.begin)])
-             for e in idx.entries]
+    idx, descriptors = read_header_and_descriptors(f)
+    fd, start = f.fileno(), idx.data_start
+    items = [(e.name, d, [_Region(fd, start + e.begin, e.end - e.begin)])
+             for e, d in zip(idx.entries, descriptors, strict=True)]
     return _plan(items, idx.metadata, alignment, checksums, []), len(items)
 
 

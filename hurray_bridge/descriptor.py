@@ -306,8 +306,35 @@ class Descriptor:
     quantization: Quantization | None = None
     shard: Shard | None = None
     padded: bool = False
+    # The buffer table, kept once known: a descriptor never changes, and a file of many
+    # small tensors asks for it several times each (plan, encode, check). Not a value.
+    _specs: tuple[BufferSpec, ...] | None = field(default=None, init=False, repr=False,
+                                                  compare=False)
 
     def __post_init__(self) -> None:
+        if (type(self.shape) is tuple and type(self.dtype) is DType
+                and self.layout is Layout.ROW_MAJOR and self.padded is False
+                and self.strides is None and self.tile is None and self.sparse is None
+                and self.quantization is None and self.shard is None
+                and len(self.shape) <= MAX_RANK):
+            # The common case (a dense tensor as files and DLPack hand them over), checked
+            # without the general path's conversions; the same rules, the same errors.
+            n = 1
+            for v in self.shape:
+                if type(v) is not int or not 0 <= v < DYNAMIC:
+                    break  # another kind of value, or a dynamic dimension: the full path
+                n *= v
+            else:
+                if n > _U64_MAX:  # (a product with a 0 is 0: never an overflow)
+                    raise FormatError("element count overflows 64 bits; the tensor is larger "
+                                      "than any buffer can be", field="shape")
+                dt = self.dtype
+                nbytes = -(-n * dt.bits // 8) if dt.is_subbyte else n * dt.itemsize
+                if nbytes > _U64_MAX:
+                    raise FormatError(f"the tensor needs {nbytes} bytes, more than 2**64 - 1",
+                                      field="shape")
+                object.__setattr__(self, "_specs", (BufferSpec(BufferRole.DATA, nbytes),))
+                return
         shape = _as_uint_tuple(self.shape, "shape")
         object.__setattr__(self, "shape", shape)
         dtype = _as_dtype(self.dtype)
@@ -539,6 +566,13 @@ class Descriptor:
 
     def buffer_layout(self) -> tuple[BufferSpec, ...]:
         """Every buffer this descriptor calls for, in canonical order, with exact lengths."""
+        known = self._specs
+        if known is None:
+            known = self._buffer_layout()
+            object.__setattr__(self, "_specs", known)
+        return known
+
+    def _buffer_layout(self) -> tuple[BufferSpec, ...]:
         self._require_static("the buffer table")
         specs: list[BufferSpec] = []
         if self.layout.is_sparse:

@@ -65,6 +65,8 @@ _ZERO7 = bytes(7)
 _KNOWN_FLAGS = int(Flags.HAS_QUANTIZATION | Flags.HAS_SHARD | Flags.SUBBYTE_PADDED)
 _SPARSE_CANONICAL = 0x01
 _U64 = {n: struct.Struct(f"<{n}Q") for n in range(MAX_RANK + 1)}
+_ROW_MAJOR_CODE = int(Layout.ROW_MAJOR)
+_DATA_ROLE = int(BufferRole.DATA)
 _I64 = {n: struct.Struct(f"<{n}q") for n in range(MAX_RANK + 1)}
 
 
@@ -138,6 +140,23 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
     64-byte aligned, empty buffers at offset 0). A descriptor with a dynamic
     dimension has no buffer table.
     """
+    if (d.layout is Layout.ROW_MAJOR and d.quantization is None and d.shard is None
+            and offsets is not None and len(offsets) == 1 and DYNAMIC not in d.shape
+            and d.rank <= MAX_RANK):
+        # A dense tensor placed by its carrier (every entry of a file of plain tensors):
+        # when the one offset passes every check of the general path below, the same
+        # bytes without its walk over sections this descriptor does not have.
+        ((_, nbytes),) = d.buffer_layout()
+        off = offsets[0]
+        if type(off) is int and (not nbytes or (
+                0 <= off and not off % ALIGNMENT and off + nbytes <= DYNAMIC)):
+            rank = len(d.shape)
+            total = HEADER_SIZE + 8 * rank + BUFFER_ENTRY_SIZE
+            return b"".join((
+                _HEADER.pack(MAGIC, VERSION[0], VERSION[1], _PADDED_FLAG if d.padded else 0,
+                             rank, d.dtype.tag, _ROW_MAJOR_CODE, 1, total, 0),
+                _U64[rank].pack(*d.shape),
+                _ENTRY.pack(_DATA_ROLE, _ZERO7, off if nbytes else 0, nbytes)))
     if d.rank > MAX_RANK:
         # Descriptor() already refuses this; the check guards objects built around it.
         raise FormatError(
@@ -403,7 +422,7 @@ else:
         _STRIDED,
         tuple(Descriptor.__dict__[f] for f in (
             "shape", "dtype", "layout", "strides", "tile", "sparse", "quantization", "shard",
-            "padded")),
+            "padded", "_specs")),
     )
     _decode_dense = _speedups.decode_dense  # type: ignore[assignment]
 

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hurray_bridge as hb
+from hurray_bridge.dtypes import all_dtypes
 from hurray_bridge.wire import ALIGNMENT, decode_prefix, encode, encoded_size
 from tests.strategies import descriptors
 
@@ -151,6 +152,65 @@ def test_overlapping_buffers_rejected() -> None:
 def test_encoder_refuses_misaligned_offsets() -> None:
     with pytest.raises(hb.FormatError, match="64-byte aligned"):
         encode(hb.Descriptor([4], hb.float32), offsets=[ALIGNMENT + 4])
+
+
+_SIZES = st.one_of(st.integers(0, 4), st.integers(0, 2**64 - 1),
+                   st.sampled_from([2**32, 2**40, 2**62, 2**63, 2**64 - 2]))
+
+
+@FUZZ
+@given(st.lists(_SIZES, max_size=6), st.sampled_from(all_dtypes()))
+def test_a_dense_descriptor_is_built_as_the_general_path_builds_it(
+        shape: list[int], dtype: hb.DType) -> None:
+    """Descriptor's shortcut (a tuple shape, row-major, nothing else) and its general path
+    (the same shape as a list) agree: the same value and buffer table, or the same error."""
+
+    def outcome(s: object) -> object:
+        try:
+            d = hb.Descriptor(s, dtype)  # type: ignore[arg-type]
+        except hb.FormatError as exc:
+            return ("error", str(exc), exc.field)
+        return d, d.buffer_layout() if not d.is_dynamic else None, d.shape
+
+    fast, general = outcome(tuple(shape)), outcome(shape)
+    assert fast == general
+
+
+class _Offset(int):
+    """An int the encoder's dense shortcut does not take: the general path answers."""
+
+
+@FUZZ
+@given(descriptors(), st.sampled_from([0, 64, 128, 4096, 1 << 40, 2**64 - 64, 2**64, -64,
+                                       63, 65, 2**64 - 1]))
+def test_a_placed_dense_descriptor_encodes_as_the_general_path_does(d: hb.Descriptor,
+                                                                    off: int) -> None:
+    """One offset given: what encode answers (bytes or the FormatError and its field) is the
+    general path's, shortcut or not, for every descriptor and offset, good or bad."""
+    n = len(d.buffer_layout()) if not d.is_dynamic else 0
+    if n != 1:
+        return
+
+    def outcome(o: int) -> object:
+        try:
+            return encode(d, [o])
+        except hb.FormatError as exc:
+            return ("error", str(exc), exc.field)
+
+    assert outcome(off) == outcome(_Offset(off))
+
+
+def test_the_dense_shortcut_and_the_general_path_give_the_same_bytes() -> None:
+    for d in (hb.Descriptor([3, 5], hb.float32), hb.Descriptor([], hb.bool8),
+              hb.Descriptor([0, 7], hb.int64), hb.Descriptor([9], hb.int4),
+              hb.Descriptor([9], hb.int4, padded=True), hb.Descriptor([1] * 64, hb.uint8)):
+        for off in (0, 64, 2**64 - 128):
+            fast = encode(d, [off])
+            assert fast == encode(d, [_Offset(off)])
+            back, entries, total = decode_prefix(fast)
+            assert back == d and total == len(fast)
+            assert [(e.offset, e.length) for e in entries] == [(off if d.nbytes else 0,
+                                                                d.nbytes)]
 
 
 def test_huge_rank_claim_with_short_input_does_not_allocate() -> None:
