@@ -670,7 +670,7 @@ def test_the_two_element_type_tables_are_checked_to_agree() -> None:
 
 
 def test_the_compiled_crc32_is_zlibs_by_every_way_this_cpu_has() -> None:
-    """crc32.c's ways (the table, 128-bit and 512-bit carry-less folding) give zlib.crc32's
+    """crc32.c's ways (the table, 128-, 256- and 512-bit carry-less folding) give zlib.crc32's
     value for every length around their step sizes, at every alignment, from any start."""
     sp = _speedups_or_skip()
     assert sp.CRC32_WAYS >= 1 and sp.CRC32_CLMUL == (sp.CRC32_WAYS > 1)
