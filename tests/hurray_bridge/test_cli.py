@@ -772,6 +772,7 @@ def test_a_convert_interrupted_while_a_helper_thread_reads_leaves_no_temporary(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    sys.stderr.write(err)  # whole in the report of a failure (the assertion's is cut short)
     assert proc.returncode == 128 + sig, (proc.returncode, err)
     assert err.startswith(f"hurray: error: {out}: interrupted by {signal.Signals(sig).name}")
     assert "Traceback" not in err and err.count("\n") == 1, err
