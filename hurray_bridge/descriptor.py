@@ -740,5 +740,6 @@ _DESCRIPTOR_SETTERS = tuple(
         "quantization",
         "shard",
         "padded",
+        "_specs",
     )
 )

@@ -66,7 +66,7 @@ _KNOWN_FLAGS = int(Flags.HAS_QUANTIZATION | Flags.HAS_SHARD | Flags.SUBBYTE_PADD
 _SPARSE_CANONICAL = 0x01
 _U64 = {n: struct.Struct(f"<{n}Q") for n in range(MAX_RANK + 1)}
 _ROW_MAJOR_CODE = int(Layout.ROW_MAJOR)
-_DATA_ROLE = int(BufferRole.DATA)
+_DATA_ROLE_CODE = int(BufferRole.DATA)
 _I64 = {n: struct.Struct(f"<{n}q") for n in range(MAX_RANK + 1)}
 
 
@@ -156,7 +156,7 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
                 _HEADER.pack(MAGIC, VERSION[0], VERSION[1], _PADDED_FLAG if d.padded else 0,
                              rank, d.dtype.tag, _ROW_MAJOR_CODE, 1, total, 0),
                 _U64[rank].pack(*d.shape),
-                _ENTRY.pack(_DATA_ROLE, _ZERO7, off if nbytes else 0, nbytes)))
+                _ENTRY.pack(_DATA_ROLE_CODE, _ZERO7, off if nbytes else 0, nbytes)))
     if d.rank > MAX_RANK:
         # Descriptor() already refuses this; the check guards objects built around it.
         raise FormatError(
@@ -297,6 +297,7 @@ _new_descriptor = object.__new__
     _set_quantization,
     _set_shard,
     _set_padded,
+    _set_specs,
 ) = _DESCRIPTOR_SETTERS
 # The fast path spells these as literals (a constant load, not a global lookup).
 assert (MAGIC, VERSION[0], HEADER_SIZE, ALIGNMENT, MAX_RANK, _PADDED_FLAG) == (
@@ -403,6 +404,7 @@ def _decode_dense(
     _set_quantization(d, None)
     _set_shard(d, None)
     _set_padded(d, flags != 0)
+    _set_specs(d, None)  # every field set, as __init__ sets them (copy and pickle read all)
     return d, off, nbytes, total
 
 
