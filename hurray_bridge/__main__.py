@@ -525,31 +525,45 @@ class _Annotated(Exception):
 
 
 class _Stopped(BaseException):
-    """SIGTERM or SIGHUP arrived: unwinds like KeyboardInterrupt, so temporaries are removed."""
+    """SIGINT, SIGTERM or SIGHUP arrived (raised at the conversion's next chunk): unwinds like
+    KeyboardInterrupt, so temporaries are removed."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
 
 
-def _signals_raise() -> Callable[[], None]:
-    """Make SIGTERM and SIGHUP raise :class:`_Stopped`; returns what restores the handlers.
+def _signals_flag() -> tuple[list[int], Callable[[], None]]:
+    """Make SIGINT, SIGTERM and SIGHUP note their number in a list instead of acting at
+    once; returns the list and what restores the handlers.
 
-    Their default action ends the process on the spot, leaving the temporary
-    file of the conversion behind; raising lets the writer clean up.
+    Their default actions end the process on the spot (the temporary file of the
+    conversion stays) or raise wherever the main thread is. A handler that raises
+    can raise inside a weak-reference callback, where Python prints the exception
+    and goes on (the conversion then ran to its end under a SIGTERM), or inside a
+    lock's acquire or release in the standard library. So the signal is noted, and
+    :class:`_Stopped` is raised at once only inside the package's own blocking file
+    calls (``_disk.in_blocking_call``: a slow write or flush ends at once), else at the
+    conversion's next progress call (every chunk); unwinding removes the temporary.
     """
     import signal
 
-    def stop(signum: int, frame: object) -> None:
-        raise _Stopped(signum)
+    from ._disk import in_blocking_call
+
+    got: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        got.append(signum)
+        if in_blocking_call():  # a write, read or flush of the conversion's own: safe to end
+            raise _Stopped(signum)
 
     old: dict[int, Any] = {}
-    for name in ("SIGTERM", "SIGHUP"):
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
         if sig is None:
             continue
         try:
-            old[sig] = signal.signal(sig, stop)
+            old[sig] = signal.signal(sig, note)
         except ValueError:  # not the main thread: signals cannot be handled here
             break
 
@@ -557,10 +571,9 @@ def _signals_raise() -> Callable[[], None]:
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
-    return restore
+    return got, restore
 
 
-# What a failure after the rename says (``_disk.atomic_output`` marks it ``output_replaced``).
 _WRITTEN_UNFLUSHED = "the output was written in full, but its folder may not be flushed to disk"
 
 
@@ -588,32 +601,38 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     verify = not args.no_verify  # what is read is checked, checksums included
     fsync = not args.no_fsync  # durable unless asked: atomic either way
     bar = _ProgressBar(f"converting {args.input}", not args.quiet)
-    restore_signals = _signals_raise()
+    signals, restore_signals = _signals_flag()
+
+    def progress(done: int, total: int) -> None:  # every chunk, on whichever writing thread
+        if signals:
+            raise _Stopped(signals[0])
+        bar(done, total)
+
     try:
         if src_fmt == "safetensors" and dst_fmt == "hurray":
             n = safetensors_io.safetensors_to_hurray(args.input, args.output,
                                                      checksums=not args.no_checksums,
-                                                     fsync=fsync, progress=bar,
+                                                     fsync=fsync, progress=progress,
                                                      alignment=alignment)
         elif src_fmt == "hurray" and dst_fmt == "safetensors":
             n = safetensors_io.hurray_to_safetensors(args.input, args.output, fsync=fsync,
-                                                     progress=bar, verify=verify)
+                                                     progress=progress, verify=verify)
         elif src_fmt == "hurray" and dst_fmt == "hurray":
             n = container.rewrite(args.input, args.output, alignment=alignment,
                                   checksums=not args.no_checksums, fsync=fsync,
-                                  verify=verify, progress=bar)
+                                  verify=verify, progress=progress)
         elif dst_fmt == "hurray" and src_fmt in ("npy", "npz"):
             tensors = _numpy_tensors(args.input, src_fmt, args.name)
             with _file_regions(args.input, tensors) as regions:
                 if regions is None:
                     plan = container._plan_tensors(tensors, None, alignment,
                                                    not args.no_checksums)
-                    container._write_plan(args.output, plan, fsync=fsync, progress=bar)
+                    container._write_plan(args.output, plan, fsync=fsync, progress=progress)
                 else:
                     items, check = regions
                     plan = container._plan(items, None, alignment, not args.no_checksums,
                                            list(tensors.values()))
-                    container._write_plan(args.output, plan, fsync=fsync, progress=bar,
+                    container._write_plan(args.output, plan, fsync=fsync, progress=progress,
                                           check=check, sums=True)
             n = len(tensors)
         else:
@@ -647,6 +666,13 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     finally:
         restore_signals()
     bar.close()
+    if signals:  # it came after the last chunk: nothing was left to stop
+        import signal
+
+        print(f"hurray: error: {args.output}: interrupted by "
+              f"{signal.Signals(signals[0]).name} as the conversion ended; the output was "
+              "written in full", file=sys.stderr)
+        return 128 + signals[0]
     if not args.quiet:
         print(f"{args.input} ({src_fmt}) -> {args.output} ({dst_fmt}): {_count(n, 'tensor')}")
     return 0

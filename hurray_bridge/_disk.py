@@ -18,6 +18,7 @@ import re
 import secrets
 import socket
 import stat
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -106,18 +107,42 @@ def check_suffix(path: str | os.PathLike[str], fmt: str) -> None:
         "suffix", field="path")
 
 
+_BLOCKING = threading.local()  # .depth: how many of the calls below this thread is inside
+
+
+def in_blocking_call() -> bool:
+    """Whether the calling thread is inside one of this package's own blocking file calls
+    (a data write or read, a flush), with only the package's frames around the system
+    call: the one place where a signal handler may raise at once and the unwinding is
+    safe (``hurray convert`` notes a signal anywhere else and stops at the next chunk)."""
+    return getattr(_BLOCKING, "depth", 0) > 0
+
+
+class blocking:
+    """``with blocking():`` marks the calling thread as inside a blocking file call."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _BLOCKING.depth = getattr(_BLOCKING, "depth", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        _BLOCKING.depth -= 1
+
+
 def _write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> None:
     """All of ``data`` written to ``fd``: at its file position, or with os.pwrite at
     ``offset`` (the file position left alone, so threads can write one file at once)."""
     view = memoryview(data)
     call = "write" if offset is None else "pwrite"
-    while len(view):
-        n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
-        if not 0 < n <= len(view):  # 0 would loop forever
-            raise _bad_count(call, n, len(view))
-        view = view[n:]
-        if offset is not None:
-            offset += n
+    with blocking():
+        while len(view):
+            n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+            if not 0 < n <= len(view):  # 0 would loop forever
+                raise _bad_count(call, n, len(view))
+            view = view[n:]
+            if offset is not None:
+                offset += n
 
 
 _TEMP = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp\Z")
@@ -276,7 +301,8 @@ def atomic_output(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterat
                 _keep_attributes(fd, old)
             yield fd
             if fsync:
-                os.fsync(fd)
+                with blocking():
+                    os.fsync(fd)
         finally:
             os.close(fd)
         _existing_target(target)  # still not a FIFO or a device
@@ -311,7 +337,8 @@ def _fsync_dir(directory: str) -> None:
     except OSError:
         return  # Windows cannot open directories; NTFS journals the rename itself
     try:
-        os.fsync(dfd)
+        with blocking():
+            os.fsync(dfd)
     except OSError:
         pass
     finally:

@@ -39,6 +39,7 @@ from ._disk import (
     _open_regular,
     _write_all,
     atomic_output,
+    blocking,
     check_suffix,
     stale_temporaries,
 )
@@ -1104,20 +1105,21 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> None:
     """Fill ``view`` from ``offset`` of ``fd`` (leaving its file position alone where possible)."""
     preadv = getattr(os, "preadv", None)
     got = 0
-    while got < len(view):
-        want = len(view) - got
-        if preadv is not None:
-            n = preadv(fd, [view[got:]], offset + got)
-        else:  # no positional read here (Windows): the region's file is read by nobody else
-            os.lseek(fd, offset + got, os.SEEK_SET)
-            data = os.read(fd, want)
-            n = len(data)
-            view[got:got + min(n, want)] = data[:want]
-        if not n:
-            raise _truncated_read()
-        if not 0 < n <= want:
-            raise _bad_count("preadv", n, want)
-        got += n
+    with blocking():
+        while got < len(view):
+            want = len(view) - got
+            if preadv is not None:
+                n = preadv(fd, [view[got:]], offset + got)
+            else:  # no positional read here (Windows): the region's file is read by nobody else
+                os.lseek(fd, offset + got, os.SEEK_SET)
+                data = os.read(fd, want)
+                n = len(data)
+                view[got:got + min(n, want)] = data[:want]
+            if not n:
+                raise _truncated_read()
+            if not 0 < n <= want:
+                raise _bad_count("preadv", n, want)
+            got += n
 
 
 def _read_range(fd: int, start: int, stop: int) -> bytes:

@@ -781,6 +781,81 @@ def test_a_convert_interrupted_while_a_helper_thread_reads_leaves_no_temporary(
         {"in.hurray", src.name, out.name})
 
 
+SIGNAL_IN_A_CALLBACK = """
+import os, signal, sys, weakref
+from hurray_bridge import container
+from hurray_bridge.__main__ import main
+container._CHUNK = 1 << 16
+real, calls = container._pread_into, [0]
+class Thing:
+    pass
+def in_a_callback(_ref):
+    os.kill(os.getpid(), int(sys.argv[3]))
+    for _ in range(1000):  # the handler runs here, inside the callback
+        pass
+def read(fd, view, offset):
+    calls[0] += 1
+    if calls[0] == 3:
+        thing = Thing()
+        ref = weakref.ref(thing, in_a_callback)
+        del thing  # the callback runs now, and the signal arrives inside it
+    return real(fd, view, offset)
+container._pread_into = read
+sys.exit(main(["convert", "-q", sys.argv[1], sys.argv[2]]))
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_that_arrives_inside_a_weakref_callback_still_stops_the_convert(
+        tmp_path: pathlib.Path, sig: int) -> None:
+    """A handler that raised at once raised there, where Python prints the exception and
+    carries on: the conversion ran to its end and replaced the output (exit 0)."""
+    from hurray_bridge import safetensors_io
+
+    safetensors_io.save(tmp_path / "in.safetensors",
+                        {"w": np.arange(1 << 18, dtype=np.float32)})
+    out = tmp_path / "out.hurray"
+    hb.save(out, {"old": np.ones(3)})
+    before = out.read_bytes()
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_IN_A_CALLBACK,
+                           str(tmp_path / "in.safetensors"), str(out), str(int(sig))],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 128 + sig, (proc.returncode, proc.stderr)
+    assert proc.stderr.startswith(
+        f"hurray: error: {out}: interrupted by {signal.Signals(sig).name}"), proc.stderr
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.safetensors", "out.hurray"]
+
+
+def test_a_signal_after_the_last_chunk_is_reported_with_the_output_written(
+        tmp_path: pathlib.Path) -> None:
+    """Noted too late to stop anything: the exit status says a signal came, the message
+    that the output is complete."""
+    code = ("import os, signal, sys\n"
+            "from hurray_bridge import container\n"
+            "from hurray_bridge.__main__ import main\n"
+            "real = container._write_plan\n"
+            "def write(*a, **k):\n"
+            "    real(*a, **k)\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    for _ in range(1000):\n"
+            "        pass\n"
+            "container._write_plan = write\n"
+            "sys.exit(main(['convert', '-q', sys.argv[1], sys.argv[2]]))\n")
+    from hurray_bridge import safetensors_io
+
+    safetensors_io.save(tmp_path / "in.safetensors", {"w": np.arange(8, dtype=np.float32)})
+    out = tmp_path / "out.hurray"
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "in.safetensors"),
+                           str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, proc.stderr)
+    assert proc.stderr == (f"hurray: error: {out}: interrupted by SIGTERM as the conversion "
+                           "ended; the output was written in full\n")
+    assert np.array_equal(np.from_dlpack(hb.load(out)["w"]), np.arange(8, dtype=np.float32))
+
+
 def test_a_progress_bar_that_cannot_draw_does_not_stop_the_conversion(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, ckpt: pathlib.Path) -> None:
     import hurray_bridge.__main__ as cli
