@@ -538,36 +538,44 @@ def _signals_flag() -> tuple[list[int], Callable[[], None]]:
     once; returns the list and what restores the handlers.
 
     Their default actions end the process on the spot (the temporary file of the
-    conversion stays) or raise wherever the main thread is. A handler that raises
-    can raise inside a weak-reference callback, where Python prints the exception
-    and goes on (the conversion then ran to its end under a SIGTERM), or inside a
-    lock's acquire or release in the standard library. So the signal is noted, and
-    :class:`_Stopped` is raised at once only inside the package's own blocking file
-    calls (``_disk.in_blocking_call``: a slow write or flush ends at once), else at the
-    conversion's next progress call (every chunk); unwinding removes the temporary.
+    conversion stays) or raise wherever the main thread is: inside a weak-reference
+    or collector callback, where Python prints the exception and goes on (the
+    conversion then ran to its end under a SIGTERM), or inside a lock of the standard
+    library. So the signal is noted, and :class:`_Stopped` is raised at once only when
+    it interrupts one of the package's own blocking reads, writes or flushes (a slow
+    write ends at once), else at the conversion's next checkpoint (``_disk.checkpoint``:
+    every data read and write, every 1024 entries planned, and before the rename);
+    unwinding removes the temporary. A signal this process inherited as ignored
+    (``nohup``, a background job's SIGINT) stays ignored.
     """
     import signal
 
-    from ._disk import in_blocking_call
+    from . import _disk
 
     got: list[int] = []
 
-    def note(signum: int, frame: object) -> None:
+    def note(signum: int, frame: Any) -> None:
         got.append(signum)
-        if in_blocking_call():  # a write, read or flush of the conversion's own: safe to end
+        if _disk.interrupted_in_io(frame):
             raise _Stopped(signum)
+
+    def check() -> None:
+        if got:
+            raise _Stopped(got[0])
 
     old: dict[int, Any] = {}
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         sig = getattr(signal, name, None)
-        if sig is None:
+        if sig is None or signal.getsignal(sig) is signal.SIG_IGN:
             continue
         try:
             old[sig] = signal.signal(sig, note)
         except ValueError:  # not the main thread: signals cannot be handled here
             break
+    _disk.set_checkpoint(check)
 
     def restore() -> None:
+        _disk.set_checkpoint(None)
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
@@ -575,6 +583,16 @@ def _signals_flag() -> tuple[list[int], Callable[[], None]]:
 
 
 _WRITTEN_UNFLUSHED = "the output was written in full, but its folder may not be flushed to disk"
+
+
+def _convert_interrupted(output: str, signum: int, replaced: bool) -> int:
+    import signal
+
+    what = (_WRITTEN_UNFLUSHED if replaced else
+            "the output was not written (an earlier file of that name is unchanged)")
+    print(f"hurray: error: {output}: interrupted by {signal.Signals(signum).name}; {what}",
+          file=sys.stderr)
+    return 128 + signum  # what a shell reports for a command stopped by that signal
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -642,6 +660,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                 "<-> hurray, npy/npz/hurray -> hurray)"))
     except (HurrayError, OSError) as exc:
         bar.close()
+        if signals:  # stopped first: what the user asked for is what is reported
+            return _convert_interrupted(args.output, signals[0],
+                                        getattr(exc, "output_replaced", False))
         where = getattr(exc, "filename", None) or args.input
         if getattr(exc, "output_replaced", False):
             return _fail(args.output, _Annotated(exc, _WRITTEN_UNFLUSHED))
@@ -658,11 +679,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
         bar.close()
         signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
-        what = (_WRITTEN_UNFLUSHED if getattr(exc, "output_replaced", False) else
-                "the output was not written (an earlier file of that name is unchanged)")
-        print(f"hurray: error: {args.output}: interrupted by {signal.Signals(signum).name}; "
-              f"{what}", file=sys.stderr)
-        return 128 + signum  # what a shell reports for a command stopped by that signal
+        return _convert_interrupted(args.output, signum, getattr(exc, "output_replaced", False))
     finally:
         restore_signals()
     bar.close()

@@ -18,10 +18,9 @@ import re
 import secrets
 import socket
 import stat
-import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import FormatError, UnsupportedError
@@ -107,42 +106,57 @@ def check_suffix(path: str | os.PathLike[str], fmt: str) -> None:
         "suffix", field="path")
 
 
-_BLOCKING = threading.local()  # .depth: how many of the calls below this thread is inside
+# Signals during a long file operation (hurray convert). A handler may raise only where
+# nothing but this package's own frames surround the interrupted call: the functions
+# marked interruptible, whose frames hold no resource. Anywhere else it notes the signal,
+# and the checkpoints below (every data read and write, the rename, the planning loops)
+# raise it: raised wherever the main thread was, it could land in a weak-reference or
+# collector callback, where Python drops it, or in a lock of the standard library.
+_INTERRUPTIBLE: set[Any] = set()  # code objects
+_CHECKPOINT: list[Callable[[], None]] = []  # the check a command installed, if any
 
 
-def in_blocking_call() -> bool:
-    """Whether the calling thread is inside one of this package's own blocking file calls
-    (a data write or read, a flush), with only the package's frames around the system
-    call: the one place where a signal handler may raise at once and the unwinding is
-    safe (``hurray convert`` notes a signal anywhere else and stops at the next chunk)."""
-    return getattr(_BLOCKING, "depth", 0) > 0
+def interruptible(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``fn`` as a blocking call a signal handler may end at once by raising."""
+    _INTERRUPTIBLE.add(fn.__code__)
+    return fn
 
 
-class blocking:
-    """``with blocking():`` marks the calling thread as inside a blocking file call."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        _BLOCKING.depth = getattr(_BLOCKING, "depth", 0) + 1
-
-    def __exit__(self, *exc: object) -> None:
-        _BLOCKING.depth -= 1
+def interrupted_in_io(frame: Any) -> bool:
+    """Whether a signal handler's ``frame`` is one of the :func:`interruptible` calls."""
+    return frame is not None and frame.f_code in _INTERRUPTIBLE
 
 
+def set_checkpoint(check: Callable[[], None] | None) -> None:
+    """Install ``check`` (it raises to stop the operation), or remove it with None."""
+    _CHECKPOINT[:] = [] if check is None else [check]
+
+
+def checkpoint() -> None:
+    """A point where a long file operation may stop: runs the installed check, if any."""
+    if _CHECKPOINT:
+        _CHECKPOINT[0]()
+
+
+@interruptible
+def _flush(fd: int) -> None:
+    os.fsync(fd)
+
+
+@interruptible
 def _write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> None:
     """All of ``data`` written to ``fd``: at its file position, or with os.pwrite at
     ``offset`` (the file position left alone, so threads can write one file at once)."""
+    checkpoint()
     view = memoryview(data)
     call = "write" if offset is None else "pwrite"
-    with blocking():
-        while len(view):
-            n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
-            if not 0 < n <= len(view):  # 0 would loop forever
-                raise _bad_count(call, n, len(view))
-            view = view[n:]
-            if offset is not None:
-                offset += n
+    while len(view):
+        n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+        if not 0 < n <= len(view):  # 0 would loop forever
+            raise _bad_count(call, n, len(view))
+        view = view[n:]
+        if offset is not None:
+            offset += n
 
 
 _TEMP = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp\Z")
@@ -301,11 +315,11 @@ def atomic_output(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterat
                 _keep_attributes(fd, old)
             yield fd
             if fsync:
-                with blocking():
-                    os.fsync(fd)
+                _flush(fd)
         finally:
             os.close(fd)
         _existing_target(target)  # still not a FIFO or a device
+        checkpoint()  # the last point where the old file can stay
         os.replace(tmp, target)
     except BaseException as exc:
         with contextlib.suppress(OSError):
@@ -337,8 +351,7 @@ def _fsync_dir(directory: str) -> None:
     except OSError:
         return  # Windows cannot open directories; NTFS journals the rename itself
     try:
-        with blocking():
-            os.fsync(dfd)
+        _flush(dfd)
     except OSError:
         pass
     finally:

@@ -23,6 +23,7 @@ import struct
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from ._disk import checkpoint
 from .descriptor import MAX_RANK, Descriptor
 from .dtypes import DType, all_dtypes
 from .errors import FormatError, UnsupportedError
@@ -122,7 +123,9 @@ def _parse(prefix: bytes | memoryview,
     entries = []
     descriptors = []
     by_name = _by_name()
-    for name, info in header.items():
+    for k, (name, info) in enumerate(header.items()):
+        if not k & 1023:
+            checkpoint()  # a header of many tensors takes seconds
         if name == METADATA_KEY:
             if not isinstance(info, dict) or not all(
                     isinstance(k, str) and isinstance(v, str) for k, v in info.items()):
@@ -162,8 +165,9 @@ def _parse(prefix: bytes | memoryview,
             d = entry.descriptor
         except FormatError as exc:
             raise FormatError(f"tensor {name!r}: {exc}", field=f"{field}.shape") from None
-        if dtype.is_subbyte and (d.element_count * dtype.bits) % 8:
-            raise FormatError(f"{d.element_count} {st} elements do not fill whole bytes",
+        n_elems = d.element_count
+        if dtype.is_subbyte and (n_elems * dtype.bits) % 8:
+            raise FormatError(f"{n_elems} {st} elements do not fill whole bytes",
                               field=f"{field}.shape")
         ((_, nbytes),) = d.buffer_layout()  # a dense tensor's one buffer: d.nbytes
         if entry.end - entry.begin != nbytes:

@@ -39,8 +39,9 @@ from ._disk import (
     _open_regular,
     _write_all,
     atomic_output,
-    blocking,
     check_suffix,
+    checkpoint,
+    interruptible,
     stale_temporaries,
 )
 from ._memory import alloc_aligned, buffer_address
@@ -1101,25 +1102,26 @@ class _Region:
 _Piece = memoryview | bytes | _Region
 
 
+@interruptible
 def _pread_into(fd: int, view: memoryview, offset: int) -> None:
     """Fill ``view`` from ``offset`` of ``fd`` (leaving its file position alone where possible)."""
+    checkpoint()
     preadv = getattr(os, "preadv", None)
     got = 0
-    with blocking():
-        while got < len(view):
-            want = len(view) - got
-            if preadv is not None:
-                n = preadv(fd, [view[got:]], offset + got)
-            else:  # no positional read here (Windows): the region's file is read by nobody else
-                os.lseek(fd, offset + got, os.SEEK_SET)
-                data = os.read(fd, want)
-                n = len(data)
-                view[got:got + min(n, want)] = data[:want]
-            if not n:
-                raise _truncated_read()
-            if not 0 < n <= want:
-                raise _bad_count("preadv", n, want)
-            got += n
+    while got < len(view):
+        want = len(view) - got
+        if preadv is not None:
+            n = preadv(fd, [view[got:]], offset + got)
+        else:  # no positional read here (Windows): the region's file is read by nobody else
+            os.lseek(fd, offset + got, os.SEEK_SET)
+            data = os.read(fd, want)
+            n = len(data)
+            view[got:got + min(n, want)] = data[:want]
+        if not n:
+            raise _truncated_read()
+        if not 0 < n <= want:
+            raise _bad_count("preadv", n, want)
+        got += n
 
 
 def _read_range(fd: int, start: int, stop: int) -> bytes:
@@ -1254,7 +1256,9 @@ def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece]]],
                           f"{MAX_BUFFER_ALIGNMENT}], got {alignment!r}", field="alignment")
     meta, n_meta = _encode_metadata(metadata)
     entries, names, cursor, table = [], set(), 0, 0
-    for name, d, sources in items:
+    for k, (name, d, sources) in enumerate(items):
+        if not k & 1023:
+            checkpoint()  # a file of many entries plans for seconds
         nb = _name_bytes(name, "entry name", MAX_NAME_BYTES)
         if name in names:
             raise FormatError(f"duplicate entry name {name!r}", field="name")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import hurray_bridge as hb
-from hurray_bridge import _disk
+from hurray_bridge import _disk, safetensors_io
 from hurray_bridge.__main__ import _ProgressBar, main
 
 np = pytest.importorskip("numpy")
@@ -418,7 +418,7 @@ def test_convert_no_fsync_skips_the_flushes(capsys: pytest.CaptureFixture[str],
     src = {"hurray": ckpt, "safetensors": tmp_path / "in.safetensors",
            "npy": tmp_path / "in.npy"}[src_fmt]
     if src_fmt == "safetensors":
-        hb.safetensors_io.hurray_to_safetensors(ckpt, src)
+        safetensors_io.hurray_to_safetensors(ckpt, src)
     elif src_fmt == "npy":
         np.save(src, np.arange(10))
     out = tmp_path / f"out.{dst_fmt}"
@@ -666,11 +666,11 @@ def test_convert_onto_a_full_disk(tmp_path: pathlib.Path, small_disk: pathlib.Pa
     else:
         hb.save(tmp_path / "in.hurray", {"w": big})
         if src_fmt == "safetensors":
-            hb.safetensors_io.hurray_to_safetensors(tmp_path / "in.hurray", src)
+            safetensors_io.hurray_to_safetensors(tmp_path / "in.hurray", src)
     out = small_disk / f"o.{dst_fmt}"
     hb.save(small_disk / "o.hurray", {"old": np.ones(4)})
     if dst_fmt == "safetensors":
-        hb.safetensors_io.hurray_to_safetensors(small_disk / "o.hurray", out)
+        safetensors_io.hurray_to_safetensors(small_disk / "o.hurray", out)
         (small_disk / "o.hurray").unlink()
     before = out.read_bytes()
     res = _cli("convert", str(src), str(out))
@@ -683,7 +683,7 @@ def test_convert_onto_a_full_disk(tmp_path: pathlib.Path, small_disk: pathlib.Pa
 
 SLOW_CONVERT = """
 import os, sys, time
-from hurray_bridge import container
+from hurray_bridge import _disk, container
 from hurray_bridge.__main__ import main
 real, calls = os.write, [0]
 def slow(fd, data):
@@ -694,6 +694,7 @@ def slow(fd, data):
         time.sleep(60)
     return n
 container.os.write = slow
+_disk.interruptible(slow)  # it stands for os.write, blocked inside _write_all
 sys.exit(main(["convert", "-q", sys.argv[1], sys.argv[2]]))
 """
 
@@ -703,7 +704,7 @@ sys.exit(main(["convert", "-q", sys.argv[1], sys.argv[2]]))
 def test_an_interrupted_convert_leaves_no_temporary(tmp_path: pathlib.Path, sig: int) -> None:
     hb.save(tmp_path / "in.hurray", {"w": np.arange(1 << 20, dtype=np.float32)})
     src = tmp_path / "in.safetensors"
-    hb.safetensors_io.hurray_to_safetensors(tmp_path / "in.hurray", src)
+    safetensors_io.hurray_to_safetensors(tmp_path / "in.hurray", src)
     out = tmp_path / "out.hurray"
     hb.save(out, {"old": np.ones(3)})
     before = out.read_bytes()
@@ -856,6 +857,79 @@ def test_a_signal_after_the_last_chunk_is_reported_with_the_output_written(
     assert np.array_equal(np.from_dlpack(hb.load(out)["w"]), np.arange(8, dtype=np.float32))
 
 
+SELF_SIGNAL = """
+import os, signal, sys
+from hurray_bridge import container, safetensors_io
+from hurray_bridge.__main__ import main
+if sys.argv[4] == "ignored":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a shell starts
+module = {"container": container, "safetensors_io": safetensors_io}[sys.argv[3].split(".")[0]]
+name = sys.argv[3].split(".")[1]
+real = getattr(module, name)
+def patched(*a, **k):
+    os.kill(os.getpid(), int(sys.argv[5]))  # noted here: not one of the file calls
+    for _ in range(1000):
+        pass
+    return real(*a, **k)
+setattr(module, name, patched)
+sys.exit(main(["convert", "-q", sys.argv[1], sys.argv[2]]))
+"""
+
+
+def _self_signal(src: pathlib.Path, out: pathlib.Path, where: str, sig: int,
+                 ignored: bool = False) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", SELF_SIGNAL, str(src), str(out), where,
+                           "ignored" if ignored else "handled", str(int(sig))],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_a_signal_while_a_file_of_empty_tensors_is_planned_stops_before_the_rename(
+        tmp_path: pathlib.Path) -> None:
+    """No data chunk, so no progress call: the planning loop and the rename are checkpoints.
+    (Without them the conversion ran on, replaced the output, and said it had ended.)"""
+    from hurray_bridge import safetensors_io
+
+    safetensors_io.save(tmp_path / "in.safetensors",
+                        {f"t{i}": np.zeros((0,), np.float32) for i in range(3000)})
+    out = tmp_path / "out.hurray"
+    hb.save(out, {"old": np.ones(3)})
+    before = out.read_bytes()
+    proc = _self_signal(tmp_path / "in.safetensors", out, "container._plan", signal.SIGTERM)
+    assert proc.returncode == 143, (proc.returncode, proc.stderr)
+    assert proc.stderr == (f"hurray: error: {out}: interrupted by SIGTERM; the output was not "
+                           "written (an earlier file of that name is unchanged)\n")
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.safetensors", "out.hurray"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_a_signal_before_an_input_error_is_reported_as_the_interruption(
+        tmp_path: pathlib.Path) -> None:
+    hb.save(tmp_path / "in.hurray", {"c": np.ones(3, np.complex128)})  # no safetensors type
+    out = tmp_path / "out.safetensors"
+    proc = _self_signal(tmp_path / "in.hurray", out, "safetensors_io._verify_file",
+                        signal.SIGTERM)
+    assert proc.returncode == 143, (proc.returncode, proc.stderr)
+    assert "interrupted by SIGTERM; the output was not written" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_a_signal_the_process_inherited_as_ignored_stays_ignored(tmp_path: pathlib.Path) -> None:
+    """A shell starts a background job with SIGINT ignored (and nohup SIGHUP): the
+    conversion must not start handling it."""
+    from hurray_bridge import safetensors_io
+
+    safetensors_io.save(tmp_path / "in.safetensors", {"w": np.arange(64, dtype=np.float32)})
+    out = tmp_path / "out.hurray"
+    proc = _self_signal(tmp_path / "in.safetensors", out, "container._plan", signal.SIGINT,
+                        ignored=True)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    assert proc.stderr == ""
+    assert np.array_equal(np.from_dlpack(hb.load(out)["w"]), np.arange(64, dtype=np.float32))
+
+
 def test_a_progress_bar_that_cannot_draw_does_not_stop_the_conversion(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, ckpt: pathlib.Path) -> None:
     import hurray_bridge.__main__ as cli
@@ -872,7 +946,7 @@ def test_a_progress_bar_that_cannot_draw_does_not_stop_the_conversion(
     out = tmp_path / "o.safetensors"
     assert main(["convert", str(ckpt), str(out)]) == 0
     monkeypatch.undo()
-    assert hb.safetensors_io.read_header(out).entries
+    assert safetensors_io.read_header(out).entries
 
 
 @pytest.mark.skipif(os.name != "posix", reason="process ids")
