@@ -273,8 +273,17 @@ class Shard:
                 )
 
 
+class _BufferTableCache:
+    """The buffer table of a descriptor, kept once known: a descriptor never changes, and a
+    file of many small tensors asks for it several times each (plan, encode, check). A
+    slot of this base, not a dataclass field: no value, so not compared, copied, pickled
+    or listed by ``dataclasses.fields``; unset until asked (the decoders never set it)."""
+
+    __slots__ = ("_specs",)
+
+
 @dataclass(frozen=True, slots=True, eq=True)
-class Descriptor:
+class Descriptor(_BufferTableCache):
     """A complete, validated description of a tensor's logical content and layout.
 
     Parameters
@@ -306,10 +315,6 @@ class Descriptor:
     quantization: Quantization | None = None
     shard: Shard | None = None
     padded: bool = False
-    # The buffer table, kept once known: a descriptor never changes, and a file of many
-    # small tensors asks for it several times each (plan, encode, check). Not a value.
-    _specs: tuple[BufferSpec, ...] | None = field(default=None, init=False, repr=False,
-                                                  compare=False)
 
     def __post_init__(self) -> None:
         if (type(self.shape) is tuple and type(self.dtype) is DType
@@ -566,7 +571,7 @@ class Descriptor:
 
     def buffer_layout(self) -> tuple[BufferSpec, ...]:
         """Every buffer this descriptor calls for, in canonical order, with exact lengths."""
-        known = self._specs
+        known = getattr(self, "_specs", None)
         if known is None:
             known = self._buffer_layout()
             object.__setattr__(self, "_specs", known)
@@ -740,6 +745,5 @@ _DESCRIPTOR_SETTERS = tuple(
         "quantization",
         "shard",
         "padded",
-        "_specs",
     )
 )

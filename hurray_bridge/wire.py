@@ -297,7 +297,6 @@ _new_descriptor = object.__new__
     _set_quantization,
     _set_shard,
     _set_padded,
-    _set_specs,
 ) = _DESCRIPTOR_SETTERS
 # The fast path spells these as literals (a constant load, not a global lookup).
 assert (MAGIC, VERSION[0], HEADER_SIZE, ALIGNMENT, MAX_RANK, _PADDED_FLAG) == (
@@ -404,7 +403,6 @@ def _decode_dense(
     _set_quantization(d, None)
     _set_shard(d, None)
     _set_padded(d, flags != 0)
-    _set_specs(d, None)  # every field set, as __init__ sets them (copy and pickle read all)
     return d, off, nbytes, total
 
 
@@ -424,7 +422,7 @@ else:
         _STRIDED,
         tuple(Descriptor.__dict__[f] for f in (
             "shape", "dtype", "layout", "strides", "tile", "sparse", "quantization", "shard",
-            "padded", "_specs")),
+            "padded")),
     )
     _decode_dense = _speedups.decode_dense  # type: ignore[assignment]
 

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define N_SLOTS 10
+#define N_SLOTS 9
 /* The largest descriptor the fast path accepts: header, 64 shape and 64 stride words,
  * one buffer entry. check() reads nothing past total, and accepts only total <= this. */
 #define MAX_DENSE (32 + 16 * 64 + 24)
@@ -70,11 +70,10 @@ build(const unsigned char *b, uint32_t rank, int strided, PyObject *dtype, int p
         strides = Py_NewRef(Py_None);
     }
     /* Descriptor's fields in order (borrowed): shape, dtype, layout, strides, tile,
-     * sparse, quantization, shard, padded, and the buffer table it keeps once asked
-     * (None: not yet; every field is set, as __init__ sets them, for copy and pickle). */
+     * sparse, quantization, shard, padded. */
     PyObject *values[N_SLOTS] = {
         shape, dtype, strided ? dd_strided : dd_row_major, strides,
-        Py_None, Py_None, Py_None, Py_None, padded ? Py_True : Py_False, Py_None,
+        Py_None, Py_None, Py_None, Py_None, padded ? Py_True : Py_False,
     };
     PyObject *d = PyBaseObject_Type.tp_new(dd_type, dd_empty, NULL);
     for (int i = 0; d != NULL && i < N_SLOTS; i++) {
@@ -180,7 +179,7 @@ hb_dense_decoder_setup(PyObject *Py_UNUSED(module), PyObject *args)
     }
     if (PyList_GET_SIZE(dtypes) != 256 || PyList_GET_SIZE(bits) != 256
             || PyTuple_GET_SIZE(slots) != N_SLOTS) {
-        PyErr_SetString(PyExc_ValueError, "dense_decoder_setup: 256 dtypes and bits, 10 slots");
+        PyErr_SetString(PyExc_ValueError, "dense_decoder_setup: 256 dtypes and bits, 9 slots");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < N_SLOTS; i++) {

@@ -646,7 +646,7 @@ def test_the_two_element_type_tables_are_checked_to_agree() -> None:
         "dts = [_BY_TAG.get(t) for t in range(256)]\n"
         "bits = [d.bits if d is not None else 0 for d in dts]\n"
         "slots = tuple(Descriptor.__dict__[f] for f in ('shape', 'dtype', 'layout', 'strides',"
-        " 'tile', 'sparse', 'quantization', 'shard', 'padded', '_specs'))\n"
+        " 'tile', 'sparse', 'quantization', 'shard', 'padded'))\n"
         "raw = hb.Descriptor([3], hb.float32).to_bytes()\n"
         "print('on', _speedups.decode_dense(raw, len(raw)) is not None)\n"
         "bits[23] = 8\n"
