@@ -180,6 +180,7 @@ def _cpu() -> float:
 
 
 _REPORTED = "/sys/module/page_reporting/parameters/reported_kib"
+_RETRIES = 3  # runs again of a call the host disturbed
 
 
 def _reported_kib() -> int | None:
@@ -201,7 +202,7 @@ class _Rounds(NamedTuple):
 
 
 def _rounds(cases: dict[str, tuple[Callable[[], object], str]], repeat: int,
-            quiet_kib: int, retries: int = 3) -> _Rounds:
+            quiet_kib: int, retries: int = _RETRIES) -> _Rounds:
     """Each case ``repeat`` times, interleaved per round (every other round in reverse).
 
     Besides the median of all rounds, the median CPU seconds (on a shared machine the wall
@@ -336,7 +337,7 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
         counted = _reported_kib() is not None
         results["notes"].append(
             "quiet rounds (the host reclaimed <= 1% of the file's size during a call; a "
-            "disturbed call is run again, up to 3 times), per case: "
+            f"disturbed call is run again, up to {_RETRIES} times), per case: "
             + ", ".join(str(n) for n in rounds.quiet_rounds.values()) + f" of {repeat}"
             if counted else "this kernel does not count reclaimed memory: every round counts")
         stages = _stages(st, copy_out, repeat)

@@ -525,8 +525,8 @@ class _Annotated(Exception):
 
 
 class _Stopped(BaseException):
-    """SIGINT, SIGTERM or SIGHUP arrived (raised at the conversion's next chunk): unwinds like
-    KeyboardInterrupt, so temporaries are removed."""
+    """SIGINT, SIGTERM or SIGHUP arrived (raised at the conversion's next checkpoint): unwinds
+    like KeyboardInterrupt, so temporaries are removed."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -582,16 +582,16 @@ def _signals_flag() -> tuple[list[int], Callable[[], None]]:
     return got, restore
 
 
+# What a failure after the rename says (``_disk.atomic_output`` marks it ``output_replaced``).
 _WRITTEN_UNFLUSHED = "the output was written in full, but its folder may not be flushed to disk"
+_NOT_WRITTEN = "the output was not written (an earlier file of that name is unchanged)"
 
 
-def _convert_interrupted(output: str, signum: int, replaced: bool) -> int:
+def _convert_interrupted(output: str, signum: int, what: str, when: str = "") -> int:
     import signal
 
-    what = (_WRITTEN_UNFLUSHED if replaced else
-            "the output was not written (an earlier file of that name is unchanged)")
-    print(f"hurray: error: {output}: interrupted by {signal.Signals(signum).name}; {what}",
-          file=sys.stderr)
+    print(f"hurray: error: {output}: interrupted by {signal.Signals(signum).name}{when}; "
+          f"{what}", file=sys.stderr)
     return 128 + signum  # what a shell reports for a command stopped by that signal
 
 
@@ -620,37 +620,31 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     fsync = not args.no_fsync  # durable unless asked: atomic either way
     bar = _ProgressBar(f"converting {args.input}", not args.quiet)
     signals, restore_signals = _signals_flag()
-
-    def progress(done: int, total: int) -> None:  # every chunk, on whichever writing thread
-        if signals:
-            raise _Stopped(signals[0])
-        bar(done, total)
-
     try:
         if src_fmt == "safetensors" and dst_fmt == "hurray":
             n = safetensors_io.safetensors_to_hurray(args.input, args.output,
                                                      checksums=not args.no_checksums,
-                                                     fsync=fsync, progress=progress,
+                                                     fsync=fsync, progress=bar,
                                                      alignment=alignment)
         elif src_fmt == "hurray" and dst_fmt == "safetensors":
             n = safetensors_io.hurray_to_safetensors(args.input, args.output, fsync=fsync,
-                                                     progress=progress, verify=verify)
+                                                     progress=bar, verify=verify)
         elif src_fmt == "hurray" and dst_fmt == "hurray":
             n = container.rewrite(args.input, args.output, alignment=alignment,
                                   checksums=not args.no_checksums, fsync=fsync,
-                                  verify=verify, progress=progress)
+                                  verify=verify, progress=bar)
         elif dst_fmt == "hurray" and src_fmt in ("npy", "npz"):
             tensors = _numpy_tensors(args.input, src_fmt, args.name)
             with _file_regions(args.input, tensors) as regions:
                 if regions is None:
                     plan = container._plan_tensors(tensors, None, alignment,
                                                    not args.no_checksums)
-                    container._write_plan(args.output, plan, fsync=fsync, progress=progress)
+                    container._write_plan(args.output, plan, fsync=fsync, progress=bar)
                 else:
                     items, check = regions
                     plan = container._plan(items, None, alignment, not args.no_checksums,
                                            list(tensors.values()))
-                    container._write_plan(args.output, plan, fsync=fsync, progress=progress,
+                    container._write_plan(args.output, plan, fsync=fsync, progress=bar,
                                           check=check, sums=True)
             n = len(tensors)
         else:
@@ -661,8 +655,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     except (HurrayError, OSError) as exc:
         bar.close()
         if signals:  # stopped first: what the user asked for is what is reported
+            replaced = getattr(exc, "output_replaced", False)
             return _convert_interrupted(args.output, signals[0],
-                                        getattr(exc, "output_replaced", False))
+                                        _WRITTEN_UNFLUSHED if replaced else _NOT_WRITTEN)
         where = getattr(exc, "filename", None) or args.input
         if getattr(exc, "output_replaced", False):
             return _fail(args.output, _Annotated(exc, _WRITTEN_UNFLUSHED))
@@ -679,17 +674,15 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
         bar.close()
         signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
-        return _convert_interrupted(args.output, signum, getattr(exc, "output_replaced", False))
+        replaced = getattr(exc, "output_replaced", False)
+        return _convert_interrupted(args.output, signum,
+                                    _WRITTEN_UNFLUSHED if replaced else _NOT_WRITTEN)
     finally:
         restore_signals()
     bar.close()
-    if signals:  # it came after the last chunk: nothing was left to stop
-        import signal
-
-        print(f"hurray: error: {args.output}: interrupted by "
-              f"{signal.Signals(signals[0]).name} as the conversion ended; the output was "
-              "written in full", file=sys.stderr)
-        return 128 + signals[0]
+    if signals:  # it came after the rename: nothing was left to stop
+        return _convert_interrupted(args.output, signals[0], "the output was written in full",
+                                    " as the conversion ended")
     if not args.quiet:
         print(f"{args.input} ({src_fmt}) -> {args.output} ({dst_fmt}): {_count(n, 'tensor')}")
     return 0

@@ -113,7 +113,7 @@ def check_suffix(path: str | os.PathLike[str], fmt: str) -> None:
 # raise it: raised wherever the main thread was, it could land in a weak-reference or
 # collector callback, where Python drops it, or in a lock of the standard library.
 _INTERRUPTIBLE: set[Any] = set()  # code objects
-_CHECKPOINT: list[Callable[[], None]] = []  # the check a command installed, if any
+_CHECKPOINT: Callable[[], None] | None = None  # the check a command installed, if any
 
 
 def interruptible(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -129,13 +129,15 @@ def interrupted_in_io(frame: Any) -> bool:
 
 def set_checkpoint(check: Callable[[], None] | None) -> None:
     """Install ``check`` (it raises to stop the operation), or remove it with None."""
-    _CHECKPOINT[:] = [] if check is None else [check]
+    global _CHECKPOINT
+    _CHECKPOINT = check
 
 
 def checkpoint() -> None:
     """A point where a long file operation may stop: runs the installed check, if any."""
-    if _CHECKPOINT:
-        _CHECKPOINT[0]()
+    check = _CHECKPOINT
+    if check is not None:
+        check()
 
 
 @interruptible
