@@ -161,6 +161,34 @@ def _write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> 
             offset += n
 
 
+WRITES_VECTORS = hasattr(os, "writev") and hasattr(os, "pwritev")
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16, 1024) \
+    if WRITES_VECTORS else 1
+
+
+@interruptible
+def _write_vectors(fd: int, views: list[memoryview], offset: int | None = None) -> None:
+    """:func:`_write_all` of the views' bytes one after another, in as few calls as the
+    system allows (``os.writev``; where ``WRITES_VECTORS``), at most ``_IOV_MAX`` views each."""
+    checkpoint()
+    call = "writev" if offset is None else "pwritev"
+    views = [v for v in views if len(v)]  # (a copy: a short write replaces the view it ends in)
+    i = 0
+    while i < len(views):
+        batch = views[i:i + _IOV_MAX]
+        want = sum(len(v) for v in batch)
+        n = os.writev(fd, batch) if offset is None else os.pwritev(fd, batch, offset)
+        if not 0 < n <= want:
+            raise _bad_count(call, n, want)
+        if offset is not None:
+            offset += n
+        while n and n >= len(views[i]):  # the views written whole
+            n -= len(views[i])
+            i += 1
+        if n:  # a short write ended inside one: the rest of it goes next
+            views[i] = views[i][n:]
+
+
 _TEMP = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp\Z")
 
 

@@ -34,10 +34,12 @@ from typing import Any, NamedTuple, cast
 
 from ._disk import (
     SUFFIX_FORMATS,
+    WRITES_VECTORS,
     _bad_count,
     _fspath,
     _open_regular,
     _write_all,
+    _write_vectors,
     atomic_output,
     check_suffix,
     checkpoint,
@@ -1337,6 +1339,21 @@ class _Chunk(NamedTuple):
     write: bool
 
 
+class _Gather:
+    """Regions of one file, near one another, and padding, to be read and written at once."""
+
+    __slots__ = ("end", "fd", "ops", "start")
+
+    def __init__(self) -> None:
+        self.fd = self.start = self.end = -1  # the file span read (none yet: padding only)
+        self.ops: list[tuple[int, int, int | None]] = []  # (at in the span or -1: zeros, n, slot)
+
+
+_GATHER_GAP = 64 << 10  # bytes between two regions read (and dropped) to read them at once
+_GATHER_OPS = 1024  # pieces of one gather, so the list of views stays short
+_ZERO_PAD = memoryview(bytes(64 << 10))
+
+
 class _DataWriter:
     """Writes a file's data in order, from memory and from file regions, checksumming it.
 
@@ -1380,11 +1397,17 @@ class _DataWriter:
         self.summer = (None if not (threaded and slots) else self.reader if not _CRC_THREAD
                        else ThreadPoolExecutor(1, thread_name_prefix="hurray-crc"))
         self.depth = _RING if threaded else 1
+        self.buffer_size = max(4096, min(_CHUNK, total))  # a small file gets a small buffer
         self.window: collections.deque[_Chunk] = collections.deque()
         self.sums: list[Future[None]] = []  # of chunks in memory (no buffer to wait for)
         self.ring: list[memoryview] = []
         self.busy: list[Future[None] | None] = []  # the CRC still reading each buffer
         self.turn = 0
+        # Without helper threads, small regions of one file that follow each other, and the
+        # padding between them, are read in one call and written in one: a file of many
+        # small tensors would otherwise cost two system calls and a chunk's work each.
+        self.gathers = self.reader is None and WRITES_VECTORS
+        self.gather: _Gather | None = None
 
     def __enter__(self) -> _DataWriter:
         return self
@@ -1396,13 +1419,23 @@ class _DataWriter:
 
     def pad_to(self, at: int) -> None:
         """Zeros up to file offset ``at`` (the alignment padding before a buffer)."""
-        if at > self.end:
-            self._queue(_Chunk(bytes(at - self.end), None, True))
+        if at <= self.end:
+            return
+        if self.gathers:
+            if self.gather is None:
+                self.gather = _Gather()
+            self.gather.ops.append((-1, at - self.end, None))
+            self.end = at
+            return
+        self._queue(_Chunk(bytes(at - self.end), None, True))
 
     def put(self, src: _Piece, slot: int | None) -> None:
         if isinstance(src, _Region):
-            self._through(src, slot, write=True)
+            if not (self.gathers and self._gathered(src, slot)):
+                self._flush_gather()
+                self._through(src, slot, write=True)
             return
+        self._flush_gather()
         for k in range(0, len(src), _CHUNK):
             chunk = src[k:k + _CHUNK]
             if slot is not None:
@@ -1410,10 +1443,12 @@ class _DataWriter:
             self._queue(_Chunk(chunk, None, True))
 
     def checksum(self, src: _Region, slot: int) -> None:
+        self._flush_gather()
         self._through(src, slot, write=False)
 
     def finish(self) -> list[int]:
         """The CRC-32 of each slot, once every chunk is written and summed."""
+        self._flush_gather()
         while self.window:
             self._complete(self.window.popleft())
         for fut in itertools.chain(self.sums, self.busy):
@@ -1458,8 +1493,7 @@ class _DataWriter:
         """A free buffer. The chunk that used it last is ``depth`` or more chunks back, so it
         has left the window (it is written); its CRC is awaited here."""
         if not self.ring:
-            size = max(4096, min(_CHUNK, self.total))  # a small file gets a small buffer
-            self.ring = [memoryview(bytearray(size)) for _ in range(self.depth)]
+            self.ring = [memoryview(bytearray(self.buffer_size)) for _ in range(self.depth)]
             self.busy = [None] * self.depth
         j = self.turn % self.depth
         self.turn += 1
@@ -1468,6 +1502,49 @@ class _DataWriter:
             self.busy[j] = None
             fut.result()
         return j, self.ring[j]
+
+    def _gathered(self, src: _Region, slot: int | None) -> bool:
+        """Whether ``src`` joined the pending gather (a new one, if it is small enough)."""
+        g, n = self.gather, src.length
+        if n >= self.buffer_size:  # a buffer's worth: read alone
+            return False
+        if g is not None and g.start >= 0 and (
+                src.fd != g.fd or not 0 <= src.offset - g.end <= _GATHER_GAP
+                or src.offset + n - g.start > self.buffer_size or len(g.ops) >= _GATHER_OPS):
+            self._flush_gather()
+            g = None
+        if g is None:
+            g = self.gather = _Gather()
+        if g.start < 0:
+            g.fd, g.start = src.fd, src.offset
+        g.ops.append((src.offset - g.start, n, slot))
+        g.end = src.offset + n
+        self.end += n
+        return True
+
+    def _flush_gather(self) -> None:
+        """Read the pending gather's span in one call, sum its regions, write it in one."""
+        g, self.gather = self.gather, None
+        if g is None:
+            return
+        _, buf = self._buffer()
+        span = buf[:max(0, g.end - g.start)]
+        if len(span):
+            _pread_into(g.fd, span, g.start)
+        views, total = [], 0
+        for at, n, slot in g.ops:
+            if at < 0:
+                piece = _ZERO_PAD[:n] if n <= len(_ZERO_PAD) else memoryview(bytes(n))
+            else:
+                piece = span[at:at + n]
+                if slot is not None:
+                    self._sum(slot, piece, None, None)
+            views.append(piece)
+            total += n
+        if self.stop is not None and self.stop.is_set():
+            raise _Stopped
+        _write_vectors(self.fd, views, self.pos if self.positional else None)
+        self._advance(total)
 
     def _through(self, src: _Region, slot: int | None, *, write: bool) -> None:
         off, end = src.offset, src.offset + src.length

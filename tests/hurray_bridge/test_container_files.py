@@ -149,15 +149,20 @@ def test_save_over_a_symlink_replaces_the_link_not_its_target(tmp_path: pathlib.
 
 # --------------------------------------------- errors name the output, not the input
 def _enospc_after(monkeypatch: pytest.MonkeyPatch, calls: int) -> None:
-    real, n = os.write, [0]
+    """Every way of writing a file fails with ENOSPC after ``calls`` writes in all."""
+    n = [0]
 
-    def write(fd: int, data: Any) -> int:
-        n[0] += 1
-        if n[0] > calls:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(fd, data)
+    def failing(real: Any) -> Any:
+        def write(fd: int, *args: Any) -> int:
+            n[0] += 1
+            if n[0] > calls:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return int(real(fd, *args))
+        return write
 
-    monkeypatch.setattr(container.os, "write", write)
+    for name in ("write", "pwrite", "writev", "pwritev"):
+        if hasattr(os, name):
+            monkeypatch.setattr(container.os, name, failing(getattr(os, name)))
 
 
 def test_a_full_disk_is_reported_against_the_output(tmp_path: pathlib.Path,

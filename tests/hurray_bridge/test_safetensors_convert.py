@@ -25,14 +25,18 @@ np = pytest.importorskip("numpy")
 LINUX = sys.platform.startswith("linux")
 
 
-@pytest.fixture(params=["whole", "split", "pipelined", "crc thread", "chunked", "zlib"])
+@pytest.fixture(params=["whole", "one by one", "split", "pipelined", "crc thread", "chunked",
+                        "zlib"])
 def chunking(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """As shipped; in 4 KiB chunks: in two halves at once (a helper thread writes the
+    """As shipped; each region read and written alone (as without os.writev), not with its
+    neighbours; in 4 KiB chunks: in two halves at once (a helper thread writes the
     second), through the helper threads of one writer (every buffer hand-off), the checksums
     on the reading thread or on their own, or all on the caller's thread; or with zlib's
     CRC-32 (as where _speedups was not built) through the threads."""
     monkeypatch.setattr(container, "_SPLIT_BYTES", 0 if request.param == "split" else None)
-    if request.param != "whole":
+    if request.param == "one by one":
+        monkeypatch.setattr(container, "WRITES_VECTORS", False)
+    if request.param not in ("whole", "one by one"):
         monkeypatch.setattr(container, "_CHUNK", 4096)
         monkeypatch.setattr(container, "_THREADED_CRC_BYTES",
                             None if request.param == "chunked" else 0)
@@ -375,3 +379,124 @@ def test_a_strided_entry_cut_during_its_conversion_is_an_error_not_a_crash(
     assert proc.stderr.startswith(f"hurray: error: {src}: ") and "truncated" in proc.stderr, (
         proc.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.hurray"]
+
+
+# ------------------------------------------------ small tensors read and written together
+def many_small(seed: int, count: int = 120) -> dict[str, Any]:
+    """Tensors of random small sizes (empty ones among them), types and shapes."""
+    rng = np.random.default_rng(seed)
+    kinds = [np.uint8, np.int16, np.float32, np.float64, np.bool_]
+    out = {}
+    for i in range(count):
+        kind = kinds[int(rng.integers(len(kinds)))]
+        n = int(rng.choice([0, 1, 3, 63, 64, 65, 1000, 4095, 4097, 20_000]))
+        a = rng.integers(0, 2 if kind is np.bool_ else 100, n).astype(kind)
+        out[f"t{i}"] = a.reshape(1, n) if i % 3 else a
+    return out
+
+
+@pytest.mark.parametrize("alignment", [64, 4096, 1 << 17])  # 1 << 17: gaps too wide to read
+@pytest.mark.parametrize("seed", [1, 2])
+def test_many_small_tensors_convert_as_the_writers_from_memory_write(
+        tmp_path: pathlib.Path, chunking: str, alignment: int, seed: int) -> None:
+    t = many_small(seed)
+    sio.save(tmp_path / "ref.safetensors", t, {"k": "v"})
+    hb.save(tmp_path / "ref.hurray", t, {"k": "v"}, alignment=alignment)
+    sio.safetensors_to_hurray(tmp_path / "ref.safetensors", tmp_path / "out.hurray",
+                              alignment=alignment)
+    assert (tmp_path / "out.hurray").read_bytes() == (tmp_path / "ref.hurray").read_bytes()
+    sio.hurray_to_safetensors(tmp_path / "ref.hurray", tmp_path / "out.safetensors")
+    assert ((tmp_path / "out.safetensors").read_bytes()
+            == (tmp_path / "ref.safetensors").read_bytes())
+    container.rewrite(tmp_path / "ref.hurray", tmp_path / "re.hurray", alignment=64)
+    hb.save(tmp_path / "ref64.hurray", t, {"k": "v"})
+    assert (tmp_path / "re.hurray").read_bytes() == (tmp_path / "ref64.hurray").read_bytes()
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Calls of each way to read or write, but reads of 64 bytes or less (the checks of
+    the padding between two buffers read it on its own)."""
+    calls: dict[str, int] = {}
+
+    def counted(name: str, real: Any) -> Any:
+        def call(*args: Any) -> Any:
+            if name != "preadv" or sum(len(memoryview(v)) for v in args[1]) > 64:
+                calls[name] = calls.get(name, 0) + 1
+            return real(*args)
+        return call
+
+    for name in ("read", "preadv", "write", "pwrite", "writev", "pwritev"):
+        if hasattr(os, name):
+            monkeypatch.setattr(container.os, name, counted(name, getattr(os, name)))
+    return calls
+
+
+@pytest.mark.skipif(not container.WRITES_VECTORS, reason="no os.writev on this system")
+@pytest.mark.parametrize("direction", ["to hurray", "to safetensors"])
+def test_small_tensors_are_read_and_written_a_buffer_at_a_time(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, direction: str) -> None:
+    """200 tensors of 20 KB (4 MB, the size of one buffer) take a handful of system calls,
+    not two per tensor."""
+    t = {f"w{i}": np.full(5000, i, np.float32) for i in range(200)}
+    sio.save(tmp_path / "in.safetensors", t)
+    hb.save(tmp_path / "in.hurray", t)
+    calls = _count_calls(monkeypatch)
+    if direction == "to hurray":
+        sio.safetensors_to_hurray(tmp_path / "in.safetensors", tmp_path / "o.hurray",
+                                  fsync=False)
+    else:
+        sio.hurray_to_safetensors(tmp_path / "in.hurray", tmp_path / "o.safetensors",
+                                  fsync=False)
+    monkeypatch.undo()
+    data_calls = calls.get("preadv", 0) + calls.get("writev", 0) + calls.get("pwritev", 0)
+    assert data_calls <= 6, calls
+    if direction == "to hurray":
+        assert hb.load(tmp_path / "o.hurray").keys() == t.keys()
+        assert all(np.array_equal(np.asarray(v), t[k])
+                   for k, v in hb.load(tmp_path / "o.hurray").items())
+    else:
+        assert ((tmp_path / "o.safetensors").read_bytes()
+                == (tmp_path / "in.safetensors").read_bytes())
+
+
+@pytest.mark.skipif(not container.WRITES_VECTORS, reason="no os.writev on this system")
+@pytest.mark.parametrize("short", [1, 7, 64, 1000])
+def test_a_short_vector_write_is_continued_where_it_stopped(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, short: int) -> None:
+    """A write that takes fewer bytes than its views hold (a signal, a nearly full disk)
+    is continued from the byte it stopped at, inside a view or between two."""
+    t = many_small(3, 40)
+    sio.save(tmp_path / "in.safetensors", t)
+    hb.save(tmp_path / "ref.hurray", t)
+    real_writev, real_pwritev = os.writev, os.pwritev
+
+    def cut(views: Any) -> list[memoryview]:
+        out, left = [], short
+        for v in views:
+            v = memoryview(v).cast("B")
+            if left <= 0:
+                break
+            out.append(v[:left])
+            left -= len(v)
+        return out
+
+    monkeypatch.setattr(container.os, "writev", lambda fd, views: real_writev(fd, cut(views)))
+    monkeypatch.setattr(container.os, "pwritev",
+                        lambda fd, views, at: real_pwritev(fd, cut(views), at))
+    sio.safetensors_to_hurray(tmp_path / "in.safetensors", tmp_path / "o.hurray")
+    monkeypatch.undo()
+    assert (tmp_path / "o.hurray").read_bytes() == (tmp_path / "ref.hurray").read_bytes()
+
+
+@pytest.mark.skipif(not container.WRITES_VECTORS, reason="no os.writev on this system")
+def test_a_vector_write_of_nothing_raises_instead_of_looping(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = many_small(4, 20)
+    sio.save(tmp_path / "in.safetensors", t)
+    monkeypatch.setattr(container.os, "writev", lambda fd, views: 0)
+    monkeypatch.setattr(container.os, "pwritev", lambda fd, views, at: 0)
+    with pytest.raises(OSError, match=r"writev\(\) returned 0") as e:
+        sio.safetensors_to_hurray(tmp_path / "in.safetensors", tmp_path / "o.hurray")
+    monkeypatch.undo()
+    assert e.value.errno == errno.EIO and e.value.filename == str(tmp_path / "o.hurray")
+    assert others(tmp_path, "in.safetensors") == []
