@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ._disk import checkpoint
-from .descriptor import MAX_RANK, Descriptor
+from .descriptor import DYNAMIC, MAX_RANK, Descriptor
 from .dtypes import DType, all_dtypes
 from .errors import FormatError, UnsupportedError
 
@@ -150,6 +150,10 @@ def _parse(prefix: bytes | memoryview,
         if not isinstance(shape, list) or len(shape) > MAX_RANK or not all(map(_uint, shape)):
             raise FormatError(f"shape must be a list of at most {MAX_RANK} non-negative "
                               f"integers, got {shape!r}"[:300], field=f"{field}.shape")
+        if DYNAMIC in shape:  # (a descriptor would take it for an unknown size)
+            raise FormatError(f"shape {shape!r} has a dimension of 2**64 - 1 elements, which "
+                              "no file holds (Hurray reads that value as a dynamic "
+                              "dimension; safetensors has none)"[:300], field=f"{field}.shape")
         if (not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_uint, offsets))
                 or offsets[0] > offsets[1] or offsets[1] > data_size):
             if (isinstance(offsets, list) and len(offsets) == 2 and all(map(_uint, offsets))

@@ -713,6 +713,11 @@ CASES += [
          lambda: _st('{"a":{"dtype":"F32","shape":[' + ",".join(["1"] * 65)
                      + '],"data_offsets":[0,4]}}'),
          hb.FormatError, ("tensors['a'].shape", "at most 64")),
+    Case("safetensors-shape-dynamic", "shape [2**64 - 1]",
+         lambda: _st('{"a":{"dtype":"F32","shape":[18446744073709551615],'
+                     '"data_offsets":[0,4]}}'),
+         hb.FormatError, ("tensors['a'].shape", "18446744073709551615", "2**64 - 1",
+                          "dynamic")),
     Case("safetensors-offsets-negative", "data_offsets [-4, 0]",
          lambda: _st('{"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}}'),
          hb.FormatError, ("data_offsets", "[-4, 0]", "0 <= begin <= end")),

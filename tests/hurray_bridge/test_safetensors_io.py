@@ -221,6 +221,10 @@ def test_valid_crafted_headers() -> None:
     (st_file({"a": entry(shape="2")}, bytes(8)), "tensors['a'].shape"),
     (st_file({"a": entry(shape=[1] * 65, offsets=(0, 4))}, bytes(4)), "tensors['a'].shape"),
     (st_file({"a": entry(shape=[2**40] * 4, offsets=(0, 8))}, bytes(8)), "tensors['a'].shape"),
+    # 2**64 - 1 is Hurray's dynamic-dimension marker, no size: a shape error, not a
+    # DynamicShapeError asking to resolve() a file's tensor
+    (st_file({"a": entry(shape=[2**64 - 1], offsets=(0, 8))}, bytes(8)), "tensors['a'].shape"),
+    (st_file({"a": entry(shape=[0, 2**64 - 1], offsets=(0, 0))}, b""), "tensors['a'].shape"),
     (st_file({"a": entry(offsets=(8, 0))}, bytes(8)), "tensors['a'].data_offsets"),
     (st_file({"a": entry(offsets=(0, 16))}, bytes(8)), "tensors['a'].data_offsets"),
     (st_file({"a": entry(offsets=(0, 8, 9))}, bytes(8)), "tensors['a'].data_offsets"),
