@@ -1344,8 +1344,8 @@ class _Gather:
 
     __slots__ = ("end", "fd", "ops", "start")
 
-    def __init__(self) -> None:
-        self.fd = self.start = self.end = -1  # the file span read (none yet: padding only)
+    def __init__(self, fd: int, start: int) -> None:
+        self.fd, self.start, self.end = fd, start, start  # the span of the file read
         self.ops: list[tuple[int, int, int | None]] = []  # (at in the span or -1: zeros, n, slot)
 
 
@@ -1421,16 +1421,19 @@ class _DataWriter:
         """Zeros up to file offset ``at`` (the alignment padding before a buffer)."""
         if at <= self.end:
             return
-        if self.gathers:
-            if self.gather is None:
-                self.gather = _Gather()
+        if self.gather is not None and at - self.end <= len(_ZERO_PAD):
+            # Between two regions read at once, written with them: a view of the one
+            # zero buffer, so a gather's padding takes no memory (a longer run ends it).
             self.gather.ops.append((-1, at - self.end, None))
             self.end = at
             return
+        self._flush_gather()
         self._queue(_Chunk(bytes(at - self.end), None, True))
 
     def put(self, src: _Piece, slot: int | None) -> None:
         if isinstance(src, _Region):
+            if not src.length:
+                return  # (an empty buffer's offset means nothing: it is never read)
             if not (self.gathers and self._gathered(src, slot)):
                 self._flush_gather()
                 self._through(src, slot, write=True)
@@ -1443,6 +1446,8 @@ class _DataWriter:
             self._queue(_Chunk(chunk, None, True))
 
     def checksum(self, src: _Region, slot: int) -> None:
+        if not src.length:
+            return
         self._flush_gather()
         self._through(src, slot, write=False)
 
@@ -1508,15 +1513,13 @@ class _DataWriter:
         g, n = self.gather, src.length
         if n >= self.buffer_size:  # a buffer's worth: read alone
             return False
-        if g is not None and g.start >= 0 and (
+        if g is not None and (
                 src.fd != g.fd or not 0 <= src.offset - g.end <= _GATHER_GAP
                 or src.offset + n - g.start > self.buffer_size or len(g.ops) >= _GATHER_OPS):
             self._flush_gather()
             g = None
         if g is None:
-            g = self.gather = _Gather()
-        if g.start < 0:
-            g.fd, g.start = src.fd, src.offset
+            g = self.gather = _Gather(src.fd, src.offset)
         g.ops.append((src.offset - g.start, n, slot))
         g.end = src.offset + n
         self.end += n
@@ -1528,13 +1531,12 @@ class _DataWriter:
         if g is None:
             return
         _, buf = self._buffer()
-        span = buf[:max(0, g.end - g.start)]
-        if len(span):
-            _pread_into(g.fd, span, g.start)
+        span = buf[:g.end - g.start]
+        _pread_into(g.fd, span, g.start)
         views, total = [], 0
         for at, n, slot in g.ops:
             if at < 0:
-                piece = _ZERO_PAD[:n] if n <= len(_ZERO_PAD) else memoryview(bytes(n))
+                piece = _ZERO_PAD[:n]
             else:
                 piece = span[at:at + n]
                 if slot is not None:

@@ -500,3 +500,62 @@ def test_a_vector_write_of_nothing_raises_instead_of_looping(
     monkeypatch.undo()
     assert e.value.errno == errno.EIO and e.value.filename == str(tmp_path / "o.hurray")
     assert others(tmp_path, "in.safetensors") == []
+
+
+def test_padding_between_gathered_tensors_takes_no_memory_of_its_own(
+        tmp_path: pathlib.Path) -> None:
+    """Tiny tensors 2 MiB apart (the largest alignment): each run of padding is written
+    as the old code wrote it, not held with the others until one write of them all."""
+    import tracemalloc
+
+    t = {f"t{i}": np.full(4, i, np.uint8) for i in range(40)}
+    sio.save(tmp_path / "in.safetensors", t)
+    tracemalloc.start()
+    try:
+        sio.safetensors_to_hurray(tmp_path / "in.safetensors", tmp_path / "o.hurray",
+                                  alignment=1 << 21, fsync=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "o.hurray").stat().st_size > 40 << 21
+    assert peak < 32 << 20, f"{peak >> 20} MiB allocated for {40 << 21 >> 20} MiB of padding"
+    hb.save(tmp_path / "ref.hurray", t, alignment=1 << 21, fsync=False)
+    assert (tmp_path / "o.hurray").read_bytes() == (tmp_path / "ref.hurray").read_bytes()
+
+
+def test_the_offset_of_an_empty_buffer_is_never_read(tmp_path: pathlib.Path) -> None:
+    """An empty buffer's offset is ignored on read (container.md), however far past the
+    end of the file it points: verify accepts such a file, and so does the conversion."""
+    import struct
+
+    progress: list[tuple[int, int]] = []
+    hb.save(tmp_path / "ok.hurray", {"a": np.arange(100, dtype=np.uint8),
+                                     "e": np.zeros(0, np.float32)})
+    raw = bytearray((tmp_path / "ok.hurray").read_bytes())
+    table, meta = struct.unpack_from("<Q", raw, 24)[0], struct.unpack_from("<Q", raw, 40)[0]
+    end = container.HEADER_SIZE + table  # "e" is the last entry: its buffer ends the table
+    assert struct.unpack_from("<QQ", raw, end - 16) == (0, 0)  # offset 0, 0 bytes
+    struct.pack_into("<Q", raw, end - 16, 1024)  # past the end of the file, near "a"
+    assert container.read_index(tmp_path / "ok.hurray").data_offset + 1024 > len(raw)
+    struct.pack_into("<I", raw, 76, zlib.crc32(raw[container.HEADER_SIZE:end + meta]))
+    struct.pack_into("<I", raw, 124, zlib.crc32(raw[:124]))
+    (tmp_path / "bad.hurray").write_bytes(raw)
+    container.verify(tmp_path / "bad.hurray")
+    sio.hurray_to_safetensors(tmp_path / "bad.hurray", tmp_path / "o.safetensors",
+                              progress=lambda n, total: progress.append((n, total)))
+    assert ((tmp_path / "o.safetensors").read_bytes() == sio_bytes(
+        tmp_path, {"a": np.arange(100, dtype=np.uint8), "e": np.zeros(0, np.float32)}))
+    assert progress and all(n > 0 for n, _ in progress), progress  # no call for no bytes
+
+
+def sio_bytes(folder: pathlib.Path, t: dict[str, Any]) -> bytes:
+    sio.save(folder / "ref.safetensors", t)
+    return (folder / "ref.safetensors").read_bytes()
+
+
+def test_a_file_of_empty_tensors_reports_no_progress(tmp_path: pathlib.Path) -> None:
+    calls: list[tuple[int, int]] = []
+    hb.save(tmp_path / "in.hurray", {"e": np.zeros(0, np.float32), "f": np.zeros((2, 0))})
+    sio.hurray_to_safetensors(tmp_path / "in.hurray", tmp_path / "o.safetensors",
+                              progress=lambda n, total: calls.append((n, total)))
+    assert calls == []  # nothing written: a callback computing n / total is never called
