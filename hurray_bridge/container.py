@@ -15,6 +15,7 @@ directory, fsync, ``os.replace``, fsync of the directory.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import ctypes
 import functools
@@ -129,49 +130,42 @@ def _fast_crc32() -> Callable[[Any, int], int]:
 _crc32 = _fast_crc32()
 
 
-def _gf2_times(matrix: Sequence[int], vector: int) -> int:
-    total, i = 0, 0
-    while vector:
-        if vector & 1:
-            total ^= matrix[i]
-        vector >>= 1
-        i += 1
-    return total
+def _poly_mul(a: int, b: int) -> int:
+    """``a * b`` modulo the CRC-32 polynomial, both reflected as the CRC register holds
+    them (bit 31 is the coefficient of x^0)."""
+    product = 0
+    for i in range(32):
+        if a & (0x80000000 >> i):
+            product ^= b  # a has x^i: add b * x^i
+        b = (b >> 1) ^ 0xEDB88320 if b & 1 else b >> 1  # b *= x
+    return product
 
 
-# _ZEROS[k]: the linear map of the CRC-32 register that appending 2**k zero bytes is
-# (built once, each the square of the one before).
-_ZEROS: list[list[int]] = []
-
-
-def _crc32_combine(crc1: int, crc2: int, len2: int) -> int:
-    """The CRC-32 of ``a + b`` from ``crc1`` of ``a`` and ``crc2`` of ``b`` (``len2`` bytes):
-    a zip member's checksum from those of its parts, without reading a byte again.
-
-    Appending a zero bit to the message is a linear map of the CRC register over GF(2);
-    the maps of 2**k zero bytes for the set bits k of ``len2`` are applied to ``crc1``.
-    """
-    if not _ZEROS:
-        shift = [0xEDB88320] + [1 << k for k in range(31)]  # one zero bit (reflected)
-        for _ in range(3):  # 2, 4, then 8 zero bits: one byte
-            shift = [_gf2_times(shift, column) for column in shift]
-        for _ in range(64):
-            _ZEROS.append(shift)
-            shift = [_gf2_times(shift, column) for column in shift]
-    k = 0
-    while len2 > 0:
+def _py_crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC-32 of ``a + b`` from ``crc1`` of ``a`` and ``crc2`` of ``b`` (``len2`` bytes),
+    without reading a byte again: ``crc1`` times x^(8 len2), plus ``crc2`` (the CRC's pre-
+    and post-conditioning cancel out). A zip member's checksum from those of its parts;
+    the two halves of an entry written at once."""
+    shift, square = 0x80000000, 0x00800000  # x^0, x^8
+    while len2:
         if len2 & 1:
-            crc1 = _gf2_times(_ZEROS[k], crc1)
+            shift = _poly_mul(shift, square)
+        square = _poly_mul(square, square)
         len2 >>= 1
-        k += 1
-    return crc1 ^ crc2
-    while True:
-        if len2 & 1:
-            crc1 = _gf2_times(shift, crc1)
-        len2 >>= 1
-        if not len2:
-            return crc1 ^ crc2
-        shift = [_gf2_times(shift, column) for column in shift]
+    return _poly_mul(shift, crc1) ^ crc2
+
+
+def _fast_crc32_combine() -> Callable[[int, int, int], int]:
+    try:
+        from . import _speedups
+    except ImportError:
+        return _py_crc32_combine
+    return getattr(_speedups, "crc32_combine", _py_crc32_combine)  # (an older build lacks it)
+
+
+_crc32_combine = _fast_crc32_combine()
+
+
 # From this size (None: never), a file's data is read on a helper thread while the caller's
 # thread writes. zlib's CRC-32 (250-400 ms a GiB) runs on a thread of its own; the compiled
 # one (~20 ms a GiB) right after each read on the reading thread, where a third thread's
@@ -1374,17 +1368,25 @@ class _DataWriter:
     of ``fd``; with ``positional``, each chunk is written at its offset with
     os.pwrite instead), which progress counts from. ``stop``, once set, makes
     the next chunk raise :class:`_Stopped` (one half of :func:`_write_data`).
+    With ``start`` (a half that begins inside an entry), the pieces it is given begin at
+    file offset ``start`` and only their bytes in [base, base + total) are read, summed
+    and written; a piece only checked (:meth:`checksum`) is checked by the half whose
+    bytes it comes among.
     """
 
     def __init__(self, fd: int, base: int, total: int, slots: int, *, durable: bool,
                  progress: _PROGRESS | None, positional: bool = False,
-                 threaded: bool | None = None, stop: threading.Event | None = None) -> None:
+                 threaded: bool | None = None, stop: threading.Event | None = None,
+                 start: int | None = None, clip: bool = False) -> None:
         self.fd = fd
         self.positional = positional  # written with os.pwrite at its offsets (a split half)
         self.stop = stop  # set: the other half failed, give up at the next chunk
-        self.touched: set[int] = set()  # the slots summed here
+        self.summed: dict[int, int] = {}  # slot -> bytes summed here
         self.base = self.pos = self.unstarted = base  # unstarted: no writeback asked from here
-        self.end = base  # where the chunks queued so far end (pos: where the written ones do)
+        # Where the pieces given so far end (pos: where the written bytes do); with clip,
+        # the bytes outside [base, base + total) are skipped.
+        self.end = base if start is None else start
+        self.clip = clip or start is not None
         self.total = total
         self.crcs = [0] * slots
         self.progress = progress
@@ -1417,23 +1419,38 @@ class _DataWriter:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
 
+    def _window(self, n: int) -> tuple[int, int]:
+        """The part [a, b) of the next ``n`` bytes that this writer writes."""
+        if not self.clip:
+            return 0, n
+        a = min(max(self.base - self.end, 0), n)
+        return a, max(a, min(self.base + self.total - self.end, n))
+
     def pad_to(self, at: int) -> None:
         """Zeros up to file offset ``at`` (the alignment padding before a buffer)."""
         if at <= self.end:
             return
-        if self.gather is not None and at - self.end <= len(_ZERO_PAD):
+        a, b = self._window(at - self.end)
+        self.end = at
+        if a == b:
+            return
+        if self.gather is not None and b - a <= len(_ZERO_PAD):
             # Between two regions read at once, written with them: a view of the one
             # zero buffer, so a gather's padding takes no memory (a longer run ends it).
-            self.gather.ops.append((-1, at - self.end, None))
-            self.end = at
+            self.gather.ops.append((-1, b - a, None))
             return
         self._flush_gather()
-        self._queue(_Chunk(bytes(at - self.end), None, True))
+        self._queue(_Chunk(bytes(b - a), None, True))
 
     def put(self, src: _Piece, slot: int | None) -> None:
+        n = len(src)
+        a, b = self._window(n)
+        self.end += n
+        if a == b:
+            return  # (an empty buffer's offset means nothing: it is never read)
+        if (a, b) != (0, n):
+            src = src[a:b]
         if isinstance(src, _Region):
-            if not src.length:
-                return  # (an empty buffer's offset means nothing: it is never read)
             if not (self.gathers and self._gathered(src, slot)):
                 self._flush_gather()
                 self._through(src, slot, write=True)
@@ -1446,8 +1463,8 @@ class _DataWriter:
             self._queue(_Chunk(chunk, None, True))
 
     def checksum(self, src: _Region, slot: int) -> None:
-        if not src.length:
-            return
+        if not src.length or (self.clip and not self.base <= self.end < self.base + self.total):
+            return  # (a split half: the other checks it)
         self._flush_gather()
         self._through(src, slot, write=False)
 
@@ -1468,7 +1485,7 @@ class _DataWriter:
 
     def _sum(self, slot: int, chunk: memoryview | bytes, read: Future[None] | None,
              buffer: int | None) -> None:
-        self.touched.add(slot)
+        self.summed[slot] = self.summed.get(slot, 0) + len(chunk)
         if self.summer is None:
             self._add(slot, chunk, read)
             return
@@ -1479,8 +1496,6 @@ class _DataWriter:
             self.busy[buffer] = fut  # the buffer is reused once this has run
 
     def _queue(self, chunk: _Chunk) -> None:
-        if chunk.write:
-            self.end += len(chunk.data)
         self.window.append(chunk)
         if len(self.window) >= self.depth:  # so fewer than depth chunks are ever queued
             self._complete(self.window.popleft())
@@ -1522,7 +1537,6 @@ class _DataWriter:
             g = self.gather = _Gather(src.fd, src.offset)
         g.ops.append((src.offset - g.start, n, slot))
         g.end = src.offset + n
-        self.end += n
         return True
 
     def _flush_gather(self) -> None:
@@ -1581,16 +1595,32 @@ class _Stopped(Exception):
 _Item = tuple[int, Callable[["_DataWriter"], None]]
 
 
-def _split_point(items: Sequence[_Item], base: int, total: int) -> int | None:
-    """The item that starts the second half of a split write of ``items``, or None."""
-    if (_SPLIT_BYTES is None or total < _SPLIT_BYTES or len(items) < 2
+def _split_point(items: Sequence[_Item], base: int, total: int) -> tuple[int, int, int] | None:
+    """Where a split write of ``items`` cuts [base, base + total), or None: (the end of the
+    first half's items, the start of the second's, the file offset of the second half's
+    first byte). Between two items near the middle, else inside the item that holds the
+    middle: both halves are then given it, each writing its own bytes of it."""
+    if (_SPLIT_BYTES is None or total < _SPLIT_BYTES or not items
             or not hasattr(os, "preadv") or not hasattr(os, "pwrite")):
         return None  # without positional reads and writes, two threads would share a position
-    middle = base + total / 2
-    k = min(range(1, len(items)), key=lambda j: abs(items[j][0] - middle))
-    if abs(items[k][0] - middle) > total / 4:
-        return None  # one item holds most of the bytes: the pipeline of one writer instead
-    return k
+    middle = base + total // 2
+    if len(items) > 1:
+        k = min(range(1, len(items)), key=lambda j: abs(items[j][0] - middle))
+        if abs(items[k][0] - middle) <= total / 4:
+            return k, k, items[k][0]
+    mid = middle - middle % 4096  # (the halves meet at a page where one lies between)
+    if mid <= base:
+        mid = middle
+    if not base < mid < base + total:
+        return None  # fewer than two bytes
+    return _cut_at(items, mid)
+
+
+def _cut_at(items: Sequence[_Item], mid: int) -> tuple[int, int, int]:
+    """:func:`_split_point`'s answer for a cut at file offset ``mid`` (after the first
+    item's offset): between two items if one starts there, else inside the one before."""
+    j = bisect.bisect_right([at for at, _ in items], mid) - 1
+    return (j, j, mid) if items[j][0] == mid else (j + 1, j, mid)
 
 
 def _write_data(fd: int, base: int, total: int, slots: int, items: Sequence[_Item], *,
@@ -1598,16 +1628,18 @@ def _write_data(fd: int, base: int, total: int, slots: int, items: Sequence[_Ite
     """Write the data region [base, base + total) of ``fd`` from ``items``; the slots' CRCs.
 
     A large region is written in two halves at once (:data:`_SPLIT_BYTES`), the second by a
-    helper thread with its own writer, at their offsets; each slot is summed in one half.
-    Otherwise one :class:`_DataWriter` writes it all from the file position ``base``.
+    helper thread with its own writer, at their offsets; a slot summed in both halves (an
+    entry the cut goes through) gets the CRC of its two parts combined. Otherwise one
+    :class:`_DataWriter` writes it all from the file position ``base``.
     """
-    k = _split_point(items, base, total)
-    if k is None:
+    split = _split_point(items, base, total)
+    if split is None:
         with _DataWriter(fd, base, total, slots, durable=durable, progress=progress) as out:
             for _, feed in items:
                 feed(out)
             return out.finish()
-    mid = items[k][0]
+    first_end, second_start, mid = split
+    inside = first_end != second_start  # the cut goes through an item
     done = [0, 0]
     lock = threading.Lock()
 
@@ -1623,8 +1655,9 @@ def _write_data(fd: int, base: int, total: int, slots: int, items: Sequence[_Ite
 
     stop = threading.Event()
     halves = [_DataWriter(fd, base, mid - base, slots, durable=durable, progress=report(0),
-                          positional=True, threaded=False, stop=stop),
+                          positional=True, threaded=False, stop=stop, clip=inside),
               _DataWriter(fd, mid, base + total - mid, slots, durable=durable,
+                          start=items[second_start][0] if inside else None,
                           progress=report(1), positional=True, threaded=False, stop=stop)]
     crcs: list[list[int]] = [[], []]
     failed: list[BaseException] = []
@@ -1647,7 +1680,7 @@ def _write_data(fd: int, base: int, total: int, slots: int, items: Sequence[_Ite
 
     def second_half() -> None:
         try:
-            run(1, items[k:])
+            run(1, items[second_start:])
         finally:
             finished.append(True)
             ended.release()
@@ -1656,7 +1689,7 @@ def _write_data(fd: int, base: int, total: int, slots: int, items: Sequence[_Ite
     helper.start()
     signalled: BaseException | None = None
     try:
-        run(0, items[:k])
+        run(0, items[:first_end])
     except BaseException as exc:  # (run keeps its own errors: this is a signal between them)
         stop.set()
         signalled = exc
@@ -1679,8 +1712,9 @@ def _write_data(fd: int, base: int, total: int, slots: int, items: Sequence[_Ite
     if failed:
         raise failed[0]
     first, second = crcs
-    for slot in halves[1].touched:
-        first[slot] = second[slot]
+    for slot, n in halves[1].summed.items():
+        first[slot] = (_crc32_combine(first[slot], second[slot], n)
+                       if slot in halves[0].summed else second[slot])
     return first
 
 

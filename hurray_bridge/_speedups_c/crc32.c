@@ -326,6 +326,52 @@ hb_crc32_by(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
     return crc_call((int)way, args[1], args[2]);
 }
 
+/* Polynomials modulo the CRC-32 polynomial, reflected as the CRC register holds them
+ * (bit 31 is the coefficient of x^0). */
+static uint32_t
+poly_mul(uint32_t a, uint32_t b)
+{
+    uint32_t product = 0;
+    for (int i = 0; i < 32; i++) {
+        if (a & (0x80000000u >> i)) {
+            product ^= b;  /* a has x^i: add b * x^i */
+        }
+        b = (b & 1) ? (b >> 1) ^ 0xEDB88320u : b >> 1;  /* b *= x */
+    }
+    return product;
+}
+
+/* crc32_combine(crc1, crc2, len2): the CRC-32 of A + B from that of A and that of B
+ * (len2 bytes): crc1 times x^(8 len2), plus crc2 (the pre- and post-conditioning
+ * cancel out). */
+HB_INTERNAL PyObject *
+hb_crc32_combine(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "crc32_combine(crc1, crc2, len2, /)");
+        return NULL;
+    }
+    unsigned long long v[3];
+    for (int i = 0; i < 3; i++) {
+        v[i] = PyLong_AsUnsignedLongLong(args[i]);
+        if (v[i] == (unsigned long long)-1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (i < 2 && v[i] > 0xFFFFFFFFull) {
+            PyErr_SetString(PyExc_OverflowError, "crc32_combine: a CRC-32 is below 2**32");
+            return NULL;
+        }
+    }
+    uint32_t shift = 0x80000000u, square = 0x00800000u;  /* x^0, x^8 */
+    for (unsigned long long n = v[2]; n; n >>= 1) {
+        if (n & 1) {
+            shift = poly_mul(shift, square);
+        }
+        square = poly_mul(square, square);
+    }
+    return PyLong_FromUnsignedLong(poly_mul(shift, (uint32_t)v[0]) ^ (uint32_t)v[1]);
+}
+
 HB_INTERNAL int
 hb_add_crc32(PyObject *module)
 {

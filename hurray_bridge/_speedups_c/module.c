@@ -27,6 +27,8 @@ static PyMethodDef speedups_functions[] = {
      "crc32(data, value=0, /) -> zlib.crc32's value, faster where CRC32_CLMUL"},
     {"crc32_by", (PyCFunction)(void (*)(void))hb_crc32_by, METH_FASTCALL,
      "crc32_by(way, data, value, /): crc32 by way 0 (table) to CRC32_WAYS - 1, for tests"},
+    {"crc32_combine", (PyCFunction)(void (*)(void))hb_crc32_combine, METH_FASTCALL,
+     "crc32_combine(crc1, crc2, len2, /) -> the CRC-32 of A + B from A's, B's and len(B)"},
     {NULL}
 };
 

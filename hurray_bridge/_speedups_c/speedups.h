@@ -47,6 +47,8 @@ HB_INTERNAL int hb_holds_gil(void);
 /* crc32.c: crc32() and the CRC32_CLMUL flag it adds to the module (-1 with an exception). */
 HB_INTERNAL PyObject *hb_crc32(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 HB_INTERNAL PyObject *hb_crc32_by(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+HB_INTERNAL PyObject *hb_crc32_combine(PyObject *module, PyObject *const *args,
+                                       Py_ssize_t nargs);
 HB_INTERNAL int hb_add_crc32(PyObject *module);
 
 /* decoder.c */

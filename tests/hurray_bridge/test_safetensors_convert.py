@@ -559,3 +559,75 @@ def test_a_file_of_empty_tensors_reports_no_progress(tmp_path: pathlib.Path) -> 
     sio.hurray_to_safetensors(tmp_path / "in.hurray", tmp_path / "o.safetensors",
                               progress=lambda n, total: calls.append((n, total)))
     assert calls == []  # nothing written: a callback computing n / total is never called
+
+
+# ------------------------------------------------- a split write that cuts through an entry
+@pytest.mark.skipif(not (hasattr(os, "preadv") and hasattr(os, "pwrite")), reason="positional")
+@pytest.mark.parametrize("one_by_one", [False, True], ids=["gathered", "one by one"])
+def test_a_cut_anywhere_inside_an_entry_writes_the_same_file(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, one_by_one: bool) -> None:
+    """Both halves are given the entry the cut goes through and write their own bytes of
+    it; its CRC-32 is the two parts' combined. For cuts at every 97th byte of the data
+    (padding, inside a gather, inside a chunk, between the pieces of one buffer), each
+    output is byte for byte what the writers from memory write, and verifies."""
+    t = {k: v for k, v in tensors().items()}
+    t.update({"tail": np.arange(3000, dtype=np.int16), "flags": np.arange(999) % 3 == 0})
+    sio.save(tmp_path / "ref.safetensors", t)
+    hb.save(tmp_path / "ref.hurray", t)
+    data = container.read_index(tmp_path / "ref.hurray")
+    want_h = (tmp_path / "ref.hurray").read_bytes()
+    want_s = (tmp_path / "ref.safetensors").read_bytes()
+    st_data = len(want_s) - sum(np.asarray(v).nbytes for v in t.values())
+    monkeypatch.setattr(container, "_CHUNK", 4096)
+    if one_by_one:
+        monkeypatch.setattr(container, "WRITES_VECTORS", False)
+    cuts = 0
+    for rel in range(1, max(data.data_length, len(want_s) - st_data), 97):
+        def split(items: Any, base: int, total: int, rel: int = rel) -> Any:
+            return container._cut_at(items, base + rel) if rel < total else None
+
+        monkeypatch.setattr(container, "_split_point", split)
+        sio.safetensors_to_hurray(tmp_path / "ref.safetensors", tmp_path / "o.hurray")
+        sio.hurray_to_safetensors(tmp_path / "ref.hurray", tmp_path / "o.safetensors")
+        assert (tmp_path / "o.hurray").read_bytes() == want_h, rel
+        assert (tmp_path / "o.safetensors").read_bytes() == want_s, rel
+        cuts += 1
+    assert cuts > 100
+    monkeypatch.undo()
+    container.verify(tmp_path / "o.hurray")
+
+
+def test_a_large_single_entry_is_written_in_two_halves_at_once(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One entry holding (nearly) all the bytes is cut at the page nearest the middle:
+    the two halves read their own bytes of it on their own threads."""
+    monkeypatch.setattr(container, "_SPLIT_BYTES", 1 << 16)
+    monkeypatch.setattr(container, "_CHUNK", 4096)
+    t = {"w": np.arange(50_000, dtype=np.float32), "b": np.ones(3, np.float32)}
+    sio.save(tmp_path / "in.safetensors", t)
+    hb.save(tmp_path / "ref.hurray", t)
+    threads: dict[str, list[int]] = {}
+    real = container._pread_into
+
+    def spy(fd: int, view: memoryview, offset: int) -> None:
+        threads.setdefault(threading.current_thread().name, []).append(offset)
+        real(fd, view, offset)
+
+    monkeypatch.setattr(container, "_pread_into", spy)
+    sio.safetensors_to_hurray(tmp_path / "in.safetensors", tmp_path / "o.hurray")
+    monkeypatch.undo()
+    assert (tmp_path / "o.hurray").read_bytes() == (tmp_path / "ref.hurray").read_bytes()
+    assert set(threads) == {"MainThread", "hurray-write"}
+    assert max(threads["MainThread"]) < min(threads["hurray-write"])
+    assert abs(len(threads["MainThread"]) - len(threads["hurray-write"])) <= 2  # chunks a half
+
+
+def test_the_combined_crc_is_zlibs_for_any_cut() -> None:
+    rng = np.random.default_rng(1)
+    whole = rng.integers(0, 255, 5000, dtype=np.uint8).tobytes()
+    for combine in {container._crc32_combine, container._py_crc32_combine}:
+        for k in [0, 1, 7, 64, 4095, 4096, 4999, 5000]:
+            assert combine(zlib.crc32(whole[:k]), zlib.crc32(whole[k:]),
+                           len(whole) - k) == zlib.crc32(whole)
+    assert container._py_crc32_combine(7, 9, (1 << 40) + 3) == container._crc32_combine(
+        7, 9, (1 << 40) + 3)
