@@ -169,9 +169,8 @@ def _parse(prefix: bytes | memoryview,
             d = entry.descriptor
         except FormatError as exc:
             raise FormatError(f"tensor {name!r}: {exc}", field=f"{field}.shape") from None
-        n_elems = d.element_count
-        if dtype.is_subbyte and (n_elems * dtype.bits) % 8:
-            raise FormatError(f"{n_elems} {st} elements do not fill whole bytes",
+        if dtype.is_subbyte and (d.element_count * dtype.bits) % 8:
+            raise FormatError(f"{d.element_count} {st} elements do not fill whole bytes",
                               field=f"{field}.shape")
         ((_, nbytes),) = d.buffer_layout()  # a dense tensor's one buffer: d.nbytes
         if entry.end - entry.begin != nbytes:

@@ -31,6 +31,7 @@ __all__ = ["check_bool8", "check_bool8_bytes", "placed_pieces", "set_trailing_bi
            "written_pieces"]
 
 Piece = memoryview | bytes
+_BOOL8_TAG = bool8.tag  # (a tag names one type: cheaper to compare than the DType)
 _NOT_BOOL8 = b"\x00\x01"  # deleted by bytes.translate: what is left is no bool8 value
 _STEP = 1 << 20
 
@@ -111,6 +112,9 @@ def placed_pieces(
     d: Descriptor, views: Sequence[memoryview], offsets: Sequence[int], name: str | None = None
 ) -> tuple[tuple[Piece, ...], tuple[int, ...]]:
     """:func:`written_pieces` flattened, each piece with its offset (buffers at ``offsets``)."""
+    dt = d.dtype
+    if len(views) == 1 and dt.bits >= 8 and dt.tag != _BOOL8_TAG:
+        return (views[0],), (offsets[0],)  # one buffer, neither checked nor masked
     pieces: list[Piece] = []
     at: list[int] = []
     for parts, off in zip(written_pieces(d, views, name), offsets):

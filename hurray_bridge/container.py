@@ -1260,8 +1260,9 @@ def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece]]],
             raise FormatError(f"duplicate entry name {name!r}", field="name")
         names.add(name)
         specs = d.buffer_layout()
-        if len(sources) != len(specs) or any(
-                len(s) != sp.nbytes for s, sp in zip(sources, specs, strict=True)):
+        if len(sources) != len(specs) or (
+                len(sources[0]) != specs[0].nbytes if len(specs) == 1 else any(
+                    len(s) != sp.nbytes for s, sp in zip(sources, specs, strict=True))):
             raise FormatError(f"entry {name!r}: buffers do not match the descriptor",
                               field="buffers")
         offsets = []

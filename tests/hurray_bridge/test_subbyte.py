@@ -475,3 +475,33 @@ def test_the_c_library_verifies_trailing_bits_too(tmp_path: Any, c_build: Any) -
     out = _ok(_run(build / "test_hurray", "check-files",
                    stdin="".join(p + "\n" for p in paths))).splitlines()
     assert out == ["ok", "err entries[0].buffers[0].trailing_bits"]
+
+
+@pytest.mark.parametrize("dtype", [d.name for d in hb.dtypes.all_dtypes()])
+@pytest.mark.parametrize("fill", [0x00, 0x01, 0xFF])
+@pytest.mark.parametrize("count", [0, 1, 3, 8])
+def test_placed_pieces_of_one_buffer_are_the_written_pieces(dtype: str, fill: int,
+                                                            count: int) -> None:
+    """The shortcut for one buffer of a type that is neither checked nor masked gives what
+    written_pieces gives (or refuses what it refuses), for every element type."""
+    from hurray_bridge._trailing import placed_pieces, written_pieces
+
+    d = hb.Descriptor((count,), dtype)  # packed: 3 uint4 are 2 bytes, 4 trailing bits
+    view = memoryview(bytes([fill]) * d.nbytes)
+
+    def outcome(fn: Any) -> Any:
+        try:
+            pieces, at = fn()
+        except hb.FormatError as exc:
+            return type(exc), exc.field
+        return [bytes(p) for p in pieces], list(at)
+
+    def general() -> tuple[list[Any], list[int]]:
+        pieces, at, off = [], [], 128
+        for p in written_pieces(d, [view], "x")[0]:
+            pieces.append(p)
+            at.append(off)
+            off += len(p)
+        return pieces, at
+
+    assert outcome(lambda: placed_pieces(d, [view], [128], "x")) == outcome(general)
