@@ -106,12 +106,12 @@ class _Baseline:
         self.proc.wait(timeout=60)
 
 
-def _write(path: str, size: int) -> int:
+def _write(path: str, size: int, count: int = 200) -> int:
     from safetensors.numpy import save_file
 
     from .files import _checkpoint
 
-    tensors = _checkpoint(size, 200)
+    tensors = _checkpoint(size, count)
     save_file(tensors, path, {"bench": "convert"})
     return os.path.getsize(path)
 
@@ -263,7 +263,8 @@ def _peak_rss(*argv: str, tree: str | None = None) -> int:
 
 
 def run(size: int | None = None, small: bool = False, directory: str | None = None,
-        baseline: str | None = None, repeat: int | None = None) -> dict[str, Any]:
+        baseline: str | None = None, repeat: int | None = None,
+        tensors: int = 200) -> dict[str, Any]:
     from hurray_bridge import safetensors_io as sio
 
     size = size or (SMALL_SIZE if small else DEFAULT_SIZE)
@@ -277,7 +278,7 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
     results: dict[str, Any] = {"timings": [], "ratios": {}, "notes": []}
     base = _Baseline(baseline) if baseline else None
     try:
-        nbytes = _write(st, size)
+        nbytes = _write(st, size, tensors)
         sio.safetensors_to_hurray(st, hr)
         assert sio.hurray_to_safetensors(hr, st_out) and _same(st, st_out)
 
@@ -459,8 +460,12 @@ def main() -> int:
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="also time the library of the checkout in DIR, in the same rounds")
     p.add_argument("--repeat", type=int, default=None, help="rounds (default 7; 9 with --small)")
+    p.add_argument("--tensors", type=int, default=200,
+                   help="tensors in the file (default 200; 1: one tensor holds it all)")
     args = p.parse_args()
-    res = run(args.size, args.small, args.dir, args.baseline, args.repeat)
+    if args.tensors < 1:
+        p.error(f"--tensors must be 1 or more, got {args.tensors}")
+    res = run(args.size, args.small, args.dir, args.baseline, args.repeat, args.tensors)
     for note in res["notes"]:
         print(f"  note: {note}")
     for t in res["timings"]:

@@ -45,7 +45,7 @@ def _checkpoint(size: int, n: int) -> dict[str, Any]:
 
     rng = np.random.default_rng(6)
     pool = rng.integers(0, 256, size=min(size, 64 << 20), dtype=np.uint8)  # random, reused
-    n_big = n // 2
+    n_big = (n + 1) // 2  # (one tensor: all of it)
     small = 4096 * 4
     big_total = max(size - (n - n_big) * small, n_big * 4096)
     out: dict[str, Any] = {}
