@@ -22,6 +22,7 @@ import functools
 import io
 import itertools
 import mmap as _mmap
+import operator
 import os
 import re
 import struct
@@ -146,6 +147,11 @@ def _py_crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     without reading a byte again: ``crc1`` times x^(8 len2), plus ``crc2`` (the CRC's pre-
     and post-conditioning cancel out). A zip member's checksum from those of its parts;
     the two halves of an entry written at once."""
+    # As the compiled one: a negative length would shift right to -1 for ever.
+    for name, value, limit in (("crc1", crc1, 32), ("crc2", crc2, 32), ("len2", len2, 64)):
+        if not 0 <= operator.index(value) < 1 << limit:
+            raise OverflowError(f"crc32_combine: {name} {value} is not below 2**{limit} "
+                                f"and non-negative")
     shift, square = 0x80000000, 0x00800000  # x^0, x^8
     while len2:
         if len2 & 1:

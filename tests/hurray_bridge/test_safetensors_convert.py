@@ -669,3 +669,21 @@ def test_the_combined_crc_is_zlibs_for_any_cut() -> None:
                            len(whole) - k) == zlib.crc32(whole)
     assert container._py_crc32_combine(7, 9, (1 << 40) + 3) == container._crc32_combine(
         7, 9, (1 << 40) + 3)
+
+
+@pytest.mark.parametrize("args, error", [
+    ((1 << 32, 0, 1), OverflowError), ((0, 1 << 32, 1), OverflowError),
+    ((-1, 0, 1), OverflowError), ((0, 0, 1 << 64), OverflowError),
+    ((1.0, 0, 1), TypeError), ((0, 0, 3.0), TypeError),
+    ((0, 0, -1), OverflowError),  # last: before the check, the Python one never returned
+], ids=["crc1 2**32", "crc2 2**32", "crc1 -1", "len2 2**64", "float crc", "float len2",
+        "len2 -1"])
+def test_both_crc_combines_refuse_what_is_not_a_crc_or_a_length(
+        args: tuple[Any, ...], error: type[Exception]) -> None:
+    """The Python combine takes what the compiled one takes: a CRC-32 below 2**32 and a
+    length below 2**64; a negative length shifted right stays -1, and looped forever."""
+    for combine in {container._crc32_combine, container._py_crc32_combine}:
+        with pytest.raises(error):
+            combine(*args)
+    assert container._py_crc32_combine(0xFFFFFFFF, 0xFFFFFFFF, (1 << 64) - 1) == (
+        container._crc32_combine(0xFFFFFFFF, 0xFFFFFFFF, (1 << 64) - 1))
