@@ -87,17 +87,22 @@ def _child(rounds: int) -> dict[str, Any]:
         ("torch->numpy vs direct", "hb.convert(torch, 'numpy')", lambda: hb.convert(x, "numpy"),
          "np.from_dlpack(torch)", lambda: np.from_dlpack(x), "info"),
     )
+
+    def measure(cases: tuple[tuple[Any, ...], ...]) -> None:
+        for key, an, af, bn, bf, want in cases:
+            a, b, r = compare(an, af, bn, bf, rounds=rounds)
+            results["timings"] += [a.as_dict(), b.as_dict()]
+            results["ratios"][f"{key}: hb / {bn}"] = ratio(r, want)
+
+    measure(fresh)
+    # Only now: made before the loop above, these would be alive while it runs.
     t_hb, t_tvm = hb.asarray(x), tvm_ffi.from_dlpack(x)
-    held = (
+    measure((
         ("export to torch", "torch.from_dlpack(hb_tensor)", lambda: torch.from_dlpack(t_hb),
          "torch.from_dlpack(tvm_tensor)", lambda: torch.from_dlpack(t_tvm), goal),
         ("import while an export of x is alive", "hb.asarray(torch)", lambda: hb.asarray(x),
          "tvm_ffi.from_dlpack(torch)", lambda: tvm_ffi.from_dlpack(x), "info"),
-    )
-    for key, an, af, bn, bf, want in fresh + held:
-        a, b, r = compare(an, af, bn, bf, rounds=rounds)
-        results["timings"] += [a.as_dict(), b.as_dict()]
-        results["ratios"][f"{key}: hb / {bn}"] = ratio(r, want)
+    ))
     return results
 
 
