@@ -56,9 +56,10 @@ def _run(expr: str, n: int, top: int, keep: str | None = None
          ) -> tuple[float, list[tuple[float, str]]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = keep or os.path.join(tmp, "cg.out")
+        held = re.search(r"\bt_(?:hb|tvm)\b", expr) is not None  # the export's tensors
         cmd = ["valgrind", "--tool=callgrind", "--collect-atstart=no",
                "--toggle-collect=starmap_next", f"--callgrind-out-file={out}",
-               sys.executable, "-c", _CHILD.format(expr=expr, n=n, held="t_" in expr)]
+               sys.executable, "-c", _CHILD.format(expr=expr, n=n, held=held)]
         env = dict(os.environ, PYTHONHASHSEED="0")
         subprocess.run(cmd, check=True, capture_output=True, env=env)
         with open(out) as f:

@@ -562,6 +562,15 @@ def test_a_file_of_empty_tensors_reports_no_progress(tmp_path: pathlib.Path) -> 
 
 
 # ------------------------------------------------- a split write that cuts through an entry
+def cut_at(monkeypatch: pytest.MonkeyPatch, rel: int) -> None:
+    """Every split write from now on cuts ``rel`` bytes into its data (none, for data of
+    ``rel`` bytes or fewer), inside an entry or not."""
+    def split(items: Any, base: int, total: int) -> Any:
+        return container._cut_at(items, base + rel) if rel < total else None
+
+    monkeypatch.setattr(container, "_split_point", split)
+
+
 @pytest.mark.skipif(not (hasattr(os, "preadv") and hasattr(os, "pwrite")), reason="positional")
 @pytest.mark.parametrize("one_by_one", [False, True], ids=["gathered", "one by one"])
 def test_a_cut_anywhere_inside_an_entry_writes_the_same_file(
@@ -583,10 +592,7 @@ def test_a_cut_anywhere_inside_an_entry_writes_the_same_file(
         monkeypatch.setattr(container, "WRITES_VECTORS", False)
     cuts = 0
     for rel in range(1, max(data.data_length, len(want_s) - st_data), 97):
-        def split(items: Any, base: int, total: int, rel: int = rel) -> Any:
-            return container._cut_at(items, base + rel) if rel < total else None
-
-        monkeypatch.setattr(container, "_split_point", split)
+        cut_at(monkeypatch, rel)
         sio.safetensors_to_hurray(tmp_path / "ref.safetensors", tmp_path / "o.hurray")
         sio.hurray_to_safetensors(tmp_path / "ref.hurray", tmp_path / "o.safetensors")
         assert (tmp_path / "o.hurray").read_bytes() == want_h, rel
@@ -622,10 +628,7 @@ def test_a_cut_through_a_strided_entry_checks_its_stored_span_once(
     monkeypatch.setattr(container, "_CHUNK", 4096)
     cuts = 0
     for rel in range(1, len(want), 61):
-        def split(items: Any, base: int, total: int, rel: int = rel) -> Any:
-            return container._cut_at(items, base + rel) if rel < total else None
-
-        monkeypatch.setattr(container, "_split_point", split)
+        cut_at(monkeypatch, rel)
         sio.hurray_to_safetensors(tmp_path / "in.hurray", tmp_path / "o.safetensors")
         assert (tmp_path / "o.safetensors").read_bytes() == want, rel
         for name, path in bad.items():
