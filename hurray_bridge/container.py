@@ -150,8 +150,8 @@ def _py_crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     # As the compiled one: a negative length would shift right to -1 for ever.
     for name, value, limit in (("crc1", crc1, 32), ("crc2", crc2, 32), ("len2", len2, 64)):
         if not 0 <= operator.index(value) < 1 << limit:
-            raise OverflowError(f"crc32_combine: {name} {value} is not below 2**{limit} "
-                                f"and non-negative")
+            raise OverflowError(f"crc32_combine: {name} must be in [0, 2**{limit}), "
+                                f"got {value}")
     shift, square = 0x80000000, 0x00800000  # x^0, x^8
     while len2:
         if len2 & 1:
