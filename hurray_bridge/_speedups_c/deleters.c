@@ -21,14 +21,18 @@ static PyObject *exports = NULL;   /* _capsule._EXPORTS */
 static PyObject *names = NULL;     /* the two fresh-name bytes objects, kept alive */
 static const char *name_v = NULL, *name_l = NULL;
 
+/* With the GIL held; an exception in flight is set aside and put back. */
 static void
 drop_export(void *managed)
 {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
     PyObject *key = PyLong_FromVoidPtr(managed);
     if (key == NULL || PyDict_DelItem(exports, key) < 0) {
         PyErr_Clear();  /* already gone (or out of memory): nothing else to do */
     }
     Py_XDECREF(key);
+    PyErr_Restore(type, value, tb);
 }
 
 /* Interpreter exit. A thread that asks for the GIL while CPython finalises is ended
@@ -66,11 +70,14 @@ hb_holds_gil(void)
     return holds_gil();
 }
 
+/* Called by a thread without the GIL before it asks for it. A thread that holds the
+ * GIL releases at once, uncounted: it cannot overlap finalisation, which needs the
+ * GIL too. */
 int
 hb_release_begin(void)
 {
     atomic_fetch_add(&in_flight, 1);
-    if (atomic_load(&exiting) && !holds_gil()) {
+    if (atomic_load(&exiting)) {
         atomic_fetch_sub(&in_flight, 1);
         return 0;
     }
@@ -90,14 +97,15 @@ export_deleter(void *managed)
     if (managed == NULL || exports == NULL) {
         return;
     }
+    if (holds_gil()) {
+        drop_export(managed);
+        return;
+    }
     if (!hb_release_begin()) {
         return;
     }
     PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
     drop_export(managed);
-    PyErr_Restore(type, value, tb);
     PyGILState_Release(gil);
     hb_release_end();
 }

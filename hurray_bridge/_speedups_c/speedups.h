@@ -36,8 +36,8 @@ HB_INTERNAL int hb_add_front(PyObject *module);
 /* deleters.c */
 HB_INTERNAL PyObject *hb_capsule_hooks(PyObject *module, PyObject *args);
 HB_INTERNAL PyObject *hb_stop_foreign_releases(PyObject *module, PyObject *arg);
-/* Around a release that may run on any thread (our exports' deleters): 0 when the
- * interpreter is exiting and this thread does not hold the GIL (leave it: the process
+/* Around a release by a thread without the GIL (our exports' deleters; one that holds
+ * the GIL releases at once): 0 when the interpreter is exiting (leave it: the process
  * ends), 1 otherwise, and then hb_release_end() must follow. */
 HB_INTERNAL int hb_release_begin(void);
 HB_INTERNAL void hb_release_end(void);

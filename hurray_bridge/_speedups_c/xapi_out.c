@@ -39,7 +39,8 @@ static const char NAME_V[] = "dltensor_versioned";
 static const char NAME_L[] = "dltensor";
 static const char USED_V[] = "used_dltensor_versioned";
 
-static atomic_long live_exports = 0;
+/* Changed only with the GIL held (made there; released there, or left alone at exit). */
+static long live_exports = 0;
 
 typedef struct {
     union {
@@ -84,7 +85,7 @@ drop_owner(Export *e)
 {
     PyObject *owner = e->owner;
     free_block(e, e->ndim);
-    atomic_fetch_sub(&live_exports, 1);
+    live_exports--;
     if (PyErr_Occurred()) {
         /* A consumer releasing while an exception is in flight (a temporary dying
          * during unwinding): the release must neither see nor lose it. */
@@ -101,13 +102,16 @@ drop_owner(Export *e)
 static void
 release_export(Export *e)
 {
+    if (hb_holds_gil()) {
+        /* NumPy, and our own imports, release with the GIL held. Such a thread cannot
+         * race the exit guard (finalisation needs the GIL too), so it is not counted. */
+        drop_owner(e);
+        return;
+    }
     if (!hb_release_begin()) {
         return; /* the process is exiting and this thread has no GIL: leave it */
     }
-    if (hb_holds_gil()) {
-        drop_owner(e); /* NumPy, and our own imports, release with the GIL held */
-    }
-    else {
+    {
         /* torch releases its tensors with the GIL dropped (THPVariable_clear): take it
          * back on this thread's own state, or on a new one for a thread Python never
          * saw (XLA's workers). */
@@ -336,7 +340,7 @@ new_export(PyObject *t, const Fields *f, int versioned, uint64_t flags)
         e->mt.l.deleter = deleter_l;
     }
     e->owner = Py_NewRef(t);
-    atomic_fetch_add(&live_exports, 1);
+    live_exports++;
     return e;
 }
 
@@ -805,7 +809,7 @@ exchange_methods(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 static PyObject *
 live_exports_fn(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 {
-    return PyLong_FromLong(atomic_load(&live_exports));
+    return PyLong_FromLong(live_exports);
 }
 
 static PyMethodDef export_functions[] = {
