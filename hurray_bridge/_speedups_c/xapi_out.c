@@ -29,6 +29,7 @@
 #include "speedups.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _WIN32
@@ -469,7 +470,6 @@ tensor_dlpack_device(PyObject *self, PyObject *Py_UNUSED(ignored))
 
 static PyMethodDef dlpack_def = {
     "__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_FASTCALL | METH_KEYWORDS,
-    "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
     "Export as a DLPack capsule (Python array API semantics).\n\n"
     "Versioned (DLPack 1.x) when max_version >= (1, 0), legacy otherwise. A device tensor\n"
     "forwards the request to the object it came from, so that producer synchronises with\n"
@@ -483,6 +483,137 @@ static PyMethodDef dlpack_def = {
 static PyMethodDef dlpack_device_def = {
     "__dlpack_device__", (PyCFunction)tensor_dlpack_device, METH_NOARGS,
     "__dlpack_device__($self, /)\n--\n\nThe (DLDeviceType, device_id) of the tensor's memory."};
+
+/* ------------------------------------------------ __dlpack__, bound as functions are
+ *
+ * A method_descriptor (PyDescr_NewMethod) builds a builtin method object on every
+ * attribute read, and torch.from_dlpack reads __dlpack__ twice that way: hasattr, then
+ * a call with **kwargs, which the compiler cannot make a method call. Bound as a Python
+ * function is (PyMethod_New), a read costs about a quarter less (31 -> 25 ns), and
+ * Py_TPFLAGS_METHOD_DESCRIPTOR keeps `t.__dlpack__(...)` free of any bound object.
+ * __dlpack_device__ stays a method_descriptor: it is only ever called as a method,
+ * which CPython 3.11+ specialises for method_descriptors (10 ns against 15). */
+
+/* METH_FASTCALL | METH_KEYWORDS (public as PyCFunctionFastWithKeywords only from 3.13) */
+typedef PyObject *(*FastWithKeywords)(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    const PyMethodDef *def;
+    const char *signature; /* __text_signature__ */
+} Method;
+
+static PyObject *
+method_self_check(const Method *m, Py_ssize_t nargs, PyObject *const *args)
+{
+    if (nargs < 1) {
+        PyErr_Format(PyExc_TypeError, "unbound method Tensor.%s() needs an argument",
+                     m->def->ml_name);
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], hb_world.tensor_type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "descriptor '%s' for 'Tensor' objects doesn't apply to a '%.100s' object",
+                     m->def->ml_name, Py_TYPE(args[0])->tp_name);
+        return NULL;
+    }
+    return args[0];
+}
+
+static PyObject *
+method_call_keywords(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    const Method *m = (const Method *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *self = method_self_check(m, nargs, args);
+    if (self == NULL) {
+        return NULL;
+    }
+    return ((FastWithKeywords)(void (*)(void))m->def->ml_meth)(self, args + 1, nargs - 1,
+                                                               kwnames);
+}
+
+static PyObject *
+method_get(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type))
+{
+    if (obj == NULL || obj == Py_None) {
+        return Py_NewRef(self);
+    }
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+method_name(Method *m, void *Py_UNUSED(closure))
+{
+    return PyUnicode_FromString(m->def->ml_name);
+}
+
+static PyObject *
+method_qualname(Method *m, void *Py_UNUSED(closure))
+{
+    return PyUnicode_FromFormat("Tensor.%s", m->def->ml_name);
+}
+
+static PyObject *
+method_doc(Method *m, void *Py_UNUSED(closure))
+{
+    return PyUnicode_FromString(m->def->ml_doc);
+}
+
+static PyObject *
+method_signature(Method *m, void *Py_UNUSED(closure))
+{
+    return PyUnicode_FromString(m->signature);
+}
+
+static PyObject *
+method_objclass(Method *Py_UNUSED(m), void *Py_UNUSED(closure))
+{
+    return Py_NewRef((PyObject *)hb_world.tensor_type);
+}
+
+static PyObject *
+method_repr(Method *m)
+{
+    return PyUnicode_FromFormat("<method '%s' of 'Tensor' objects>", m->def->ml_name);
+}
+
+static PyGetSetDef method_getset[] = {
+    {"__name__", (getter)method_name, NULL, NULL, NULL},
+    {"__qualname__", (getter)method_qualname, NULL, NULL, NULL},
+    {"__doc__", (getter)method_doc, NULL, NULL, NULL},
+    {"__text_signature__", (getter)method_signature, NULL, NULL, NULL},
+    {"__objclass__", (getter)method_objclass, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL}
+};
+
+static PyTypeObject MethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hurray_bridge._speedups.Method",
+    .tp_basicsize = sizeof(Method),
+    .tp_dealloc = (destructor)PyObject_Del,
+    .tp_vectorcall_offset = offsetof(Method, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = (reprfunc)method_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "hb.Tensor.__dlpack__ compiled, bound as a Python function is.",
+    .tp_getset = method_getset,
+    .tp_descr_get = method_get,
+};
+
+static PyObject *
+new_method(const PyMethodDef *def, const char *signature)
+{
+    Method *m = PyObject_New(Method, &MethodType);
+    if (m == NULL) {
+        return NULL;
+    }
+    m->vectorcall = method_call_keywords;
+    m->def = def;
+    m->signature = signature;
+    return (PyObject *)m;
+}
 
 /* ------------------------------------------------------ the exchange API table */
 
@@ -794,7 +925,8 @@ exchange_methods(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_RuntimeError, "exchange_methods: exchange_setup() not called");
         return NULL;
     }
-    PyObject *dlpack = PyDescr_NewMethod(hb_world.tensor_type, &dlpack_def);
+    PyObject *dlpack = new_method(&dlpack_def, "($self, /, *, stream=None, max_version=None, "
+                                              "dl_device=None, copy=None)");
     PyObject *device = PyDescr_NewMethod(hb_world.tensor_type, &dlpack_device_def);
     PyObject *capsule = PyCapsule_New(&exchange_table, HB_EXCHANGE_API_NAME, NULL);
     if (dlpack == NULL || device == NULL || capsule == NULL) {
@@ -828,6 +960,9 @@ hb_add_export(PyObject *module)
         if (kw_names[i] == NULL && (kw_names[i] = PyUnicode_InternFromString(names[i])) == NULL) {
             return -1;
         }
+    }
+    if (PyType_Ready(&MethodType) < 0) {
+        return -1;
     }
     return PyModule_AddFunctions(module, export_functions);
 }

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import importlib.util
+import inspect
 import os
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ import sys
 import sysconfig
 import textwrap
 import threading
+import types
 import warnings
 import weakref
 from collections.abc import Callable
@@ -410,6 +412,45 @@ def test_compiled_dlpack_equals_python(label: str, make: Callable[[], Any]) -> N
             assert kwargs.get("copy") is True
             va, vb = va[:1] + va[2:], vb[:1] + vb[2:]
         assert va == vb, (label, kwargs)
+
+
+@needs_compiled
+def test_compiled_dlpack_binds_and_reads_as_the_python_method() -> None:
+    # The compiled __dlpack__ binds as a Python function does (a method object, not a
+    # builtin method): every way of reaching it exports what the Python method exports,
+    # and introspection sees the Python method's keywords.
+    python = _exchange.python_dlpack
+    assert python is not None
+    method = Tensor.__dlpack__
+    t = hb.asarray(np.arange(4.0))
+    bound = t.__dlpack__
+    assert isinstance(bound, types.MethodType)
+    assert bound.__self__ is t and bound.__func__ is method and hasattr(t, "__dlpack__")
+    want = _capsule_view(python(t, max_version=(1, 0)))
+    calls = (lambda: t.__dlpack__(max_version=(1, 0)), lambda: bound(max_version=(1, 0)),
+             lambda: method(t, max_version=(1, 0)),
+             lambda: getattr(t, "__dlpack__")(**{"max_version": (1, 0)}),
+             lambda: method.__get__(t, Tensor)(max_version=(1, 0)))
+    for call in calls:
+        assert _capsule_view(call()) == want
+    assert method.__get__(None, Tensor) is method
+
+    def keywords(f: Any) -> list[tuple[str, Any, Any]]:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+    assert keywords(method) == keywords(python) != []
+    assert list(inspect.signature(method).parameters)[0] == "self"
+    assert "self" not in inspect.signature(bound).parameters
+    assert (method.__name__, method.__qualname__) == ("__dlpack__", "Tensor.__dlpack__")
+    assert method.__objclass__ is Tensor and repr(method) == "<method '__dlpack__' of 'Tensor' objects>"
+    assert method.__doc__.startswith("Export as a DLPack capsule")
+    with pytest.raises(TypeError, match="needs an argument"):
+        method()
+    with pytest.raises(TypeError, match="doesn't apply to a 'numpy.ndarray' object"):
+        method(np.arange(3))
+    with pytest.raises(TypeError):
+        method(t, 1)  # keywords only, as in Python
 
 
 @pytest.mark.parametrize("label, make", EXPORTS, ids=[e[0] for e in EXPORTS])
