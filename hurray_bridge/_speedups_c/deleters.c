@@ -70,9 +70,26 @@ hb_holds_gil(void)
     return holds_gil();
 }
 
-/* Called by a thread without the GIL before it asks for it. A thread that holds the
- * GIL releases at once, uncounted: it cannot overlap finalisation, which needs the
- * GIL too. */
+/* Releases by threads that hold the GIL are counted apart, in a plain integer changed
+ * and read only with the GIL held: no atomic operation for them. They must be counted
+ * all the same, since the owner's release may run code that drops the GIL (a weakref
+ * callback, a __del__, torch freeing a source tensor), and finalisation must not start
+ * while one of them waits to take it back. */
+static int held_in_flight = 0;
+
+void
+hb_held_release_begin(void)
+{
+    held_in_flight++;
+}
+
+void
+hb_held_release_end(void)
+{
+    held_in_flight--;
+}
+
+/* Called by a thread without the GIL before it asks for it. */
 int
 hb_release_begin(void)
 {
@@ -98,7 +115,9 @@ export_deleter(void *managed)
         return;
     }
     if (holds_gil()) {
+        hb_held_release_begin();
         drop_export(managed);
+        hb_held_release_end();
         return;
     }
     if (!hb_release_begin()) {
@@ -142,13 +161,20 @@ hb_stop_foreign_releases(PyObject *Py_UNUSED(module), PyObject *arg)
         return NULL;
     }
     atomic_store(&exiting, 1);
-    int left;
-    Py_BEGIN_ALLOW_THREADS
     double deadline = monotonic_ms() + (double)timeout_ms;
-    while ((left = atomic_load(&in_flight)) > 0 && monotonic_ms() < deadline) {
+    int left;
+    for (;;) {
+        /* held_in_flight is read here, with the GIL held, and only the sleep drops it */
+        int held = held_in_flight > 0 ? held_in_flight : 0;
+        int gilless = atomic_load(&in_flight);
+        left = held + (gilless > 0 ? gilless : 0);
+        if (left == 0 || monotonic_ms() >= deadline) {
+            break;
+        }
+        Py_BEGIN_ALLOW_THREADS
         sleep_1ms();
+        Py_END_ALLOW_THREADS
     }
-    Py_END_ALLOW_THREADS
     return PyLong_FromLong(left);
 }
 
@@ -159,6 +185,7 @@ static void
 forget_in_flight(void)
 {
     atomic_store(&in_flight, 0);
+    held_in_flight = 0;
 }
 #endif
 
@@ -172,7 +199,9 @@ capsule_destructor(PyObject *capsule)
     if (name != NULL && (name == name_v || name == name_l)) {
         void *managed = PyCapsule_GetPointer(capsule, name);
         if (managed != NULL) {
+            hb_held_release_begin();
             drop_export(managed);
+            hb_held_release_end();
         }
     }
     PyErr_Clear();

@@ -104,9 +104,11 @@ static void
 release_export(Export *e)
 {
     if (hb_holds_gil()) {
-        /* NumPy, and our own imports, release with the GIL held. Such a thread cannot
-         * race the exit guard (finalisation needs the GIL too), so it is not counted. */
+        /* NumPy, and our own imports, release with the GIL held: counted without
+         * atomics (the owner's release may still drop the GIL, see deleters.c). */
+        hb_held_release_begin();
         drop_owner(e);
+        hb_held_release_end();
         return;
     }
     if (!hb_release_begin()) {

@@ -670,6 +670,57 @@ def test_a_native_thread_releasing_an_export_at_exit_does_not_abort(
         assert took < 1.5, out.stdout  # the exit hook waits up to 2 s for calls in flight
 
 
+_HELD_RELEASE_SCRIPT = textwrap.dedent("""
+    import sys, threading, time, weakref
+    import numpy as np
+    import hurray_bridge as hb
+    from hurray_bridge import _capsule as C, _speedups
+    t = hb.asarray(np.arange(4.0))
+    entered, done = threading.Event(), threading.Event()
+    def slow(_):  # the owner's release drops the GIL, as torch freeing a source does
+        entered.set()
+        time.sleep(0.5)
+        done.set()
+    r = weakref.ref(t, slow)
+    kwargs = {"max_version": (1, 0)}
+    if sys.argv[1] == "python export":
+        kwargs["dl_device"] = (1, 0)  # made by the Python method, released by deleters.c
+    before = len(C._EXPORTS)
+    cap = t.__dlpack__(**kwargs)
+    assert (len(C._EXPORTS) > before) == (sys.argv[1] == "python export")
+    class Producer:
+        def __dlpack__(self, **_):
+            return cap
+        def __dlpack_device__(self):
+            return (1, 0)
+    held = [np.from_dlpack(Producer()) if sys.argv[2] == "consumed" else cap]
+    del t, cap
+    # The release runs on a thread that holds the GIL (NumPy's deleter, or the dying
+    # capsule), and its owner's release gives the GIL away while it sleeps.
+    threading.Thread(target=held.clear).start()
+    assert entered.wait(10)
+    left = _speedups.stop_foreign_releases(2000)
+    print(f"left {left}, finished {done.is_set()}", flush=True)
+""")
+
+
+@pytest.mark.skipif(not C.COMPILED_DELETERS, reason="the exit guard it checks is compiled "
+                    "(hurray_bridge._speedups not built)")
+@pytest.mark.parametrize("how", ["consumed", "unconsumed"])
+@pytest.mark.parametrize("export", ["compiled export", "python export"])
+def test_the_exit_guard_waits_for_a_release_that_gave_the_gil_away(export: str,
+                                                                     how: str) -> None:
+    # A thread that holds the GIL cannot overlap finalisation -- unless its release
+    # drops the GIL (a weakref callback, a __del__, torch's THPVariable_clear freeing a
+    # source). Uncounted, the exit guard let finalisation start while it waited to take
+    # the GIL back, and the thread was ended inside its consumer's frames (with torch on
+    # a daemon thread: "terminate called without an active exception").
+    out = subprocess.run([sys.executable, "-c", _HELD_RELEASE_SCRIPT, export, how],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "left 0, finished True" in out.stdout, out.stdout + out.stderr
+
+
 _CTYPES_EXIT_PRELUDE = """
 import atexit, ctypes, sys, time
 sys.modules["hurray_bridge._speedups"] = None  # the ctypes deleters' exit hook, in any build
