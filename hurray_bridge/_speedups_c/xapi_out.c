@@ -576,6 +576,29 @@ method_objclass(Method *Py_UNUSED(m), void *Py_UNUSED(closure))
 }
 
 static PyObject *
+method_module(Method *Py_UNUSED(m), void *Py_UNUSED(closure))
+{
+    Py_RETURN_NONE; /* what the builtin method of a method_descriptor answered */
+}
+
+/* Pickled and copied by name, as a method_descriptor is: getattr(Tensor, name). */
+static PyObject *
+method_reduce(Method *m, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *getattr = PyDict_GetItemString(PyEval_GetBuiltins(), "getattr");
+    if (getattr == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "builtins.getattr is missing");
+        return NULL;
+    }
+    return Py_BuildValue("O(Os)", getattr, (PyObject *)hb_world.tensor_type, m->def->ml_name);
+}
+
+static PyMethodDef method_methods[] = {
+    {"__reduce__", (PyCFunction)method_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}
+};
+
+static PyObject *
 method_repr(Method *m)
 {
     return PyUnicode_FromFormat("<method '%s' of 'Tensor' objects>", m->def->ml_name);
@@ -587,6 +610,7 @@ static PyGetSetDef method_getset[] = {
     {"__doc__", (getter)method_doc, NULL, NULL, NULL},
     {"__text_signature__", (getter)method_signature, NULL, NULL, NULL},
     {"__objclass__", (getter)method_objclass, NULL, NULL, NULL},
+    {"__module__", (getter)method_module, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL}
 };
 
@@ -601,6 +625,7 @@ static PyTypeObject MethodType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "hb.Tensor.__dlpack__ compiled, bound as a Python function is.",
     .tp_getset = method_getset,
+    .tp_methods = method_methods,
     .tp_descr_get = method_get,
 };
 

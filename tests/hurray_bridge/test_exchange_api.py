@@ -18,11 +18,14 @@ capsule fields and flags, errors and their messages).
 
 from __future__ import annotations
 
+import copy
 import ctypes
+import functools
 import gc
 import importlib.util
 import inspect
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -446,6 +449,12 @@ def test_compiled_dlpack_binds_and_reads_as_the_python_method() -> None:
     assert method.__objclass__ is Tensor
     assert repr(method) == "<method '__dlpack__' of 'Tensor' objects>"
     assert method.__doc__.startswith("Export as a DLPack capsule")
+    assert bound.__module__ is None  # read through __func__, as the builtin method's was
+    # Pickled and copied by name, as a method_descriptor is.
+    assert pickle.loads(pickle.dumps(method)) is method
+    assert copy.copy(method) is method and copy.deepcopy(method) is method
+    partial = copy.deepcopy(functools.partial(method, max_version=(1, 0)))
+    assert _capsule_view(partial(t)) == want
     with pytest.raises(TypeError, match="needs an argument"):
         method()
     with pytest.raises(TypeError, match=r"doesn't apply to a 'numpy\.ndarray' object"):
