@@ -58,9 +58,12 @@ holds_gil(void)
 #elif PY_VERSION_HEX >= 0x030C0000
     return _PyThreadState_UncheckedGet() != NULL;  /* thread-local since 3.12 */
 #else
-    /* The state holding the GIL, process-wide: ours only if it is this thread's. */
+    /* The state holding the GIL, process-wide: ours only if it was made for this
+     * thread. Not compared with PyGILState_GetThisThreadState(): that is the main
+     * interpreter's state of this thread, and a thread inside a subinterpreter holds
+     * the GIL with another one (the release then waited for the GIL it held). */
     PyThreadState *current = _PyThreadState_UncheckedGet();
-    return current != NULL && current == PyGILState_GetThisThreadState();
+    return current != NULL && current->thread_id == PyThread_get_thread_ident();
 #endif
 }
 
