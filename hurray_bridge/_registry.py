@@ -70,11 +70,9 @@ def get_adapter(name: str) -> ModuleType:
     if spec is None:
         raise UnsupportedError(f"unknown target {name!r}; choose one of {', '.join(ADAPTERS)}")
     modname = f"hurray_bridge.adapters.{spec.name}"
-    loaded = sys.modules.get(modname)
-    if loaded is not None:
-        _LOADED[name] = (modname, loaded)
-        return loaded
     try:
+        # Not sys.modules directly: while another thread imports the adapter, its module
+        # is there half made; import_module waits for that import to finish.
         mod = importlib.import_module(modname)
     except ImportError as exc:
         if isinstance(exc, BackendNotAvailableError):

@@ -236,3 +236,36 @@ def test_eight_threads_convert_concurrently() -> None:
     half = samples[: len(samples) // 2]
     grown = max(samples[len(samples) // 2:]) - max(half)
     assert grown < 48, f"RSS grew {grown:.1f} MiB in the second half of the run ({samples})"
+
+
+_FIRST_USE = """
+import sys, threading, time
+import hurray_bridge as hb
+from hurray_bridge import _registry
+name = "hurray_bridge.adapters.torch"
+assert "torch" not in sys.modules
+# One thread imports the adapter (torch with it, a second or so); the main thread asks
+# for it while that import is under way, its module already in sys.modules, half made.
+importer = threading.Thread(target=__import__, args=(name,))
+importer.start()
+while name not in sys.modules:
+    time.sleep(0.0005)
+mod = _registry.get_adapter("torch")
+print("to_hurray" in vars(mod), flush=True)
+importer.join()
+x = sys.modules["torch"].arange(4.0)
+print(hb.asarray(x).shape, flush=True)
+"""
+
+
+def test_a_first_use_while_another_thread_imports_the_adapter_waits_for_it() -> None:
+    # Eight threads making their first hb.asarray(torch tensor) at once: the ones that
+    # lost the race got the adapter's module from sys.modules before its import was
+    # done ("partially initialized module 'hurray_bridge.adapters.torch' has no
+    # attribute 'to_hurray'", in about one run of six). Here the race is forced.
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _FIRST_USE], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.split("\n")[:2] == ["True", "(4,)"], out.stdout + out.stderr
