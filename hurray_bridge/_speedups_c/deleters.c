@@ -67,12 +67,6 @@ holds_gil(void)
 #endif
 }
 
-int
-hb_holds_gil(void)
-{
-    return holds_gil();
-}
-
 /* Releases by threads that hold the GIL are counted apart, in a plain integer changed
  * and read only with the GIL held: no atomic operation for them. They must be counted
  * all the same, since the owner's release may run code that drops the GIL (a weakref
@@ -81,32 +75,34 @@ hb_holds_gil(void)
 static int held_in_flight = 0;
 
 void
-hb_held_release_begin(void)
+hb_release(void (*drop)(void *), void *arg)
 {
-    held_in_flight++;
-}
-
-void
-hb_held_release_end(void)
-{
-    held_in_flight--;
-}
-
-/* Called by a thread without the GIL before it asks for it. */
-int
-hb_release_begin(void)
-{
+    if (holds_gil()) {
+        /* NumPy, a dying capsule, our own imports */
+        held_in_flight++;
+        drop(arg);
+        held_in_flight--;
+        return;
+    }
     atomic_fetch_add(&in_flight, 1);
     if (atomic_load(&exiting)) {
         atomic_fetch_sub(&in_flight, 1);
-        return 0;
+        return; /* the process is exiting and this thread has no GIL: leave it */
     }
-    return 1;
-}
-
-void
-hb_release_end(void)
-{
+    /* torch releases its tensors with the GIL dropped (THPVariable_clear): take it back
+     * on this thread's own state, or on a new one for a thread Python never saw (XLA's
+     * workers). */
+    PyThreadState *own = PyGILState_GetThisThreadState();
+    if (own != NULL) {
+        PyEval_RestoreThread(own);
+        drop(arg);
+        PyEval_SaveThread();
+    }
+    else {
+        PyGILState_STATE gil = PyGILState_Ensure();
+        drop(arg);
+        PyGILState_Release(gil);
+    }
     atomic_fetch_sub(&in_flight, 1);
 }
 
@@ -114,22 +110,9 @@ hb_release_end(void)
 static void
 export_deleter(void *managed)
 {
-    if (managed == NULL || exports == NULL) {
-        return;
+    if (managed != NULL && exports != NULL) {
+        hb_release(drop_export, managed);
     }
-    if (holds_gil()) {
-        hb_held_release_begin();
-        drop_export(managed);
-        hb_held_release_end();
-        return;
-    }
-    if (!hb_release_begin()) {
-        return;
-    }
-    PyGILState_STATE gil = PyGILState_Ensure();
-    drop_export(managed);
-    PyGILState_Release(gil);
-    hb_release_end();
 }
 
 static double
@@ -202,9 +185,7 @@ capsule_destructor(PyObject *capsule)
     if (name != NULL && (name == name_v || name == name_l)) {
         void *managed = PyCapsule_GetPointer(capsule, name);
         if (managed != NULL) {
-            hb_held_release_begin();
-            drop_export(managed);
-            hb_held_release_end();
+            hb_release(drop_export, managed);
         }
     }
     PyErr_Clear();

@@ -36,16 +36,10 @@ HB_INTERNAL int hb_add_front(PyObject *module);
 /* deleters.c */
 HB_INTERNAL PyObject *hb_capsule_hooks(PyObject *module, PyObject *args);
 HB_INTERNAL PyObject *hb_stop_foreign_releases(PyObject *module, PyObject *arg);
-/* Around a release by a thread without the GIL (our exports' deleters): 0 when the
- * interpreter is exiting (leave it: the process ends), 1 otherwise, and then
- * hb_release_end() must follow. */
-HB_INTERNAL int hb_release_begin(void);
-HB_INTERNAL void hb_release_end(void);
-/* Around a release by a thread that holds the GIL (no atomics: changed with it held). */
-HB_INTERNAL void hb_held_release_begin(void);
-HB_INTERNAL void hb_held_release_end(void);
-/* Whether this thread holds the GIL (its own thread state, not PyGILState_Check()). */
-HB_INTERNAL int hb_holds_gil(void);
+/* drop(arg) with the GIL, on any thread, under the exit guard (our exports' deleters):
+ * at once where this thread holds the GIL; otherwise taken for it, unless the
+ * interpreter is exiting (then drop is not called: the process ends). */
+HB_INTERNAL void hb_release(void (*drop)(void *), void *arg);
 
 /* crc32.c: crc32() and the CRC32_CLMUL flag it adds to the module (-1 with an exception). */
 HB_INTERNAL PyObject *hb_crc32(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

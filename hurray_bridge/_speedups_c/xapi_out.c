@@ -81,9 +81,11 @@ free_block(Export *e, int ndim)
     }
 }
 
+/* With the GIL held (hb_release). */
 static void
-drop_owner(Export *e)
+drop_owner(void *block)
 {
+    Export *e = block;
     PyObject *owner = e->owner;
     free_block(e, e->ndim);
     live_exports--;
@@ -103,34 +105,7 @@ drop_owner(Export *e)
 static void
 release_export(Export *e)
 {
-    if (hb_holds_gil()) {
-        /* NumPy, and our own imports, release with the GIL held: counted without
-         * atomics (the owner's release may still drop the GIL, see deleters.c). */
-        hb_held_release_begin();
-        drop_owner(e);
-        hb_held_release_end();
-        return;
-    }
-    if (!hb_release_begin()) {
-        return; /* the process is exiting and this thread has no GIL: leave it */
-    }
-    {
-        /* torch releases its tensors with the GIL dropped (THPVariable_clear): take it
-         * back on this thread's own state, or on a new one for a thread Python never
-         * saw (XLA's workers). */
-        PyThreadState *own = PyGILState_GetThisThreadState();
-        if (own != NULL) {
-            PyEval_RestoreThread(own);
-            drop_owner(e);
-            PyEval_SaveThread();
-        }
-        else {
-            PyGILState_STATE gil = PyGILState_Ensure();
-            drop_owner(e);
-            PyGILState_Release(gil);
-        }
-    }
-    hb_release_end();
+    hb_release(drop_owner, e);
 }
 
 static void
