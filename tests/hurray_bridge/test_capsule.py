@@ -671,11 +671,26 @@ def test_a_native_thread_releasing_an_export_at_exit_does_not_abort(
         assert took < 1.5, out.stdout  # the exit hook waits up to 2 s for calls in flight
 
 
+# Child code of the two tests below: `cap`, an export of `t` made by the path that
+# EXPORT names, and `Producer`, which hands it to np.from_dlpack.
+_EXPORT_OF_T = """
+kwargs = {"max_version": (1, 0)}
+if EXPORT == "python export":
+    kwargs["dl_device"] = (1, 0)  # made by the Python method, released by deleters.c
+cap = t.__dlpack__(**kwargs)
+class Producer:
+    def __dlpack__(self, **_):
+        return cap
+    def __dlpack_device__(self):
+        return (1, 0)
+"""
+
 _HELD_RELEASE_SCRIPT = textwrap.dedent("""
     import sys, threading, time, weakref
     import numpy as np
     import hurray_bridge as hb
     from hurray_bridge import _capsule as C, _speedups
+    EXPORT, HOW = sys.argv[1], sys.argv[2]
     t = hb.asarray(np.arange(4.0))
     entered, done = threading.Event(), threading.Event()
     def slow(_):  # the owner's release drops the GIL, as torch freeing a source does
@@ -683,18 +698,10 @@ _HELD_RELEASE_SCRIPT = textwrap.dedent("""
         time.sleep(0.5)
         done.set()
     r = weakref.ref(t, slow)
-    kwargs = {"max_version": (1, 0)}
-    if sys.argv[1] == "python export":
-        kwargs["dl_device"] = (1, 0)  # made by the Python method, released by deleters.c
     before = len(C._EXPORTS)
-    cap = t.__dlpack__(**kwargs)
-    assert (len(C._EXPORTS) > before) == (sys.argv[1] == "python export")
-    class Producer:
-        def __dlpack__(self, **_):
-            return cap
-        def __dlpack_device__(self):
-            return (1, 0)
-    held = [np.from_dlpack(Producer()) if sys.argv[2] == "consumed" else cap]
+""") + _EXPORT_OF_T + textwrap.dedent("""
+    assert (len(C._EXPORTS) > before) == (EXPORT == "python export")
+    held = [np.from_dlpack(Producer()) if HOW == "consumed" else cap]
     del t, cap
     # The release runs on a thread that holds the GIL (NumPy's deleter, or the dying
     # capsule), and its owner's release gives the GIL away while it sleeps.
@@ -722,24 +729,17 @@ def test_the_exit_guard_waits_for_a_release_that_gave_the_gil_away(export: str,
     assert "left 0, finished True" in out.stdout, out.stdout + out.stderr
 
 
+# Runs inside the subinterpreter, after a line that sets CTYPES, EXPORT and HOW.
 _SUBINTERPRETER_CODE = """
 import sys, warnings
 warnings.simplefilter("ignore")  # NumPy warns that it does not support subinterpreters
-if {ctypes!r}:
+if CTYPES:
     sys.modules["hurray_bridge._speedups"] = None
 import numpy as np
 import hurray_bridge as hb
 t = hb.asarray(np.arange(4.0))
-kwargs = {{"max_version": (1, 0)}}
-if {export!r} == "python export":
-    kwargs["dl_device"] = (1, 0)
-cap = t.__dlpack__(**kwargs)
-class Producer:
-    def __dlpack__(self, **_):
-        return cap
-    def __dlpack_device__(self):
-        return (1, 0)
-if {how!r} == "consumed":
+""" + _EXPORT_OF_T + """
+if HOW == "consumed":
     a = np.from_dlpack(Producer())
     assert a.tolist() == [0.0, 1.0, 2.0, 3.0]
     del a
@@ -770,7 +770,8 @@ def test_a_release_inside_a_subinterpreter_does_not_wait_for_its_own_gil(export:
     # PyGILState_GetThisThreadState() answers, and the deleter, comparing the two, took
     # itself for a thread without the GIL: it asked for the GIL it held, and hung.
     deleters = "compiled" if C.COMPILED_DELETERS else "ctypes"
-    code = _SUBINTERPRETER_CODE.format(ctypes=deleters == "ctypes", export=export, how=how)
+    code = (f"CTYPES, EXPORT, HOW = {deleters == 'ctypes'}, {export!r}, {how!r}\n"
+            + _SUBINTERPRETER_CODE)
     script = f"import _testcapi\nprint('rc', _testcapi.run_in_subinterp({code!r}), flush=True)"
     try:
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
