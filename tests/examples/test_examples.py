@@ -38,8 +38,8 @@ def test_torch_to_jax_state_dict_crosses_zero_copy() -> None:
 def test_gpu_pipeline_says_why_it_does_not_run_without_cuda() -> None:
     torch = pytest.importorskip("torch", reason="torch is not installed")
 
-    if torch.cuda.is_available():  # the GPU suite runs it for real
-        return
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: the GPU suite runs gpu_pipeline.py for real")
     out = _run("gpu_pipeline.py")
     assert "CUDA" in out
 
@@ -47,8 +47,8 @@ def test_gpu_pipeline_says_why_it_does_not_run_without_cuda() -> None:
 def test_gpu_benchmark_says_why_it_does_not_run_without_cuda() -> None:
     torch = pytest.importorskip("torch", reason="torch is not installed")
 
-    if torch.cuda.is_available():  # gpu_tests/run.sh runs it for real
-        return
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: gpu_tests/run.sh runs benchmarks.gpu_bench for real")
     out = subprocess.run([sys.executable, "-m", "benchmarks.gpu_bench"], capture_output=True,
                          text=True, timeout=300, cwd=EXAMPLES.parent)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -61,8 +61,8 @@ def test_gpu_suite_skips_with_its_reason_and_imports_no_cupy_to_collect(tmp_path
     # the path makes an import at collection time visible (CuPy is not installed here).
     torch = pytest.importorskip("torch", reason="torch is not installed")
 
-    if torch.cuda.is_available():  # gpu_tests/run.sh runs the suite for real
-        return
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: gpu_tests/run.sh runs the GPU suite for real")
     (tmp_path / "cupy").mkdir()
     (tmp_path / "cupy" / "__init__.py").write_text("raise ImportError('stand-in cupy imported')\n")
     (tmp_path / "collect_probe.py").write_text(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import hurray_bridge as hb
@@ -206,9 +206,9 @@ def test_a_placed_dense_descriptor_encodes_as_the_general_path_does(d: hb.Descri
                                                                     off: int) -> None:
     """One offset given: what encode answers (bytes or the FormatError and its field) is the
     general path's, shortcut or not, for every descriptor and offset, good or bad."""
-    n = len(d.buffer_layout()) if not d.is_dynamic else 0
-    if n != 1:
-        return
+    # One offset places only a one-buffer descriptor; hypothesis draws again for the rest
+    # (about two in three), so every example counted compares the two paths.
+    assume(not d.is_dynamic and len(d.buffer_layout()) == 1)
 
     def outcome(o: int) -> object:
         try:
