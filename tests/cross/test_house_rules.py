@@ -8,6 +8,9 @@
    under ``if TYPE_CHECKING:`` run never, and are left out);
 3. the core reads no private name of an adapter (an adapter's documented functions
    are its interface; its ``_names`` are its own).
+4. no test ends early in silence: ``if ...: return`` in a test function passes without
+   asserting anything, and pytest counts it as a pass. A case that tests nothing is a
+   ``pytest.skip`` with its reason, a hypothesis ``assume``, or is not generated.
 
 Each rule prints every offence it finds, with file and line, so a failure says what
 to move where.
@@ -23,6 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "hurray_bridge"
+TESTS = ROOT / "tests"
 PACKAGE = "hurray_bridge"
 
 # Frameworks and framework helpers: they belong to an adapter.
@@ -198,6 +202,62 @@ def test_the_core_reads_no_private_name_of_an_adapter() -> None:
             if direct or (isinstance(base, ast.Name) and base.id in handles):
                 offences.append(f"{path.relative_to(ROOT)}:{node.lineno} reads .{node.attr}")
     assert not offences, "the core reads adapter privates:\n" + "\n".join(offences)
+
+
+def _own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function's body, without those of functions or classes inside it
+    (a helper's early return is its own business)."""
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def silent_returns(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, test) for each ``if ...: return`` (nothing else in the branch) in a test."""
+    tree = ast.parse(path.read_text(), str(path))
+    for fn in ast.walk(tree):
+        if not (isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and fn.name.startswith("test")):
+            continue
+        for node in _own_nodes(fn):
+            if (isinstance(node, ast.If) and len(node.body) == 1
+                    and isinstance(node.body[0], ast.Return)
+                    and (node.body[0].value is None or (
+                        isinstance(node.body[0].value, ast.Constant)
+                        and node.body[0].value.value is None))):
+                yield node.lineno, fn.name
+
+
+def test_no_test_returns_early_without_asserting() -> None:
+    offences = [f"{path.relative_to(ROOT)}:{line} {name}"
+                for path in sorted(TESTS.rglob("*.py")) for line, name in silent_returns(path)]
+    assert not offences, (
+        "a test that returns before asserting counts as a pass that tested nothing: skip it "
+        "with its reason (pytest.skip), assume() it away (hypothesis), or do not generate "
+        "the case:\n" + "\n".join(offences))
+
+
+@pytest.mark.parametrize("source, found", [
+    ("def test_a(x):\n    if x is None:\n        return\n    assert x\n", [(2, "test_a")]),
+    ("def test_a(x):\n    if x:\n        return None\n    else:\n        assert x\n",
+     [(2, "test_a")]),
+    ("class TestA:\n    def test_b(self, x):\n        if x:\n            return\n",
+     [(3, "test_b")]),
+    ("def test_a(x):\n    if x is None:\n        pytest.skip('no x: why')\n    assert x\n", []),
+    ("def test_a(x):\n    try:\n        f(x)\n    except E:\n        return\n", []),
+    ("def test_a(x):\n    def inner():\n        if x:\n            return\n    assert inner\n",
+     []),
+    ("def helper(x):\n    if x:\n        return\n", []),
+])
+def test_the_checker_sees_a_silent_return(tmp_path: Path, source: str,
+                                          found: list[tuple[int, str]]) -> None:
+    path = tmp_path / "test_mod.py"
+    path.write_text(source)
+    assert list(silent_returns(path)) == found
 
 
 @pytest.mark.parametrize("source, found", [
