@@ -739,34 +739,67 @@ def _add_file_commands(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from .dtypes import dtype_from_name
-    from .testing import CHECKS, check_producer, load_factory
+    from .testing import CHECKS, CONSUMER_CHECKS, check_consumer, check_producer, load_factory
+    from .testing._consumer import validate_consumer
 
+    only = args.only
     try:
-        factory = load_factory(args.factory)
-        dtype = dtype_from_name(args.dtype).name
-        unknown = [c for c in args.only or () if c not in CHECKS]
+        if args.factory is None and args.consumer is None:
+            raise ValueError("name what to check: MODULE:FACTORY, --consumer or both (hurray "
+                             "check mylib.testing:make_tensor --consumer mylib:from_dlpack)")
+        unknown = [c for c in only or () if c not in CHECKS and c not in CONSUMER_CHECKS]
         if unknown:
-            raise ValueError(f"unknown check(s) {', '.join(unknown)}; the checks are "
-                             f"{', '.join(CHECKS)}")
+            raise ValueError(f"unknown check(s) {', '.join(unknown)}; the producer checks are "
+                             f"{', '.join(CHECKS)}; the consumer checks are "
+                             f"{', '.join(CONSUMER_CHECKS)}")
+        factory = load_factory(args.factory) if args.factory is not None else None
+        dtype = dtype_from_name(args.dtype).name
+        if args.consumer is not None:
+            validate_consumer(args.consumer, args.write, args.timeout)
     except (ValueError, HurrayError) as exc:
         print(f"hurray: error: {exc}", file=sys.stderr)
         return 2
-    report = check_producer(factory, dtype=dtype, checks=args.only, label=args.factory)
-    print(report)
-    return 1 if report.failed else 0
+    reports = []
+    if factory is not None:
+        names = None if only is None else [c for c in only if c in CHECKS]
+        if names is None or names:
+            reports.append(check_producer(factory, dtype=dtype, checks=names,
+                                          label=args.factory))
+    if args.consumer is not None:
+        names = None if only is None else [c for c in only if c in CONSUMER_CHECKS]
+        if names is None or names:
+            try:
+                reports.append(check_consumer(args.consumer, write=args.write, checks=names,
+                                              timeout=args.timeout))
+            except ValueError as exc:  # the consumer stopped importing since it was validated
+                print(f"hurray: error: {exc}", file=sys.stderr)
+                return 2
+    print("\n\n".join(map(str, reports)))
+    return 1 if any(r.failed for r in reports) else 0
 
 
 def _add_check_command(sub: argparse._SubParsersAction) -> None:
     k = sub.add_parser(
-        "check", help="run the DLPack producer checks on a factory (exit status 1 on a failure)",
+        "check", help="run the DLPack producer and/or consumer checks (exit status 1 on a "
+                      "failure)",
         description="Import FACTORY from MODULE and run hurray_bridge.testing.check_producer on "
                     "it: versioned and legacy capsules, names, deleter, empty/rank-0/rank-64 "
-                    "tensors, strides, read-only flag, copy, dl_device, stream. Prints one "
-                    "line per check; exit status 1 if a check fails, 2 for bad input.")
-    k.add_argument("factory", metavar="MODULE:FACTORY",
+                    "tensors, strides, read-only flag, copy, dl_device, stream. With --consumer, "
+                    "run hurray_bridge.testing.check_consumer on a from_dlpack function, in "
+                    "child processes: READ_ONLY honoured over a write-protected page, deleter "
+                    "called once, copy= honoured. Prints one line per check; exit status 1 if a "
+                    "check fails, 2 for bad input.")
+    k.add_argument("factory", metavar="MODULE:FACTORY", nargs="?",
                    help="FACTORY(shape, dtype_name) -> DLPack producer, or FACTORY() -> one "
                         "fixed producer (the current directory is importable)")
     k.add_argument("--dtype", default="float32", help="element type passed to the factory")
+    k.add_argument("--consumer", metavar="MODULE:FUNCTION",
+                   help="a from_dlpack function to run the consumer checks on")
+    k.add_argument("--write", metavar="MODULE:FUNCTION",
+                   help="how to write into one of the consumer's arrays: FUNCTION(x) (default: "
+                        "x[...] = 7.0)")
+    k.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="time limit of each consumer check, in its child process (default 60)")
     k.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks")
     k.set_defaults(func=_cmd_check)
 

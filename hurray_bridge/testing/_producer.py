@@ -56,19 +56,31 @@ def check_producer(
                   dtype=dtype)
 
 
-def load_factory(spec: str) -> Callable[..., Any]:
+_EXAMPLES = {"factory": "mylib.testing:make_tensor", "consumer": "mylib:from_dlpack",
+             "write": "mylib.testing:write"}
+
+
+def split_spec(spec: str, *, what: str = "factory") -> tuple[str, str]:
+    """``(module, attribute)`` of a ``"MODULE:ATTR"`` name; ``ValueError`` for another form."""
+    form = "MODULE:FACTORY" if what == "factory" else "MODULE:FUNCTION"
+    example = _EXAMPLES.get(what, _EXAMPLES["factory"])
+    if not isinstance(spec, str):
+        raise ValueError(f"load_factory() takes a '{form}' string (for example "
+                         f"{example}), got {type(spec).__name__} {spec!r:.60}")
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"{spec!r} is not {form} (for example {example})")
+    return module, attr
+
+
+def load_factory(spec: str, *, what: str = "factory") -> Callable[..., Any]:
     """The callable named by ``"package.module:factory"`` (attribute paths with dots work).
 
     The current directory is searched too when the module is not found
-    elsewhere, as ``python -m`` would. Raises ``ValueError`` naming the problem.
+    elsewhere, as ``python -m`` would. Raises ``ValueError`` naming the problem;
+    ``what`` (``"factory"``, ``"consumer"``, ``"write"``) is the role the messages name.
     """
-    if not isinstance(spec, str):
-        raise ValueError(f"load_factory() takes a 'MODULE:FACTORY' string (for example "
-                         f"mylib.testing:make_tensor), got {type(spec).__name__} {spec!r:.60}")
-    module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"{spec!r} is not MODULE:FACTORY (for example "
-                         "mylib.testing:make_tensor)")
+    module, attr = split_spec(spec, what=what)
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
@@ -90,5 +102,5 @@ def load_factory(spec: str) -> Callable[..., Any]:
         except AttributeError:
             raise ValueError(f"{module!r} has no attribute {attr!r}") from None
     if not callable(obj):
-        raise ValueError(f"{spec} is a {type(obj).__name__}, not a callable factory")
+        raise ValueError(f"{spec} is a {type(obj).__name__}, not a callable {what}")
     return obj

@@ -22,14 +22,18 @@ class CheckResult(NamedTuple):
 
 
 class Report(list[CheckResult]):
-    """The results of :func:`check_producer`, in check order; ``str()`` is a table."""
+    """The results of :func:`check_producer` or :func:`check_consumer`, in check order;
+    ``str()`` is a table. ``producer`` names what was checked (a consumer too), and
+    ``kind`` says which side: ``"producer"`` or ``"consumer"``."""
 
     def __init__(
-        self, results: Iterable[CheckResult] = (), *, producer: str = "", dtype: str = ""
+        self, results: Iterable[CheckResult] = (), *, producer: str = "", dtype: str = "",
+        kind: str = "producer",
     ) -> None:
         super().__init__(results)
         self.producer = producer
         self.dtype = dtype
+        self.kind = kind
 
     @property
     def passed(self) -> list[CheckResult]:
@@ -61,13 +65,14 @@ class Report(list[CheckResult]):
         if self.failed:
             lines = [f"{r.name}: {r.why}" for r in self.failed]
             raise AssertionError(
-                f"{len(lines)} DLPack producer check(s) failed for {self.producer or 'producer'}:\n"
+                f"{len(lines)} DLPack {self.kind} check(s) failed for "
+                f"{self.producer or self.kind}:\n"
                 + "\n".join(f"  {line}" for line in lines)
             )
 
     def __str__(self, width: int = 100) -> str:
         name_w = max([len("check"), *(len(r.name) for r in self)])
-        head = f"DLPack producer checks: {self.producer}"
+        head = f"DLPack {self.kind} checks: {self.producer}"
         if self.dtype:
             head += f" ({self.dtype})"
         out = [head, "", f"{'check':<{name_w}}  result  why", f"{'-' * name_w}  ------  {'-' * 40}"]
@@ -82,7 +87,7 @@ class Report(list[CheckResult]):
         return "\n".join(out)
 
     def __repr__(self) -> str:
-        return (f"<Report {self.producer or 'producer'}: {len(self.passed)} passed, "
+        return (f"<Report {self.producer or self.kind}: {len(self.passed)} passed, "
                 f"{len(self.failed)} failed, {len(self.skipped)} skipped>")
 
 
