@@ -72,13 +72,28 @@ def _alignment(text: str) -> int:
     return value
 
 
+def _shown(text: object) -> str:
+    """``text`` safe to print on a terminal, as one line: every character that is not
+    printable (C0 and C1 controls, DEL, CR and LF, line and paragraph separators, bidi and
+    other format characters, lone surrogates) becomes the escape Python writes for it.
+
+    Names, metadata and paths come from files and folders that anyone may have made: printed
+    raw, an escape sequence in a name could set the terminal's title or clear it, a CR or LF
+    could forge a line of output (``other.hurray: OK``), and a lone surrogate could not be
+    encoded at all. A backslash stands for itself."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _fail(path: object, exc: BaseException) -> int:
     """Report bad input on stderr; status 2 (as argparse does for a bad command line)."""
     if isinstance(exc, OSError) and exc.strerror:
         msg = exc.strerror
     else:
         msg = str(exc)
-    print(f"hurray: error: {path}: {msg}", file=sys.stderr)
+    print(_shown(f"hurray: error: {path}: {msg}"), file=sys.stderr)
     return 2
 
 
@@ -110,7 +125,7 @@ class _ProgressBar:
     """A one-line progress bar on stderr, drawn only for a terminal and a large job."""
 
     def __init__(self, label: str, enabled: bool) -> None:
-        self.label = label
+        self.label = _shown(label)
         self.enabled = enabled and sys.stderr.isatty()
         self.last = -1
         self.drawn = False
@@ -194,7 +209,7 @@ def _rows_of(path: str) -> tuple[str, list[dict[str, object]], dict[str, str]]:
         rows = [{"name": e.name, "dtype": e.dtype.name, "shape": list(e.shape),
                  "layout": "row-major", "bytes": e.end - e.begin, "quantization": "-"}
                 for e in idx.entries]
-        summary = (f"{path}: safetensors, {_count(len(rows), 'tensor')}, "
+        summary = (f"{_shown(path)}: safetensors, {_count(len(rows), 'tensor')}, "
                    f"{_count(idx.file_size - idx.data_start, 'byte')} of data")
         return summary, rows, dict(idx.metadata)
     from .container import read_index
@@ -204,7 +219,7 @@ def _rows_of(path: str) -> tuple[str, list[dict[str, object]], dict[str, str]]:
              "shape": list(e.descriptor.shape), "layout": _layout_text(e.descriptor),
              "bytes": e.nbytes, "quantization": _quant_text(e.descriptor)}
             for e in fi.entries]
-    summary = (f"{path}: Hurray {fi.version[0]}.{fi.version[1]}, "
+    summary = (f"{_shown(path)}: Hurray {fi.version[0]}.{fi.version[1]}, "
                f"{_count(len(rows), 'entry', 'entries')}, "
                f"{_count(fi.data_length, 'byte')} of data, {fi.alignment}-byte alignment, "
                + ("CRC-32 data checksums" if fi.has_checksums else "no data checksums"))
@@ -213,7 +228,7 @@ def _rows_of(path: str) -> tuple[str, list[dict[str, object]], dict[str, str]]:
 
 def _table(rows: list[dict[str, object]]) -> str:
     cols = ("name", "dtype", "shape", "layout", "bytes", "quantization")
-    cells = [[str(r[c]) for c in cols] for r in rows]
+    cells = [[_shown(r[c]) for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     lines = ["  ".join(c.rjust(w) if c == "bytes" else c.ljust(w)
                        for c, w in zip(cols, widths, strict=True))]
@@ -238,8 +253,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if metadata:
         print("metadata:")
         for k, v in metadata.items():
-            shown = v if len(v) <= 200 else v[:200] + f"... ({len(v)} characters)"
-            print(f"  {k} = {shown}")
+            shown = _shown(v if len(v) <= 200 else v[:200]) + (
+                f"... ({len(v)} characters)" if len(v) > 200 else "")
+            print(f"  {_shown(k)} = {shown}")
     return 0
 
 
@@ -253,9 +269,9 @@ def _report_stale(path: str) -> None:
             size = f", {_count(os.lstat(tmp).st_size, 'byte')}"
         except OSError:
             continue
-        print(f"hurray: warning: {tmp}: temporary file of an interrupted save of {path} (its "
-              f"writer, pid {m['pid'] if m else '?'}, is gone{size}); delete it, or the next "
-              "save into that folder will", file=sys.stderr)
+        print(_shown(f"hurray: warning: {tmp}: temporary file of an interrupted save of "
+                     f"{path} (its writer, pid {m['pid'] if m else '?'}, is gone{size}); delete "
+                     "it, or the next save into that folder will"), file=sys.stderr)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -267,7 +283,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 from .safetensors_io import read_header
 
                 idx = read_header(path)
-                print(f"{path}: OK (safetensors: {_count(len(idx.entries), 'tensor')}, header "
+                print(f"{_shown(path)}: OK (safetensors: {_count(len(idx.entries), 'tensor')}, "
+                      "header "
                       "and offsets "
                       "checked; the format has no checksums)")
                 continue
@@ -279,7 +296,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             continue
         what = ("data checksums and padding verified" if fi.has_checksums
                 else "no data checksums: structure and padding verified")
-        print(f"{path}: OK ({_count(len(fi.entries), 'entry', 'entries')}, "
+        print(f"{_shown(path)}: OK ({_count(len(fi.entries), 'entry', 'entries')}, "
               f"{_count(fi.data_length, 'byte')} of data, {what})")
     return status
 
@@ -590,8 +607,8 @@ _NOT_WRITTEN = "the output was not written (an earlier file of that name is unch
 def _convert_interrupted(output: str, signum: int, what: str, when: str = "") -> int:
     import signal
 
-    print(f"hurray: error: {output}: interrupted by {signal.Signals(signum).name}{when}; "
-          f"{what}", file=sys.stderr)
+    print(_shown(f"hurray: error: {output}: interrupted by {signal.Signals(signum).name}"
+                 f"{when}; {what}"), file=sys.stderr)
     return 128 + signum  # what a shell reports for a command stopped by that signal
 
 
@@ -684,7 +701,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         return _convert_interrupted(args.output, signals[0], "the output was written in full",
                                     " as the conversion ended")
     if not args.quiet:
-        print(f"{args.input} ({src_fmt}) -> {args.output} ({dst_fmt}): {_count(n, 'tensor')}")
+        print(f"{_shown(args.input)} ({src_fmt}) -> {_shown(args.output)} ({dst_fmt}): "
+              f"{_count(n, 'tensor')}")
     return 0
 
 
@@ -757,7 +775,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         if args.consumer is not None:
             validate_consumer(args.consumer, args.write, args.timeout)
     except (ValueError, HurrayError) as exc:
-        print(f"hurray: error: {exc}", file=sys.stderr)
+        print(_shown(f"hurray: error: {exc}"), file=sys.stderr)
         return 2
     reports = []
     if factory is not None:
@@ -844,7 +862,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
             status = int(args.func(args))
         except HurrayError as exc:
-            print(f"hurray: error: {exc}", file=sys.stderr)
+            print(_shown(f"hurray: error: {exc}"), file=sys.stderr)
             status = 2
         except SystemExit:  # --help, --version and usage errors print too
             sys.stdout.flush()

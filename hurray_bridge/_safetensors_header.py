@@ -7,8 +7,11 @@ bytes of UTF-8 JSON (``{name: {"dtype", "shape", "data_offsets"}, ...,
 with the checks the reference implementation makes (safetensors
 ``tensor.rs``): a 100 MB header cap, offsets inside the data, lengths that
 match shape x dtype, and data that is covered exactly, with no hole and no
-overlap. Type names come from the element-type table's ``safetensors``
-column; a type it lacks is an :class:`UnsupportedError` naming it.
+overlap. It is read member by member and refused at the first token that breaks
+the format (container.md §9), so a hostile header costs a small multiple of its
+size; lone surrogates and a byte order mark are refused as safetensors refuses
+them. Type names come from the element-type table's ``safetensors`` column; a
+type it lacks is an :class:`UnsupportedError` naming it.
 
 Below both :mod:`hurray_bridge.container`, whose ``load`` opens safetensors files
 too, and :mod:`hurray_bridge.safetensors_io`, the converters and the writer, which
@@ -17,8 +20,10 @@ build on the container.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
+import re
 import struct
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -60,23 +65,261 @@ def _by_name() -> dict[str, DType]:
     return {d.safetensors: d for d in all_dtypes() if d.safetensors is not None}
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise FormatError(f"duplicate key {k!r} in the JSON header", field="header")
-        out[k] = v
-    return out
-
-
 def _uint(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark, which JSON (RFC 8259 §8.1) does not allow
+
+
 def looks_like_safetensors(head: bytes | memoryview) -> bool:
     """Whether a file's first bytes are safetensors' own: the 8-byte header length, then
-    the ``{`` of its JSON header (how every reader here tells the format by content)."""
-    return len(head) >= 9 and bytes(head[8:9]) == b"{"
+    the ``{`` of its JSON header (how every reader here tells the format by content). A
+    byte order mark before the ``{`` counts too, so that the parser names it."""
+    return len(head) >= 9 and (bytes(head[8:9]) == b"{" or bytes(head[8:12]) == _BOM + b"{")
+
+
+# The header is read member by member, never built whole: json.loads of a header whose
+# shape is [[], [], ...] made an object per two bytes (27 times the header) before any
+# check could run. Each member is one regular-expression match where it has the form
+# safetensors' writer gives it; any other form is read token by token, at most three
+# levels deep (the header, an entry, its arrays), an array of at most 65 numbers, and
+# refused at its first token that breaks the format, before anything after it is read.
+_WS = rb"[ \t\n\r]*"
+_UINT = rb"(?:0|[1-9][0-9]{0,19})"
+_FAST_ENTRY = re.compile(
+    _WS + rb'"([^"\\\x00-\x1f]*)"' + _WS + rb":" + _WS
+    + rb'\{"dtype":"([^"\\\x00-\x1f]*)","shape":\[(' + _UINT + rb"(?:," + _UINT
+    + rb"){0,63})?\],\"data_offsets\":\[(" + _UINT + rb"),(" + _UINT + rb")\]\}" + _WS
+    + rb"([,}])")
+_SPACE = re.compile(_WS)
+_STRING = re.compile(rb'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"')
+_SCALAR = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null"
+                     rb"|NaN|-?Infinity")
+_WORDS = {b"true": True, b"false": False, b"null": None, b"NaN": float("nan"),
+          b"Infinity": float("inf"), b"-Infinity": float("-inf")}
+_UTF8_STEP = 1 << 20  # the UTF-8 check decodes (and drops) this much at a time
+_MAX_ARRAY = MAX_RANK + 1  # one more than a shape may hold: enough to refuse it
+
+
+class _Cut:
+    """What stands in an array in an error message for what was not read."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _syntax(what: str, at: int) -> FormatError:
+    return FormatError(f"the header is not valid JSON: {what} at byte {at}", field="header")
+
+
+def _check_utf8(raw: memoryview) -> None:
+    """Refuse a header that is not UTF-8, as safetensors does, without holding it as a str
+    (one of 4 bytes per character, where one character outside the BMP is enough)."""
+    dec = codecs.getincrementaldecoder("utf-8")()
+    for at in range(0, len(raw), _UTF8_STEP):
+        pending = len(dec.getstate()[0])
+        try:
+            dec.decode(raw[at:at + _UTF8_STEP], final=at + _UTF8_STEP >= len(raw))
+        except UnicodeDecodeError as exc:
+            raise FormatError(f"the header is not valid UTF-8 ({exc.reason} at byte "
+                              f"{at - pending + exc.start})", field="header") from None
+
+
+def _text(token: bytes, field: str) -> str:
+    """A JSON string token's value; a lone surrogate (an unpaired ``\\ud800``-``\\udfff``
+    escape), which is no character, is refused as safetensors refuses it."""
+    if b"\\" not in token:
+        return token[1:-1].decode("utf-8")
+    text: str = json.loads(token)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise FormatError(
+            f"the string {json.dumps(text[:200])} holds a lone surrogate "
+            f"\\u{ord(text[exc.start]):04x} (a UTF-16 escape with no partner), which is no "
+            "Unicode character and cannot be printed or written; safetensors refuses it "
+            "too: write the string as UTF-8 or as a surrogate pair", field=field) from None
+    return text
+
+
+class _Reader:
+    """The header's bytes and a position in them, read a token at a time."""
+
+    def __init__(self, raw: memoryview, data_size: int) -> None:
+        self.raw = raw
+        self.pos = 0
+        self.data_size = data_size
+
+    def skip(self) -> int:
+        m = _SPACE.match(self.raw, self.pos)
+        assert m is not None
+        self.pos = m.end()
+        return self.pos
+
+    def peek(self) -> bytes:
+        return bytes(self.raw[self.skip():self.pos + 1])
+
+    def expect(self, char: bytes, what: str) -> None:
+        if self.peek() != char:
+            raise _syntax(f"expected {what}", self.pos)
+        self.pos += 1
+
+    def string(self, what: str, field: str) -> str:
+        m = _STRING.match(self.raw, self.skip())
+        if m is None:
+            got = self.peek()
+            if got == b'"':  # a string whose end or escapes are wrong
+                raise _syntax(f"{what}: a string with a control character, a bad escape or "
+                              "no closing quote", self.pos)
+            raise _syntax(f"expected {what} (a string), got {got.decode('latin-1')!r}",
+                          self.pos)
+        self.pos = m.end()
+        return _text(m.group(), field)
+
+    def member_end(self) -> bool:
+        """After a member: True at the ``}`` that closes the object, False at a ``,``."""
+        got = self.peek()
+        if got not in (b",", b"}"):
+            raise _syntax("expected ',' or '}' after a member", self.pos)
+        self.pos += 1
+        return got == b"}"
+
+    def value(self, key: str, field: str) -> Any:
+        """The value of an entry's member ``key``: a string, a number or an array of numbers.
+
+        Anything else is refused here, by ``key``'s own check, before it is read."""
+        got = self.peek()
+        if got == b'"':
+            return self.string("a value", field)
+        if got == b"[":
+            at = self.pos
+            self.pos += 1
+            items: list[Any] = []
+            if self.peek() == b"]":
+                self.pos += 1
+                return items
+            while True:
+                if len(items) == _MAX_ARRAY:
+                    items.append(_Cut("..."))
+                    break
+                got = self.peek()
+                if got in (b"[", b"{", b'"'):
+                    kind = {b"[": "an array", b"{": "an object", b'"': "a string"}[got]
+                    items.append(_Cut(f"<{kind}, at byte {self.pos}>"))
+                    break
+                items.append(self.scalar(field))
+                if self.peek() == b"]":
+                    self.pos += 1
+                    return items
+                self.expect(b",", "',' or ']' in an array")
+            _CHECKS[key](items, field, self.data_size)
+            raise AssertionError(f"the check of {key} took {items!r} from byte {at}")
+        if got == b"{":
+            _CHECKS[key](_Cut(f"<an object, at byte {self.pos}>"), field, self.data_size)
+            raise AssertionError(f"the check of {key} took an object")
+        return self.scalar(field)
+
+    def scalar(self, field: str) -> Any:
+        m = _SCALAR.match(self.raw, self.skip())
+        if m is None:
+            raise _syntax(f"expected a value, got {self.peek().decode('latin-1')!r}", self.pos)
+        self.pos = m.end()
+        token = m.group()
+        if token in _WORDS:
+            return _WORDS[token]
+        if len(token) > 40:  # no size needs more digits: not converted (CPython's own cap)
+            return _Cut(f"<a number of {len(token)} characters>")
+        return int(token) if token.lstrip(b"-").isdigit() else float(token)
+
+    def entry(self, name: str) -> dict[str, Any]:
+        """An entry's object: at most its three members, each checked as it comes."""
+        field = f"tensors[{_short(name)}]"
+        if self.peek() != b"{":
+            raise FormatError(f"must be an object with exactly {sorted(_ENTRY_KEYS)}",
+                              field=field)
+        self.pos += 1
+        info: dict[str, Any] = {}
+        if self.peek() == b"}":
+            self.pos += 1
+            return info
+        while True:
+            key = self.string("a key", field)
+            if key in info:
+                raise FormatError(f"duplicate key {key!r} in the JSON header", field="header")
+            if key not in _ENTRY_KEYS:
+                raise FormatError(f"must be an object with exactly {sorted(_ENTRY_KEYS)}, "
+                                  f"not {key!r}"[:300], field=field)
+            self.expect(b":", "':'")
+            info[key] = self.value(key, f"{field}.{key}")
+            if self.member_end():
+                return info
+
+    def metadata(self, build: bool) -> dict[str, str]:
+        """``__metadata__``: string keys to string values, refused at the first other value;
+        the dict is built only if ``build`` (a first pass checks without holding it)."""
+        out: dict[str, str] = {}
+        if self.peek() != b"{":
+            raise FormatError("__metadata__ must map strings to strings", field=METADATA_KEY)
+        self.pos += 1
+        if self.peek() == b"}":
+            self.pos += 1
+            return out
+        while True:
+            key = self.string("a key", METADATA_KEY)
+            self.expect(b":", "':'")
+            if self.peek() != b'"':
+                raise FormatError(f"__metadata__ must map strings to strings (the value of "
+                                  f"{key!r} is not a string)"[:300], field=METADATA_KEY)
+            value = self.string("a value", METADATA_KEY)
+            if build:
+                if key in out:
+                    raise FormatError(f"duplicate key {key!r} in the JSON header",
+                                      field="header")
+                out[key] = value
+            if self.member_end():
+                return out
+
+
+def _check_dtype(st: Any, field: str, data_size: int) -> None:
+    if not isinstance(st, str):
+        raise FormatError(f"dtype must be a string, got {st!r}"[:300], field=field)
+
+
+def _check_shape(shape: Any, field: str, data_size: int) -> None:
+    if not isinstance(shape, list) or len(shape) > MAX_RANK or not all(map(_uint, shape)):
+        raise FormatError(f"shape must be a list of at most {MAX_RANK} non-negative "
+                          f"integers, got {shape!r}"[:300], field=field)
+    if DYNAMIC in shape:  # (a descriptor would take it for an unknown size)
+        raise FormatError(f"shape {shape!r} has a dimension of 2**64 - 1 elements, which "
+                          "no file holds (Hurray reads that value as a dynamic "
+                          "dimension; safetensors has none)"[:300], field=field)
+
+
+def _check_offsets(offsets: Any, field: str, data_size: int) -> None:
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_uint, offsets))
+            or offsets[0] > offsets[1] or offsets[1] > data_size):
+        if (isinstance(offsets, list) and len(offsets) == 2 and all(map(_uint, offsets))
+                and offsets[0] <= offsets[1]):  # well formed, past the end: a short file
+            raise FormatError(f"truncated: data_offsets {offsets!r} end past the "
+                              f"{data_size} bytes of data the file holds"[:300], field=field)
+        raise FormatError(f"data_offsets {offsets!r} must be [begin, end] with "
+                          f"0 <= begin <= end <= {data_size}"[:300], field=field)
+
+
+_CHECKS = {"dtype": _check_dtype, "shape": _check_shape, "data_offsets": _check_offsets}
+
+
+@lru_cache(maxsize=4096)
+def _descriptor(shape: tuple[int, ...], st: str) -> tuple[Descriptor, int]:
+    """The descriptor of a dense tensor of safetensors type ``st`` and its byte count (many
+    entries share one: a cache keyed by strings and ints, which hash fast)."""
+    d = Descriptor(shape, _by_name()[st])
+    ((_, nbytes),) = d.buffer_layout()  # a dense tensor's one buffer: d.nbytes
+    return d, nbytes
 
 
 def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex:
@@ -101,96 +344,141 @@ def _parse(prefix: bytes | memoryview,
     if n > file_size - LENGTH.size or len(view) < LENGTH.size + n:
         raise FormatError(f"truncated: the header of {n} bytes extends past the end of the "
                           f"file ({file_size} bytes)", field="header_length")
-    raw = bytes(view[LENGTH.size:LENGTH.size + n])
-    if not raw.startswith(b"{"):
+    raw = view[LENGTH.size:LENGTH.size + n]
+    if bytes(raw[:3]) == _BOM:
+        raise FormatError("the JSON header starts with a UTF-8 byte order mark (bytes EF BB "
+                          "BF), which JSON does not allow and safetensors refuses: remove "
+                          "those 3 bytes (and take 3 from the header length)", field="header")
+    if bytes(raw[:1]) != b"{":
         raise FormatError("the JSON header must start with '{'", field="header")
-    try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
-    except UnicodeDecodeError as exc:
-        raise FormatError(f"the header is not valid UTF-8 ({exc.reason} at byte {exc.start})",
-                          field="header") from None
-    except RecursionError:
-        raise FormatError("the JSON header is nested too deeply", field="header") from None
-    except ValueError as exc:  # json.JSONDecodeError, and FormatError from the hook
-        if isinstance(exc, FormatError):
-            raise
-        raise FormatError(f"the header is not valid JSON: {exc}", field="header") from None
-    if not isinstance(header, dict):
-        raise FormatError("the JSON header must be an object", field="header")
+    _check_utf8(raw)
     data_start = LENGTH.size + n
     data_size = file_size - data_start
-    metadata: dict[str, str] = {}
-    entries = []
-    descriptors = []
+    r = _Reader(raw, data_size)
+    r.pos = 1
+    metadata_at = -1
+    names: set[str] = set()
+    entries: list[SafetensorsEntry] = []
+    descriptors: list[Descriptor] = []
     by_name = _by_name()
-    for k, (name, info) in enumerate(header.items()):
-        if not k & 1023:
+    fast = _FAST_ENTRY.match
+    closed = r.peek() == b"}"
+    if closed:
+        r.pos += 1
+    while not closed:
+        if not len(entries) & 1023:
             checkpoint()  # a header of many tensors takes seconds
-        if name == METADATA_KEY:
-            if not isinstance(info, dict) or not all(
-                    isinstance(k, str) and isinstance(v, str) for k, v in info.items()):
-                raise FormatError("__metadata__ must map strings to strings",
-                                  field=METADATA_KEY)
-            metadata = info
+        m = fast(raw, r.pos)
+        if m is not None and m.group(1) != b"__metadata__":
+            # the form safetensors writes: no escape, so no decoding but UTF-8's
+            name = str(raw[m.start(1):m.end(1)], "utf-8")
+            st, sh, begin, end = m.group(2, 3, 4, 5)
+            shape = tuple([int(x) for x in sh.split(b",")] if sh else ())
+            r.pos = m.end()
+            closed = m.group(6) == b"}"
+            if name in names:
+                raise FormatError(f"duplicate key {_short(name)} in the JSON header",
+                                  field="header")
+            names.add(name)
+            fast_entry = _fast_entry(name, str(st, "utf-8"), shape, int(begin), int(end),
+                                     data_size)
+            if fast_entry is None:  # a defect: the full checks name it
+                _check_entry(name, {"dtype": str(st, "utf-8"), "shape": list(shape),
+                                    "data_offsets": [int(begin), int(end)]},
+                             by_name, data_size)
+                raise AssertionError(f"the checks took {_short(name)}")
+            entries.append(fast_entry[0])
+            descriptors.append(fast_entry[1])
             continue
-        field = f"tensors[{name!r}]"
-        if not isinstance(info, dict) or set(info) != _ENTRY_KEYS:
-            raise FormatError(f"must be an object with exactly {sorted(_ENTRY_KEYS)}",
-                              field=field)
-        st = info["dtype"]
-        shape = info["shape"]
-        offsets = info["data_offsets"]
-        if not isinstance(st, str):
-            raise FormatError(f"dtype must be a string, got {st!r}", field=f"{field}.dtype")
-        dtype = by_name.get(st)
-        if dtype is None:
-            raise UnsupportedError(
-                f"tensor {name!r} has safetensors dtype {st!r}, which has no Hurray element "
-                f"type (the table's safetensors column knows {', '.join(_by_name())})")
-        if not isinstance(shape, list) or len(shape) > MAX_RANK or not all(map(_uint, shape)):
-            raise FormatError(f"shape must be a list of at most {MAX_RANK} non-negative "
-                              f"integers, got {shape!r}"[:300], field=f"{field}.shape")
-        if DYNAMIC in shape:  # (a descriptor would take it for an unknown size)
-            raise FormatError(f"shape {shape!r} has a dimension of 2**64 - 1 elements, which "
-                              "no file holds (Hurray reads that value as a dynamic "
-                              "dimension; safetensors has none)"[:300], field=f"{field}.shape")
-        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_uint, offsets))
-                or offsets[0] > offsets[1] or offsets[1] > data_size):
-            if (isinstance(offsets, list) and len(offsets) == 2 and all(map(_uint, offsets))
-                    and offsets[0] <= offsets[1]):  # well formed, past the end: a short file
-                raise FormatError(f"truncated: data_offsets {offsets!r} end past the "
-                                  f"{data_size} bytes of data the file holds"[:300],
-                                  field=f"{field}.data_offsets")
-            raise FormatError(f"data_offsets {offsets!r} must be [begin, end] with "
-                              f"0 <= begin <= end <= {data_size}"[:300],
-                              field=f"{field}.data_offsets")
-        entry = SafetensorsEntry(name, dtype, tuple(shape), offsets[0], offsets[1])
-        try:
-            d = entry.descriptor
-        except FormatError as exc:
-            raise FormatError(f"tensor {name!r}: {exc}", field=f"{field}.shape") from None
-        if dtype.is_subbyte and (d.element_count * dtype.bits) % 8:
-            raise FormatError(f"{d.element_count} {st} elements do not fill whole bytes",
-                              field=f"{field}.shape")
-        ((_, nbytes),) = d.buffer_layout()  # a dense tensor's one buffer: d.nbytes
-        if entry.end - entry.begin != nbytes:
-            raise FormatError(f"data_offsets span {entry.end - entry.begin} bytes, shape "
-                              f"{list(shape)} of {st} needs {nbytes}",
-                              field=f"{field}.data_offsets")
-        entries.append(entry)
-        descriptors.append(d)
+        else:
+            name = r.string("a tensor's name", "header")
+            if name in names:  # before its value is read
+                raise FormatError(f"duplicate key {_short(name)} in the JSON header",
+                                  field="header")
+            r.expect(b":", "':'")
+            if name == METADATA_KEY:
+                metadata_at = r.pos
+                r.metadata(build=False)
+                info = None
+            else:
+                info = r.entry(name)
+            closed = r.member_end()
+        names.add(name)
+        if info is not None:
+            entry, d = _check_entry(name, info, by_name, data_size)
+            entries.append(entry)
+            descriptors.append(d)
+    if r.skip() != len(raw):
+        raise _syntax("extra data after the closing '}' (only spaces may follow)", r.pos)
+    del names
     # Like safetensors: sorted by offset, the tensors cover the data exactly.
     pos = 0
     for e in sorted(entries, key=lambda e: (e.begin, e.end)):
         if e.begin != pos:
             what = "overlaps the previous tensor" if e.begin < pos else f"leaves a hole at {pos}"
-            raise FormatError(f"tensor {e.name!r} at [{e.begin}, {e.end}) {what}",
-                              field=f"tensors[{e.name!r}].data_offsets")
+            raise FormatError(f"tensor {_short(e.name)} at [{e.begin}, {e.end}) {what}",
+                              field=f"tensors[{_short(e.name)}].data_offsets")
         pos = e.end
     if pos != data_size:
         raise FormatError(f"the tensors cover {pos} bytes of data, the file holds {data_size}",
                           field="data")
+    metadata: dict[str, str] = {}
+    if metadata_at >= 0:  # checked already: now held, once the tensors are known good
+        r.pos = metadata_at
+        metadata = r.metadata(build=True)
     return SafetensorsIndex(tuple(entries), metadata, data_start, file_size), descriptors
+
+
+def _short(name: str) -> str:
+    """``name`` as its repr, cut to 200 characters: a name may be megabytes long."""
+    return repr(name) if len(name) <= 200 else repr(name[:200]) + f"... ({len(name)} characters)"
+
+
+def _fast_entry(name: str, st: str, shape: tuple[int, ...], begin: int, end: int,
+                data_size: int) -> tuple[SafetensorsEntry, Descriptor] | None:
+    """The entry a well-formed member describes, or None if a check fails (the full checks
+    of :func:`_check_entry` then say which): the same rules, without their messages."""
+    dtype = _by_name().get(st)
+    if dtype is None or DYNAMIC in shape or begin > end or end > data_size:
+        return None
+    try:
+        d, nbytes = _descriptor(shape, st)
+    except FormatError:
+        return None
+    if end - begin != nbytes or (dtype.is_subbyte and (d.element_count * dtype.bits) % 8):
+        return None
+    return SafetensorsEntry(name, dtype, d.shape, begin, end), d
+
+
+def _check_entry(name: str, info: dict[str, Any], by_name: dict[str, DType],
+                 data_size: int) -> tuple[SafetensorsEntry, Descriptor]:
+    field = f"tensors[{_short(name)}]"
+    if set(info) != _ENTRY_KEYS:
+        raise FormatError(f"must be an object with exactly {sorted(_ENTRY_KEYS)}", field=field)
+    st = info["dtype"]
+    shape = info["shape"]
+    offsets = info["data_offsets"]
+    _check_dtype(st, f"{field}.dtype", data_size)
+    dtype = by_name.get(st)
+    if dtype is None:
+        raise UnsupportedError(
+            f"tensor {_short(name)} has safetensors dtype {st!r}, which has no Hurray element "
+            f"type (the table's safetensors column knows {', '.join(_by_name())})")
+    _check_shape(shape, f"{field}.shape", data_size)
+    _check_offsets(offsets, f"{field}.data_offsets", data_size)
+    entry = SafetensorsEntry(name, dtype, tuple(shape), offsets[0], offsets[1])
+    try:
+        d, nbytes = _descriptor(entry.shape, st)
+    except FormatError as exc:
+        raise FormatError(f"tensor {_short(name)}: {exc}", field=f"{field}.shape") from None
+    if dtype.is_subbyte and (d.element_count * dtype.bits) % 8:
+        raise FormatError(f"{d.element_count} {st} elements do not fill whole bytes",
+                          field=f"{field}.shape")
+    if entry.end - entry.begin != nbytes:
+        raise FormatError(f"data_offsets span {entry.end - entry.begin} bytes, shape "
+                          f"{list(shape)} of {st} needs {nbytes}",
+                          field=f"{field}.data_offsets")
+    return entry, d
 
 
 def read_header_from(f: Any) -> SafetensorsIndex:
@@ -205,5 +493,8 @@ def read_header_and_descriptors(f: Any) -> tuple[SafetensorsIndex, list[Descript
     if len(head) == LENGTH.size:
         (n,) = LENGTH.unpack(head)
         if n <= min(MAX_HEADER_SIZE, size - LENGTH.size):  # read only what the file justifies
-            head += f.read(n)
+            buf = bytearray(LENGTH.size + n)  # read into place: the header is held once
+            buf[:LENGTH.size] = head
+            got = f.readinto(memoryview(buf)[LENGTH.size:])
+            return _parse(memoryview(buf)[:LENGTH.size + (got or 0)], size)
     return _parse(head, size)

@@ -20,6 +20,7 @@ import functools
 import io
 import math
 import pathlib
+import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -869,6 +870,19 @@ CASES += [
     Case("safetensors-offsets-past-end", "data_offsets [0, 400], 16 bytes of data",
          lambda: _st('{"a":{"dtype":"F32","shape":[100],"data_offsets":[0,400]}}'),
          hb.FormatError, ("data_offsets", "truncated", "16 bytes of data")),
+    Case("safetensors-shape-nested", "shape [[], [], ...] (checked at its first [)",
+         lambda: _st('{"a":{"dtype":"F32","shape":[' + ",".join(["[]"] * 1000)
+                     + '],"data_offsets":[0,4]}}'),
+         hb.FormatError, ("tensors['a'].shape", "<an array, at byte 29>", "at most 64")),
+    Case("safetensors-shape-object", "shape [{}]",
+         lambda: _st('{"a":{"dtype":"F32","shape":[{}],"data_offsets":[0,4]}}'),
+         hb.FormatError, ("tensors['a'].shape", "<an object", "non-negative integers")),
+    Case("safetensors-name-lone-surrogate", 'name "\\ud800"',
+         lambda: _st('{"\\ud800":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'),
+         hb.FormatError, ("header", "lone surrogate", "\\ud800", "safetensors refuses")),
+    Case("safetensors-bom", "EF BB BF before the header's {",
+         lambda: sio.parse_header(struct.pack("<Q", 5) + b"\xef\xbb\xbf{}", 13),
+         hb.FormatError, ("header", "byte order mark", "EF BB BF", "remove")),
 ]
 
 

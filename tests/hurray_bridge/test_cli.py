@@ -963,3 +963,85 @@ def test_verify_reports_the_temporary_of_a_killed_save(capsys: pytest.CaptureFix
     assert "5000 bytes" in err and stale.exists()  # reported, not removed: verify only reads
     hb.save(ckpt, {"w": np.ones(2)})  # the next save removes it
     assert not stale.exists()
+
+
+# ------------------------------------------------- hostile names on a terminal
+_HOSTILE_NAMES = [
+    "title\x1b]0;pwned\x07",  # sets the terminal's title
+    "clear\x1b[2J\x1b[H",  # clears the screen
+    "forged\r\nother.hurray: OK (0 entries)",  # a line of its own
+    "bidi\u202egnp.exe",  # right-to-left override
+    "c1\x9b31m",  # a C1 control sequence introducer
+    "del\x7f nbsp\xa0 lsep\u2028 psep\u2029 zwsp\u200b",
+]
+
+
+def _st_bytes(header: dict[str, Any] | bytes, data: bytes) -> bytes:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+def _only_printable(text: str) -> None:
+    for line in text.splitlines():
+        assert line.isprintable(), repr(line)
+    assert "\r" not in text
+
+
+def test_every_human_readable_output_escapes_what_a_file_or_folder_name_holds(
+        tmp_path: pathlib.Path) -> None:
+    entries = {n: {"dtype": "U8", "shape": [1], "data_offsets": [i, i + 1]}
+               for i, n in enumerate(_HOSTILE_NAMES)}
+    header = {"__metadata__": {"key\x1b[2J": "value\r\nother.hurray: OK (0 entries)"},
+              **entries}
+    folder = tmp_path / "dir\x1b]0;x\x07"
+    folder.mkdir()
+    st = folder / "m\r\nother.hurray: OK.safetensors"
+    st.write_bytes(_st_bytes(header, bytes(len(entries))))
+    hy = folder / "h\x1b[2J.hurray"
+    assert _cli("convert", "-q", str(st), str(hy)).returncode == 0
+    for argv in (["inspect", str(st)], ["inspect", str(hy)], ["verify", str(st), str(hy)],
+                 ["convert", str(st), str(folder / "o\x1b[2J.hurray")]):
+        res = _cli(*argv)
+        assert res.returncode == 0, res.stderr
+        _only_printable(res.stdout)
+        _only_printable(res.stderr)
+        assert not any(line.startswith("other.hurray") for line in res.stdout.splitlines())
+        if argv[0] == "inspect":
+            assert "\\x1b]0;pwned\\x07" in res.stdout and "\\r\\nother.hurray" in res.stdout
+            assert "\\u202e" in res.stdout and "\\x9b" in res.stdout
+            assert "\\x7f nbsp\\xa0 lsep\\u2028 psep\\u2029 zwsp\\u200b" in res.stdout
+            assert "key\\x1b[2J = value\\r\\nother.hurray: OK (0 entries)" in res.stdout
+    # errors and warnings name the file as escapes too
+    bad = folder / "bad\x1b[2J\r\nx.hurray"
+    bad.write_bytes(b"garbage")
+    hb.save(folder / "s.hurray", {"w": np.ones(1)})
+    (folder / ".s.hurray.\x1b[2J.tmp").write_bytes(b"")
+    for argv in (["inspect", str(bad)], ["verify", str(bad)], ["verify", str(folder / "s.hurray")],
+                 ["convert", str(bad), str(tmp_path / "o.hurray")]):
+        res = _cli(*argv)
+        _only_printable(res.stdout)
+        _only_printable(res.stderr)
+        if argv[1] == str(bad):
+            assert res.returncode == 2 and len(res.stderr.splitlines()) == 1, res.stderr
+            assert "bad\\x1b[2J\\r\\nx.hurray" in res.stderr
+
+
+@pytest.mark.parametrize("header, words", [
+    (b'{"a\\ud800":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', "lone surrogate"),
+    (b'{"__metadata__":{"k":"\\udfff"},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}',
+     "lone surrogate"),
+    (b'\xef\xbb\xbf{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', "byte order mark"),
+])
+def test_a_name_that_cannot_be_printed_or_a_bom_is_one_line_and_exit_2(
+        tmp_path: pathlib.Path, header: bytes, words: str) -> None:
+    path = tmp_path / "s.safetensors"
+    path.write_bytes(_st_bytes(header, b"\0"))
+    for argv in (["inspect", str(path)], ["verify", str(path)],
+                 ["convert", str(path), str(tmp_path / "o.hurray")]):
+        res = _cli(*argv)
+        assert res.returncode == 2, (argv, res.stderr)
+        assert len(res.stderr.splitlines()) == 1 and words in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr and "not a Hurray file" not in res.stderr
+        _only_printable(res.stderr)
+    assert not (tmp_path / "o.hurray").exists()

@@ -207,7 +207,16 @@ def test_valid_crafted_headers() -> None:
     (st_file(b"[1, 2]"), "header"),
     (st_file(b"{not json}"), "header"),
     (st_file(b'{"a": "\xff"}'), "header"),
-    (st_file(b'{"a": 1, "a": 2}'), "header"),
+    # the first defect in reading order: "a" is no entry before it is a duplicate
+    (st_file(b'{"a": 1, "a": 2}'), "tensors['a']"),
+    (st_file(b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "a": 2}',
+             bytes(8)), "header"),
+    (st_file(b'{"__metadata__": {"k": "v", "k": "w"}}'), "header"),
+    (st_file(b'{"a": {"dtype": "F32", "dtype": "F32"}}'), "header"),
+    (st_file(b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},}', bytes(8)),
+     "header"),
+    (st_file(b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}\0', bytes(8)),
+     "header"),
     (st_file(b"{" + b'"a":' * 0 + b"[" * 100_000 + b"]" * 100_000 + b"}"), "header"),
     (st_file({"__metadata__": {"k": 1}}), "__metadata__"),
     (st_file({"__metadata__": ["k"]}), "__metadata__"),
@@ -283,3 +292,149 @@ def test_conversion_progress(tmp_path: pathlib.Path) -> None:
                           progress=lambda d, t: seen.append((d, t)))
     assert seen[-1] == ((3 << 20) + 20, (3 << 20) + 20)
     assert (tmp_path / "q.safetensors").read_bytes() == (tmp_path / "p.safetensors").read_bytes()
+
+
+# ------------------------------------------- hostile headers: bounded work (memory, time)
+_MEASURE_CHILD = r"""
+import sys, time
+from hurray_bridge.errors import FormatError
+import hurray_bridge as hb
+
+def hwm_kib():
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM"))
+
+with open("/proc/self/clear_refs", "w") as f:  # VmHWM from here on
+    f.write("5")
+base = hwm_kib()
+t = time.perf_counter()
+try:
+    hb.load(sys.argv[1])
+    print("loaded")
+except FormatError as exc:
+    print(f"{exc.field}|{(hwm_kib() - base) * 1024}|{time.perf_counter() - t:.3f}|{exc}"[:2000])
+"""
+
+
+def _hostile_header(kind: str, size: int) -> bytes:
+    """A header of about ``size`` bytes whose one defect comes last, of each attack's shape."""
+    head = b'{"a":{"dtype":"F32","shape":['
+    tail = b'],"data_offsets":[0,0]}}'
+    n = (size - len(head) - len(tail)) // 3
+    if kind == "nested empty lists":  # the issue's: [[],[],...]
+        return head + b",".join([b"[]"] * n) + tail
+    if kind == "objects in a shape":
+        return head + b",".join([b"{}"] * n) + tail
+    if kind == "long shape of big numbers":
+        return head + b",".join([b"1000"] * (n * 3 // 5)) + tail
+    if kind == "deep nesting":
+        return head[:-1] + b"[" * (n * 3 // 2) + b"]" * (n * 3 // 2) + tail[1:]
+    if kind == "one key repeated":
+        return b'{"a":{' + b",".join([b'"shape":[]'] * (size // 11)) + b"}}"
+    if kind == "many metadata items":  # then an entry that is refused
+        items = b",".join(b'"k%d":"v"' % i for i in range(size // 12))
+        return b'{"__metadata__":{' + items + b'},"a":{"dtype":"F32","shape":[[]],' \
+            b'"data_offsets":[0,0]}}'
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind, field", [
+    ("nested empty lists", "tensors['a'].shape"),
+    ("objects in a shape", "tensors['a'].shape"),
+    ("long shape of big numbers", "tensors['a'].shape"),
+    ("deep nesting", "tensors['a'].shape"),
+    ("one key repeated", "header"),
+    ("many metadata items", "tensors['a'].shape"),
+])
+def test_a_hostile_header_is_refused_in_bounded_memory(tmp_path: pathlib.Path, kind: str,
+                                                       field: str) -> None:
+    """Peak memory at most 4 x the header + 64 MiB before the FormatError (measured in a child
+    process, whose peak resident set is its own): the header is checked as it is read, never
+    built whole first."""
+    import subprocess
+    import sys
+
+    if not pathlib.Path("/proc/self/clear_refs").exists():
+        pytest.skip("needs Linux's /proc/self/clear_refs to measure a peak resident set")
+    header = _hostile_header(kind, 14 << 20)
+    path = tmp_path / "h.safetensors"
+    path.write_bytes(st_file(header))
+    res = subprocess.run([sys.executable, "-c", _MEASURE_CHILD, str(path)], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    got_field, peak, seconds, message = res.stdout.strip().split("|", 3)
+    assert got_field == field, message
+    assert int(peak) <= 4 * len(header) + (64 << 20), (
+        f"{kind}: peak +{int(peak) >> 20} MiB for a {len(header) >> 20} MiB header "
+        f"({seconds} s): {message[:200]}")
+
+
+@pytest.mark.parametrize("header", [
+    # what safetensors' own writer makes, and what its reader also takes
+    b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}',
+    b'{ "a" : { "data_offsets" : [ 0 , 8 ] , "shape" : [ 2 ] , "dtype" : "F32" } }\n\t ',
+    b'{"\\u00e9\\ud83d\\ude00\\"\\\\\\/\\b\\f\\n\\r\\t\\u0000":'
+    b'{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}',
+    b'{"\\u005f_metadata__":{"k":"v\\u00e9","":""},'
+    b'"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}',
+    b'{"a":{"dtype":"F32","shape":[1,1,2],"data_offsets":[0,8]},'
+    b'"b":{"dtype":"U8","shape":[0],"data_offsets":[8,8]},"__metadata__":{}}',
+])
+def test_unusual_but_valid_headers_read_as_safetensors_reads_them(tmp_path: pathlib.Path,
+                                                                   header: bytes) -> None:
+    from safetensors import safe_open
+
+    path = tmp_path / "v.safetensors"
+    path.write_bytes(st_file(header, bytes(8)))
+    idx = read_header(path)
+    with safe_open(str(path), "np") as f:
+        assert [e.name for e in idx.entries] == sorted(f.keys(), key=[
+            e.name for e in idx.entries].index)
+        assert sorted(e.name for e in idx.entries) == sorted(f.keys())
+        assert idx.metadata == (f.metadata() or {})
+        for e in idx.entries:
+            assert list(e.shape) == list(f.get_slice(e.name).get_shape())
+    assert idx.entries[0].begin == 0
+
+
+def test_a_header_of_many_tensors_and_metadata_reads_as_safetensors_reads_it(
+        tmp_path: pathlib.Path) -> None:
+    from safetensors.numpy import save_file
+
+    tensors = {f"layers.{i}.w\u00e9": np.full((i % 7, 3), i, np.float32) for i in range(3000)}
+    meta = {f"key {i}": "value \u2028\x1b" * (i % 5) for i in range(500)}
+    save_file(tensors, tmp_path / "m.safetensors", metadata=meta)
+    loaded = hb.load(tmp_path / "m.safetensors")
+    assert list(loaded) == sorted(tensors, key=lambda k: (tensors[k].nbytes == 0, 0)) or \
+        sorted(loaded) == sorted(tensors)
+    assert loaded.metadata == meta
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(np.asarray(hb.convert(loaded[name], "numpy")), value)
+
+
+@pytest.mark.parametrize("where", ["name", "metadata key", "metadata value", "dtype"])
+def test_a_lone_surrogate_is_refused_as_safetensors_refuses_it(where: str) -> None:
+    """``\\ud800`` unpaired is no Unicode character: Python's JSON decoder makes a str of it
+    that cannot be encoded (printed, written); the safetensors library refuses the file."""
+    e = '{"dtype":"F32","shape":[2],"data_offsets":[0,8]}'
+    header = {
+        "name": '{"a\\ud800":' + e + '}',
+        "metadata key": '{"__metadata__":{"\\udc00":"v"},"a":' + e + '}',
+        "metadata value": '{"__metadata__":{"k":"x\\ud83d"},"a":' + e + '}',
+        "dtype": '{"a":{"dtype":"F\\ud800","shape":[2],"data_offsets":[0,8]}}',
+    }[where]
+    with pytest.raises(hb.FormatError, match="lone surrogate") as info:
+        parse(st_file(header.encode(), bytes(8)))
+    assert "\\ud8" in str(info.value) or "\\udc00" in str(info.value)
+
+
+def test_a_byte_order_mark_before_the_header_is_named(tmp_path: pathlib.Path) -> None:
+    header = b'\xef\xbb\xbf{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
+    path = tmp_path / "bom.safetensors"
+    path.write_bytes(st_file(header, bytes(8)))
+    for call in (lambda: hb.load(path), lambda: read_header(path),
+                 lambda: parse(path.read_bytes()),
+                 lambda: safetensors_to_hurray(path, tmp_path / "o.hurray")):
+        with pytest.raises(hb.FormatError, match="byte order mark") as info:
+            call()
+        assert info.value.field == "header" and "not a Hurray file" not in str(info.value)
