@@ -181,7 +181,10 @@ def _map_segment(name: str, readonly: bool) -> tuple[Any, Any]:
         ) from None
     try:
         size = os.fstat(fd).st_size
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
+        # Read-only handles map copy-on-write: a consumer that writes anyway (torch has no
+        # read-only tensors) changes its own private pages, never the segment, and does
+        # not die of SIGSEGV as it would on a read-only map (interchange.md §7.2).
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_COPY if readonly else mmap.ACCESS_WRITE)
     finally:
         os.close(fd)
     return mm, None
