@@ -819,10 +819,12 @@ def verify(path: str | os.PathLike[str]) -> FileIndex:
 def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = False) -> TensorFile:
     """Load a Hurray file as ``{name: hb.Tensor}`` (a :class:`TensorFile`, with ``.metadata``).
 
-    With ``mmap=True`` (the default) every tensor points into one read-only
+    With ``mmap=True`` (the default) every tensor points into one copy-on-write
     memory map of the file: nothing is read until it is touched, and the map
-    (and its file descriptor) is released when the last tensor dies. Writing
-    through such a tensor is not allowed (``readonly`` is set). With
+    (and its file descriptor) is released when the last tensor dies. The tensors
+    are read-only (``readonly`` is set); a consumer that writes anyway (torch)
+    changes this load's private copy of the page, seen by every view of this
+    load and never by the file or another load (container.md §8.2). With
     ``mmap=False`` each buffer is read into fresh, writable, 64-byte aligned
     memory. ``verify=True`` first checks the data checksums and padding (it
     reads the whole file).
@@ -880,9 +882,9 @@ def _load_safetensors(f: Any, path: str, *, mmap: bool = True,
     """A safetensors file, opened as ``f`` (a regular file at offset 0), as a ``TensorFile``.
 
     What :func:`hurray_bridge.load` returns for a safetensors file: the tensors
-    point into one read-only memory map of the file (``mmap=False``: each is
-    read into fresh, writable, 64-byte aligned memory) and ``metadata`` is its
-    ``__metadata__``. The format has no checksums, so ``verify=True`` checks
+    point into one copy-on-write memory map of the file, read-only as :func:`load`'s
+    (``mmap=False``: each is read into fresh, writable, 64-byte aligned memory)
+    and ``metadata`` is its ``__metadata__``. The format has no checksums, so ``verify=True`` checks
     what every load checks: the header and that each tensor's bytes are there.
     """
     if sys.byteorder != "little":

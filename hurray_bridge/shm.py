@@ -103,9 +103,10 @@ def share(tensor: Any, *, readonly: bool = False) -> SharedTensorHandle:
     """Copy ``tensor`` (an hb.Tensor or native host array) once into new shared memory.
 
     Every layout travels as it is (strided, sparse, quantized: all buffers,
-    each at a 64-byte aligned offset). ``readonly=True`` makes consumers map
-    the segment read-only. This process owns the segment: see the module
-    docstring for the lifetime rule.
+    each at a 64-byte aligned offset). ``readonly=True`` gives consumers
+    read-only tensors over a copy-on-write map of the segment: a consumer that
+    writes anyway changes its own pages, never the segment. This process owns the
+    segment: see the module docstring for the lifetime rule.
     """
     from multiprocessing import shared_memory
 
