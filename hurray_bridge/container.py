@@ -34,6 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
+from ._copy_policy import check_copy
 from ._disk import (
     SUFFIX_FORMATS,
     WRITES_VECTORS,
@@ -57,7 +58,7 @@ from ._safetensors_header import (
 from ._trailing import placed_pieces, set_trailing_bits
 from .conversion import asarray, asarray_one
 from .descriptor import Descriptor
-from .errors import FormatError, UnsupportedError
+from .errors import CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
 from .shards import ShardedTensor, _missing_box
 from .tensor import CPU, Buffer, Tensor
@@ -748,8 +749,15 @@ def load_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def _map(f: Any, size: int) -> _mmap.mmap:
+    """The open file ``f`` mapped copy-on-write (``MAP_PRIVATE``; container.md §8.2).
+
+    The tensors over it are read-only, but torch has no read-only tensors and ignores
+    DLPack's READ_ONLY flag: a write through a read-only map would kill the process
+    (SIGSEGV), one through a shared writable map would change the file. A private map
+    costs the same to read; a written page becomes this map's own copy.
+    """
     try:
-        mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ)
+        mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_COPY)
     except ValueError:  # "cannot mmap an empty file": emptied since its header was read
         raise FormatError("the file changed size while it was opened",
                           field="file_size") from None
@@ -761,7 +769,7 @@ def _map(f: Any, size: int) -> _mmap.mmap:
 
 def _mapping(f: Any, size: int, path: str,
              check: Callable[[memoryview], None] | None = None) -> _Mapping:
-    """The open file ``f`` mapped read-only as the owner of views into it, after ``check``
+    """The open file ``f`` mapped (:func:`_map`) as the owner of views into it, after ``check``
     of the whole map (if given); on any failure the map is closed again."""
     mm = _map(f, size)
     view = memoryview(mm)
@@ -811,10 +819,12 @@ def verify(path: str | os.PathLike[str]) -> FileIndex:
 def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = False) -> TensorFile:
     """Load a Hurray file as ``{name: hb.Tensor}`` (a :class:`TensorFile`, with ``.metadata``).
 
-    With ``mmap=True`` (the default) every tensor points into one read-only
+    With ``mmap=True`` (the default) every tensor points into one copy-on-write
     memory map of the file: nothing is read until it is touched, and the map
-    (and its file descriptor) is released when the last tensor dies. Writing
-    through such a tensor is not allowed (``readonly`` is set). With
+    (and its file descriptor) is released when the last tensor dies. The tensors
+    are read-only (``readonly`` is set); a consumer that writes anyway (torch)
+    changes this load's private copy of the page, seen by every view of this
+    load and never by the file or another load (container.md §8.2). With
     ``mmap=False`` each buffer is read into fresh, writable, 64-byte aligned
     memory. ``verify=True`` first checks the data checksums and padding (it
     reads the whole file).
@@ -872,9 +882,9 @@ def _load_safetensors(f: Any, path: str, *, mmap: bool = True,
     """A safetensors file, opened as ``f`` (a regular file at offset 0), as a ``TensorFile``.
 
     What :func:`hurray_bridge.load` returns for a safetensors file: the tensors
-    point into one read-only memory map of the file (``mmap=False``: each is
-    read into fresh, writable, 64-byte aligned memory) and ``metadata`` is its
-    ``__metadata__``. The format has no checksums, so ``verify=True`` checks
+    point into one copy-on-write memory map of the file, read-only as :func:`load`'s
+    (``mmap=False``: each is read into fresh, writable, 64-byte aligned memory)
+    and ``metadata`` is its ``__metadata__``. The format has no checksums, so ``verify=True`` checks
     what every load checks: the header and that each tensor's bytes are there.
     """
     if sys.byteorder != "little":
@@ -899,21 +909,25 @@ def _load_safetensors(f: Any, path: str, *, mmap: bool = True,
     return TensorFile(_tensors_over(entries, base, owner, True), dict(idx.metadata), alignment)
 
 
-def loads(buffer: Any, *, copy: bool = False, verify: bool = False) -> TensorFile:
+def loads(buffer: Any, *, copy: bool | None = None, verify: bool = False) -> TensorFile:
     """Load a Hurray file held in memory (bytes, bytearray, memoryview, mmap ...).
 
-    Zero-copy by default: the tensors point into ``buffer`` and keep it alive.
-    Offsets are aligned relative to the start of the file, so the buffers'
-    addresses are only as aligned as ``buffer`` itself (a ``bytes`` object's
-    data is typically 16-byte aligned): the result's ``alignment`` says what
-    holds. ``copy=True`` copies every buffer into 64-byte aligned memory.
-    Tensors over a read-only buffer are read-only. Sharded tensors' entries
-    are grouped as by :func:`load`.
+    A writable buffer (``bytearray``, a writable memoryview or mmap) is shared:
+    the tensors point into it, keep it alive, and are writable. A read-only
+    buffer (``bytes``, a read-only memoryview, an ``ACCESS_READ`` mmap) is
+    copied: torch, which has no read-only tensors, would otherwise write into an
+    immutable object (or fault on a read-only map). ``copy=True`` copies any
+    buffer; ``copy=False`` refuses a read-only one (:class:`CopyRequiredError`).
+    Copies are 64-byte aligned and writable. Shared tensors' offsets are aligned
+    relative to the start of the file, so their addresses are only as aligned
+    as ``buffer`` itself: the result's ``alignment`` says what holds. Sharded
+    tensors' entries are grouped as by :func:`load`.
     """
+    check_copy(copy)
     return _grouped(_loads_entries(buffer, copy, verify))
 
 
-def _loads_entries(buffer: Any, copy: bool, verify: bool) -> TensorFile:
+def _loads_entries(buffer: Any, copy: bool | None, verify: bool) -> TensorFile:
     """The entries of a file in memory as they are: the body of :func:`loads`."""
     try:
         view = memoryview(buffer)
@@ -928,18 +942,25 @@ def _loads_entries(buffer: Any, copy: bool, verify: bool) -> TensorFile:
     entries, meta = _parse_index(h, view[HEADER_SIZE:h.index_end])
     if verify:
         _verify_data(view, h, entries)
-    if copy:
+    if view.readonly and h.data_length and copy is False:
+        raise CopyRequiredError(
+            f"hb.loads of a read-only {type(buffer).__name__} ({view.nbytes} bytes) must copy "
+            "it, since a consumer that ignores read-only (torch) would write into it, but "
+            "copy=False; "
+            "pass a writable buffer (a bytearray, or an mmap with ACCESS_WRITE or "
+            "ACCESS_COPY), or use hb.load for a file")
+    if copy or (view.readonly and h.data_length):
         base = h.data_offset
 
         def read(offset: int, dest: memoryview) -> None:
             dest[:] = view[base + offset:base + offset + len(dest)]
 
         return TensorFile(_copy_tensors(entries, read), meta, BUFFER_ALIGNMENT)
-    if h.data_length == 0:
+    if h.data_length == 0:  # every tensor points nowhere: nothing to copy or protect
         return TensorFile(_tensors_over(entries, 0, None, view.readonly), meta, h.alignment)
     owner = _Mapping(view)
     start = owner.address + h.data_offset
-    tensors = _tensors_over(entries, start, owner, view.readonly)
+    tensors = _tensors_over(entries, start, owner, False)
     return TensorFile(tensors, meta, _pow2_alignment(start, h.alignment))
 
 

@@ -103,9 +103,10 @@ def share(tensor: Any, *, readonly: bool = False) -> SharedTensorHandle:
     """Copy ``tensor`` (an hb.Tensor or native host array) once into new shared memory.
 
     Every layout travels as it is (strided, sparse, quantized: all buffers,
-    each at a 64-byte aligned offset). ``readonly=True`` makes consumers map
-    the segment read-only. This process owns the segment: see the module
-    docstring for the lifetime rule.
+    each at a 64-byte aligned offset). ``readonly=True`` gives consumers
+    read-only tensors over a copy-on-write map of the segment: a consumer that
+    writes anyway changes its own pages, never the segment. This process owns the
+    segment: see the module docstring for the lifetime rule.
     """
     from multiprocessing import shared_memory
 
@@ -181,7 +182,10 @@ def _map_segment(name: str, readonly: bool) -> tuple[Any, Any]:
         ) from None
     try:
         size = os.fstat(fd).st_size
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
+        # Read-only handles map copy-on-write: a consumer that writes anyway (torch has no
+        # read-only tensors) changes its own private pages, never the segment, and does
+        # not die of SIGSEGV as it would on a read-only map (interchange.md §7.2).
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_COPY if readonly else mmap.ACCESS_WRITE)
     finally:
         os.close(fd)
     return mm, None

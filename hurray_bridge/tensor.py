@@ -619,7 +619,13 @@ def canonical_bytes(t: Tensor) -> bytes:
 
 
 def _rebuild(desc: bytes, payload: list[Any], readonly: bool) -> Tensor:
-    """Unpickle: a Tensor over the buffers pickle handed back (no copy)."""
+    """Unpickle: a Tensor over the buffers pickle handed back.
+
+    No copy, except of a ``bytes`` payload (how pickle carries read-only memory in
+    band, or what a caller hands back out of band): an immutable object the bridge
+    never shares, since torch would write into it (container.md §8.2). Other
+    read-only buffers (an object store's) are shared read-only, as they were handed.
+    """
     from ._memory import buffer_address
     from .wire import decode
 
@@ -634,8 +640,14 @@ def _rebuild(desc: bytes, payload: list[Any], readonly: bool) -> Tensor:
                 f"the descriptor calls for {spec.nbytes}",
                 field="buffers",
             )
+        keeper: object = view
+        if n and isinstance(view.obj, bytes):  # a memoryview of one too
+            alloc = alloc_aligned(n)
+            assert alloc is not None
+            ctypes.memmove(alloc.ptr, ptr, n)
+            ptr, obj_ro, keeper = alloc.ptr, False, alloc
         bufs.append(Buffer(spec.role, ptr, n))
-        keep.append(view)
+        keep.append(keeper)
         ro = ro or (obj_ro and n > 0)  # b"" is read-only but holds nothing to protect
     return Tensor(d, bufs, device=CPU, owner=tuple(keep), readonly=ro)
 

@@ -40,8 +40,9 @@ NAME = "torch"
 
 _LATER = ("the dense torch adapter takes strided tensors only; sparse and quantized tensors "
           "go through hb.asarray / hb.convert (hurray_bridge.sparse, hurray_bridge.quant)")
-_READONLY_MESSAGE = ("torch tensor shares read-only memory; writing to it is undefined (pass "
-                     "copy=True for a writable copy)")
+_READONLY_MESSAGE = ("torch tensor shares read-only memory; torch cannot mark it read-only, "
+                     "and a write through it changes that memory for every other view of it "
+                     "(pass copy=True for a writable copy)")
 _readonly_warned = False  # torch.from_numpy warns once per process too (TORCH_WARN_ONCE)
 
 # DLPack device types: CPU, CUDA, pinned host (CUDA, ROCm), ROCm, CUDA managed.

@@ -548,6 +548,12 @@ CASES += [
     Case("loads-descriptor-bytes", "hb.loads(a bare descriptor)",
          lambda: hb.loads(_D4.to_bytes() + bytes(128)), hb.FormatError,
          ("magic", "HRYD", "not a Hurray file (HRYF)")),
+    Case("loads-read-only-copy-false", "hb.loads(bytes of a file with data, copy=False)",
+         lambda: hb.loads(hb.dumps({"w": _A}), copy=False), hb.CopyRequiredError,
+         ("read-only bytes", "must copy", "copy=False", "bytearray", "ACCESS_COPY")),
+    Case("loads-copy-str", "hb.loads(bytearray(file), copy='no')",
+         lambda: hb.loads(bytearray(hb.dumps({"w": _A})), copy="no"), hb.UnsupportedError,
+         ("copy must be True, False or None", "'no'")),
     Case("dumps-none", "hb.dumps(None)", lambda: hb.dumps(None), hb.UnsupportedError,
          ("mapping of names to tensors", "NoneType")),
     # -- streams
@@ -888,7 +894,9 @@ CASES += [
 
 # -- read-only memory never goes out writable (docs/spec/buffer-protocol.md §6)
 def _read_only() -> hb.Tensor:
-    return hb.loads(hb.dumps({"w": np.arange(4, dtype=np.float32)}))["w"]  # over bytes
+    a = np.arange(4, dtype=np.float32)
+    a.flags.writeable = False  # (hb.loads of bytes copies: its tensors are writable)
+    return hb.asarray(a)
 
 
 def _grad_to_torch_no_copy() -> Any:

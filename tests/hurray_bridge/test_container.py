@@ -214,18 +214,30 @@ def test_dumps_equals_save(tmp_path: pathlib.Path) -> None:
 
 
 def test_loads_is_zero_copy_and_reports_alignment() -> None:
-    data = hb.dumps({"a": np.arange(6, dtype=np.int16)})
+    data = bytearray(hb.dumps({"a": np.arange(6, dtype=np.int16)}))
     out = hb.loads(data)
     t = out["a"]
     base, _, _, _view = buffer_address(data)
-    assert t.buffers[0].ptr == base + 4096  # points into the bytes object itself
-    assert t.readonly
+    assert t.buffers[0].ptr == base + 4096  # points into the bytearray itself
     assert out.alignment == min(64, (base + 4096) & -(base + 4096))
     assert t.buffers[0].ptr % out.alignment == 0
     ref = weakref.ref(t.owner)
     del out
     gc.collect()
     assert ref() is not None and np.asarray(t).tolist() == list(range(6))
+
+
+def test_loads_of_bytes_is_a_private_aligned_copy() -> None:
+    # A bytes object is immutable: torch, which ignores read-only, must never get it.
+    data = hb.dumps({"a": np.arange(6, dtype=np.int16)})
+    out = hb.loads(data)
+    t = out["a"]
+    base, n, _, _view = buffer_address(data)
+    assert not base <= t.buffers[0].ptr < base + n
+    assert not t.readonly and out.alignment == 64 and t.buffers[0].ptr % 64 == 0
+    assert np.asarray(t).tolist() == list(range(6))
+    with pytest.raises(hb.CopyRequiredError, match="read-only bytes"):
+        hb.loads(data, copy=False)
 
 
 def test_loads_over_bytearray_is_writable_and_pins_it() -> None:
@@ -254,8 +266,13 @@ def test_loads_copy_gives_aligned_memory_and_accepts_memoryview_and_mmap(
     path.write_bytes(data)
     with open(path, "rb") as f:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    t = hb.loads(mm)["a"]
-    assert t.readonly and np.asarray(t).tolist() == [0, 1, 2]
+        cow = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    t = hb.loads(mm)["a"]  # a read-only map is copied, never handed out
+    assert not t.readonly and np.asarray(t).tolist() == [0, 1, 2]
+    assert t.buffers[0].ptr != buffer_address(mm)[0] + 4096
+    u = hb.loads(cow)["a"]  # a private map is shared: a write stays in this process
+    assert not u.readonly and u.buffers[0].ptr == buffer_address(cow)[0] + 4096
+    assert np.asarray(u).tolist() == [0, 1, 2]
 
 
 def test_loads_rejects_non_buffers() -> None:
@@ -341,7 +358,7 @@ def test_torch_values_when_the_adapter_exists() -> None:
 # ----------------------------------------------------------------- options
 def test_alignment_option(tmp_path: pathlib.Path) -> None:
     data = hb.dumps({"a": np.ones(3, np.int8), "b": np.ones(5, np.int8)}, alignment=4096)
-    idx_entries = hb.loads(data)
+    idx_entries = hb.loads(bytearray(data))  # shared: the offsets are the file's
     assert [t.buffers[0].ptr - idx_entries["a"].buffers[0].ptr
             for t in idx_entries.values()] == [0, 4096]
     for bad in (32, 100, 1 << 22, True):

@@ -315,7 +315,9 @@ def _bytes_as(dtype: Any, shape: tuple[int, ...], nbytes: int) -> Tensor:
 
 
 def _read_only() -> Tensor:
-    return hb.loads(hb.dumps({"w": np.arange(6, dtype=np.float32)}))["w"]
+    a = np.arange(6, dtype=np.float32)
+    a.flags.writeable = False  # (hb.loads of bytes would copy: its tensors are writable)
+    return hb.asarray(a)
 
 
 def _read_only_empty() -> Tensor:

@@ -18,6 +18,7 @@ import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import Buffer, Descriptor, Layout, Quantization, QuantScheme, Sparse
+from hurray_bridge._memory import buffer_address
 from hurray_bridge.shm import SharedTensorHandle, attach, share
 
 np = pytest.importorskip("numpy", reason="numpy is not installed")
@@ -185,10 +186,17 @@ def test_pickle_out_of_band_read_only_buffers_give_read_only_tensor() -> None:
     t = SAMPLES["dense_f32"]
     oob: list[pickle.PickleBuffer] = []
     data = pickle.dumps(t, protocol=5, buffer_callback=oob.append)
-    frozen = [bytes(b.raw()) for b in oob]  # what a receiver in another process gets
+    # What a receiver in another process gets from an object store: read-only views.
+    frozen = [memoryview(bytearray(b.raw())).toreadonly() for b in oob]
     u = pickle.loads(data, buffers=frozen)
     assert u.readonly and not t.readonly
+    assert u.data_ptr == buffer_address(frozen[0])[0]  # shared, as handed over
     assert_same(u, t)
+    # A bytes object is immutable: it is copied, and the copy's flag is the sender's.
+    v = pickle.loads(data, buffers=[bytes(b.raw()) for b in oob])
+    assert not v.readonly
+    assert not any(isinstance(getattr(k, "obj", None), bytes) for k in v.owner), v.owner
+    assert_same(v, t)
 
 
 def test_pickle_refuses_device_memory() -> None:
