@@ -83,10 +83,14 @@ else:
 # replaced whole, so threads read a consistent pair.
 _raw_devices: dict[tuple[int, int], tuple[Any, Any]] = {}
 
-__all__ = ["dtype_of", "from_hurray", "native_dtype", "to_hurray",
+__all__ = ["LEGACY_EXPORTS_MUTABLE", "dtype_of", "from_hurray", "native_dtype", "to_hurray",
            "raw_import_types", "import_obstacle", "STRIDES", "ALIGNMENT", "raw_route"]
 
 NAME = "jax"
+# A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
+# the producer's adapter says otherwise here. JAX arrays are immutable (and JAX answers
+# legacy capsules only).
+LEGACY_EXPORTS_MUTABLE = False
 
 # Element types the Python buffer protocol of a jax.Array accepts (jaxlib refuses
 # BF16, F8*, F4 and S4/U4/S2/U2 with "not supported by the Python buffer protocol").

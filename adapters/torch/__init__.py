@@ -32,11 +32,16 @@ from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, from_dlpack
 
-__all__ = ["dtype_of", "from_hurray", "native_dtype", "special_kind", "to_hurray",
+__all__ = ["LEGACY_EXPORTS_MUTABLE", "dtype_of", "from_hurray", "native_dtype", "special_kind",
+           "to_hurray",
            "warn_readonly",
            "DTYPES", "CAN_PIN", "GPU_DEVICE_TYPE"]
 
 NAME = "torch"
+# A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
+# the producer's adapter says otherwise here. torch has no read-only tensors: its
+# memory is the caller's to write.
+LEGACY_EXPORTS_MUTABLE = True
 
 _LATER = ("the dense torch adapter takes strided tensors only; sparse and quantized tensors "
           "go through hb.asarray / hb.convert (hurray_bridge.sparse, hurray_bridge.quant)")

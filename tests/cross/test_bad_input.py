@@ -1022,6 +1022,32 @@ CASES += [
 ]
 
 
+# -- memory from other producers (buffer-protocol.md §6.1, element-types.md on bool8)
+class _LegacyOnly:
+    """A producer of a framework no adapter knows (TensorFlow, mlx): legacy capsules only."""
+
+    def __init__(self, a: Any) -> None:
+        self.a = a
+
+    def __dlpack__(self, stream: Any = None) -> object:
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+def _write_legacy_import() -> None:
+    n = hb.convert(_LegacyOnly(np.arange(3.0)), "numpy")
+    n[0] = 99.0
+
+
+CASES += [
+    Case("legacy-import-unknown-producer-write",
+         "hb.convert(legacy-only producer of no known framework, 'numpy')[0] = 99",
+         _write_legacy_import, ValueError, ("read-only",), builtin=True),
+]
+
+
 # ----------------------------------------------------------------------- the test
 def _param(c: Case) -> Any:
     pending = c.xfail and c.xfail.split(" ", 1)[0] in PENDING
