@@ -9,7 +9,7 @@ import torch
 
 from hurray_bridge._shortcuts import Entry, entry
 
-from . import CAN_PIN, DTYPES, GPU_DEVICE_TYPE
+from . import CAN_PIN, DTYPES, GPU_DEVICE_TYPE, hold_storage
 
 __all__ = ["makers"]
 
@@ -72,6 +72,7 @@ def _to_arrow(tp: type) -> Entry | None:
         # torch's __dlpack__ exports its memory as it is, without the sign. (A conj
         # bit needs a complex type, which Arrow refuses.)
         if x.ndim == 1 and x.is_cpu and not x.is_neg():
+            hold_storage(x)  # as the full path's to_hurray: resize_ must not free it
             return from_dlpack(x)
         return NotImplemented
 
@@ -122,6 +123,7 @@ def _to_jax(tp: type) -> Entry | None:
             route = raw_route(1, 0)
             if route is None:
                 return NotImplemented
+            hold_storage(x)  # as the full path's to_hurray: resize_ must not free it
             # Compact strides, as the full path exports: torch's own may differ on
             # size-1 dimensions, and JAX would then pick another layout.
             strides = (_COMPACT.get(shape) or _compact(shape)) if given is None else given

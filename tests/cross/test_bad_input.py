@@ -1041,10 +1041,19 @@ def _write_legacy_import() -> None:
     n[0] = 99.0
 
 
+def _resize_shared_torch() -> Any:
+    torch = pytest.importorskip("torch")
+    x = torch.arange(4.0)
+    t = hb.asarray(x)
+    return x.resize_(10_000_000), t
+
+
 CASES += [
     Case("legacy-import-unknown-producer-write",
          "hb.convert(legacy-only producer of no known framework, 'numpy')[0] = 99",
          _write_legacy_import, ValueError, ("read-only",), builtin=True),
+    Case("torch-resize-after-export", "t = hb.asarray(x); x.resize_(10_000_000) (CPU tensor)",
+         _resize_shared_torch, RuntimeError, ("storage that is not resizable",), builtin=True),
 ]
 
 
