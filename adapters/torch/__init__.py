@@ -175,12 +175,13 @@ def hold_storage(x: torch.Tensor) -> None:
 
 def _freeze(x: torch.Tensor, storage: Any) -> None:
     # Tensor.numpy() is torch's one public call that sets the mark (on the storage, so
-    # on every tensor over it). It refuses the types NumPy lacks (bfloat16, float8):
-    # a byte tensor over the same storage then takes it.
+    # on every tensor over it). It refuses the types NumPy lacks (bfloat16, float8) and
+    # shapes NumPy cannot hold (an empty [2**61, 0]): a byte tensor over the same
+    # storage then takes it.
     try:
         x.numpy()
         return
-    except (TypeError, RuntimeError):
+    except (TypeError, RuntimeError, ValueError):
         pass
     try:
         torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
