@@ -87,7 +87,7 @@ def _to_jax(tp: type) -> Entry | None:
     from hurray_bridge.dtypes import Kind
     from hurray_bridge.tensor import _COMPACT, _compact
 
-    from ..jax import import_obstacle, raw_import_types, raw_route
+    from ..jax import bool8_needs_normalising, import_obstacle, raw_import_types, raw_route
 
     try:
         if raw_route(1, 0) is None:
@@ -101,6 +101,7 @@ def _to_jax(tp: type) -> Entry | None:
     codes = {tdt: (*d.dlpack, d.kind is Kind.COMPLEX) for d, tdt in DTYPES.items()
              if d in types and d.dlpack is not None}
     gpu_type = GPU_DEVICE_TYPE  # kDLCUDA, or kDLROCM under a ROCm torch
+    torch_bool = torch.bool
 
     def torch_to_jax(x: Any) -> Any:
         # The jax adapter's own decisions and calls (import_obstacle, raw_route), as its
@@ -120,6 +121,8 @@ def _to_jax(tp: type) -> Entry | None:
             data = x.data_ptr()
             if import_obstacle(shape, given, 1, data) is not None and x.numel():
                 return NotImplemented
+            if x.dtype is torch_bool and bool8_needs_normalising(data, x.numel(), x):
+                return NotImplemented  # JAX misreads such bytes: the full path normalises
             route = raw_route(1, 0)
             if route is None:
                 return NotImplemented

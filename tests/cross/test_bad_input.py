@@ -1048,7 +1048,20 @@ def _resize_shared_torch() -> Any:
     return x.resize_(10_000_000), t
 
 
+def _dirty_bool8_to_jax() -> Any:
+    pytest.importorskip("jax")
+    from tests.dlpack_producers import DLPackOnly
+
+    buf = np.empty(128, np.uint8)
+    a = buf[(-buf.ctypes.data) % 64:][:4]  # 64-byte aligned: JAX would alias it
+    a[:] = [0, 1, 2, 255]
+    return hb.convert(DLPackOnly(a.view(np.bool_)), "jax", copy=False)
+
+
 CASES += [
+    Case("jax-bool8-other-bytes-copy-false",
+         "hb.convert(bool8 bytes [0, 1, 2, 255] of a foreign producer, 'jax', copy=False)",
+         _dirty_bool8_to_jax, hb.CopyRequiredError, ("0x00 and 0x01", "copy=False")),
     Case("legacy-import-unknown-producer-write",
          "hb.convert(legacy-only producer of no known framework, 'numpy')[0] = 99",
          _write_legacy_import, ValueError, ("read-only",), builtin=True),
