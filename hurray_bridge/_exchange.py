@@ -106,7 +106,9 @@ def register(tp: type, *, samples: list[tuple[Any, Any, Any]], probe: tuple[Any,
              decline_attrs: tuple[str, ...] = (), decline_methods: tuple[str, ...] = (),
              complex_methods: tuple[str, ...] = (), pinned_method: str | None = None,
              dtype_attr: str = "dtype", pinned_device: Any = None, gpu_type: int = 0,
-             max_rank: int = 64) -> str | None:
+             max_rank: int = 64,
+             host_hold: tuple[str, str, Callable[[Any, Any], object]] | None = None,
+             ) -> str | None:
     """Let the fronts import ``tp``'s objects in C; ``None`` when done, else why not.
 
     An object is read through ``tp``'s exchange table (its memory, kept alive by the
@@ -116,13 +118,17 @@ def register(tp: type, *, samples: list[tuple[Any, Any, Any]], probe: tuple[Any,
     native dtype, checked against the table; ``probe``: an object and its own strides,
     one of them on a size-1 dimension, which the table must report unchanged. On the
     host, ``pinned_method`` true means ``pinned_device``; device memory of
-    ``gpu_type`` keeps the object as the tensor's source.
+    ``gpu_type`` keeps the object as the tensor's source. ``host_hold``, ``(storage
+    method, check method, fn)``: before host memory is shared, ``fn(obj, storage)`` runs
+    when ``obj.<storage method>().<check method>()`` is true (torch: a storage that
+    ``resize_`` could free is made non-resizable); a failure declines to Python.
     """
     if _c is None:
         return "hurray_bridge._speedups was not built"
     why: str | None = _c.register_import(
         tp, tuple(decline_attrs), tuple(decline_methods), tuple(complex_methods),
-        pinned_method, dtype_attr, list(samples), pinned_device, gpu_type, max_rank, probe)
+        pinned_method, dtype_attr, list(samples), pinned_device, gpu_type, max_rank, probe,
+        host_hold)
     return why
 
 

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from .errors import BackendNotAvailableError, UnsupportedError
 
 __all__ = ["ADAPTERS", "adapter_for", "adapter_name_for_type", "get_adapter",
-           "get_adapter_module"]
+           "get_adapter_module", "legacy_exports_mutable"]
 
 
 class AdapterSpec(NamedTuple):
@@ -112,3 +112,22 @@ def adapter_for(obj: Any) -> ModuleType | None:
     # An object of a framework's type means the framework is loaded already:
     # getting its adapter imports nothing new.
     return None if name is None else get_adapter(name)
+
+
+def legacy_exports_mutable(tp: type) -> bool:
+    """Whether a legacy DLPack capsule of a ``tp`` object hands out memory that may be written.
+
+    A legacy capsule has no READ_ONLY flag, so only the producer's framework can say:
+    each adapter declares it (``LEGACY_EXPORTS_MUTABLE``). A type no adapter claims, or
+    an adapter that cannot be loaded or says nothing, gives False: read-only, as NumPy
+    reads every legacy capsule. (An object of the type exists, so its framework is
+    loaded: getting the adapter imports no framework.)
+    """
+    name = adapter_name_for_type(tp)
+    if name is None:
+        return False
+    try:
+        adapter = get_adapter(name)
+    except ImportError:
+        return False
+    return getattr(adapter, "LEGACY_EXPORTS_MUTABLE", False) is True

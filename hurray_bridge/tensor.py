@@ -722,9 +722,13 @@ def _release(view: _capsule.DLView) -> None:
         release()
 
 
-def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
+def from_dlview(view: _capsule.DLView, source: Any = None, *,
+                legacy_mutable: bool = False) -> Tensor:
     """Build a Tensor over the memory a consumed capsule describes (no copy).
 
+    A legacy capsule has no READ_ONLY flag: its memory is read-only unless
+    ``legacy_mutable`` says its producer hands out memory that may be written
+    (:func:`hurray_bridge._registry.legacy_exports_mutable`).
     A refusal releases the capsule's memory (its deleter runs) before it is raised.
     """
     try:
@@ -757,7 +761,8 @@ def from_dlview(view: _capsule.DLView, source: Any = None) -> Tensor:
                             for d, st, c in zip(shape, strides, compact))
     return Tensor._dense(view.data if n else 0, shape, dtype, strides=strides, padded=padded,
                          device=Device(view.device_type, view.device_id), owner=view.owner,
-                         readonly=bool(view.flags & FLAG_READ_ONLY),
+                         readonly=(bool(view.flags & FLAG_READ_ONLY) if view.versioned
+                                   else not legacy_mutable),
                          copied=bool(view.flags & FLAG_IS_COPIED), source=source)
 
 
@@ -883,7 +888,12 @@ def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM)
                 f"{Device(view.device_type, view.device_id)}",
                 field="device",
             )
-        t = from_dlview(view)
+        if view.versioned:
+            t = from_dlview(view)
+        else:
+            from ._registry import legacy_exports_mutable
+
+            t = from_dlview(view, legacy_mutable=legacy_exports_mutable(type(obj)))
     if not dev.is_host_accessible:
         t._source = obj
     if dev.type in (3, 11):

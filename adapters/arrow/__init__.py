@@ -38,9 +38,14 @@ from hurray_bridge.dtypes import DType, Kind, bool_, native_types
 from hurray_bridge.errors import CopyRequiredError, UnsupportedError
 from hurray_bridge.tensor import CPU, Tensor, from_dlpack, host_copy
 
-__all__ = ["KINDS", "NAME", "dtype_of", "from_hurray", "native_type", "to_hurray"]
+__all__ = ["KINDS", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of", "from_hurray", "native_type",
+           "to_hurray"]
 
 NAME = "arrow"
+# A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
+# the producer's adapter says otherwise here. Arrow arrays are immutable (pyarrow 26
+# answers a legacy request for them; a mutable pa.Tensor is told apart in _from_tensor).
+LEGACY_EXPORTS_MUTABLE = False
 # pa.Tensor.__dlpack__ came in pyarrow 21 (versioned capsules in 26), pa.Tensor.from_dlpack in 26.
 _TENSOR_EXPORTS_DLPACK = hasattr(pa.Tensor, "__dlpack__")
 _TENSOR_IMPORTS_DLPACK = hasattr(pa.Tensor, "from_dlpack")
@@ -240,10 +245,12 @@ def _from_tensor(obj: pa.Tensor, copy: bool | None) -> Tensor:
     else:
         # Tensor.to_numpy() is a zero-copy view (NumPy is a pyarrow dependency before 16).
         t = get_adapter("numpy").to_hurray(obj.to_numpy())
-    if not t.readonly and not obj.is_mutable:
-        # pyarrow <= 25 exports legacy capsules, which cannot say READ_ONLY.
+    if t.readonly == obj.is_mutable:
+        # pyarrow <= 25 exports legacy capsules, which cannot say READ_ONLY, and the core
+        # reads Arrow's as read-only (LEGACY_EXPORTS_MUTABLE): a pa.Tensor says which it is.
         t = Tensor._dense(t.data_ptr, t.shape, t.dtype, strides=t.strides, padded=False,
-                          device=t.device, owner=t.owner, readonly=True, copied=t.copied)
+                          device=t.device, owner=t.owner, readonly=not obj.is_mutable,
+                          copied=t.copied)
     return t.copy() if copy else t
 
 

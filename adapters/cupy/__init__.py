@@ -37,9 +37,13 @@ from hurray_bridge.errors import (
 )
 from hurray_bridge.tensor import Device, Tensor, from_dlpack
 
-__all__ = ["NAME", "device_id_of", "dtype_of", "from_hurray", "native_dtype", "to_hurray"]
+__all__ = ["LEGACY_EXPORTS_MUTABLE", "NAME", "device_id_of", "dtype_of", "from_hurray",
+           "native_dtype", "to_hurray"]
 
 NAME = "cupy"
+# A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
+# the producer's adapter says otherwise here. CuPy arrays have no read-only flag.
+LEGACY_EXPORTS_MUTABLE = True
 
 _CUDA = 2  # kDLCUDA
 _CUDA_MANAGED = 13  # kDLCUDAManaged: CuPy imports it directly (cupy/_core/dlpack.pyx)

@@ -35,7 +35,10 @@ calls JAX, so every copy is reported (``CopyWarning``) or refused
 layout" even for JAX's own export), so those take an explicit copy through
 ml_dtypes and ``jax.device_put``; 1-bit bool is unpacked to bool the same way.
 64-bit types are refused while ``jax_enable_x64`` is off, because JAX would
-narrow them silently (jax-ml/jax#11895).
+narrow them silently (jax-ml/jax#11895). JAX reads a bool8 byte other than 0x00 and
+0x01 as neither false nor true, so host bool8 memory is scanned first and, when it
+holds such a byte, JAX gets a normalised copy (reported as every copy is;
+element-types.md §2).
 """
 
 from __future__ import annotations
@@ -50,8 +53,9 @@ import numpy as np
 
 from hurray_bridge import _capsule
 from hurray_bridge._copy_policy import check_copy, require_copy, warn_copy
+from hurray_bridge._memory import host_array
 from hurray_bridge.descriptor import MAX_RANK
-from hurray_bridge.dtypes import DType, native_types
+from hurray_bridge.dtypes import DType, bool8, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, for_immutable_consumer
 
@@ -83,10 +87,15 @@ else:
 # replaced whole, so threads read a consistent pair.
 _raw_devices: dict[tuple[int, int], tuple[Any, Any]] = {}
 
-__all__ = ["dtype_of", "from_hurray", "native_dtype", "to_hurray",
-           "raw_import_types", "import_obstacle", "STRIDES", "ALIGNMENT", "raw_route"]
+__all__ = ["LEGACY_EXPORTS_MUTABLE", "dtype_of", "from_hurray", "native_dtype", "to_hurray",
+           "raw_import_types", "import_obstacle", "STRIDES", "ALIGNMENT", "raw_route",
+           "bool8_needs_normalising"]
 
 NAME = "jax"
+# A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
+# the producer's adapter says otherwise here. JAX arrays are immutable (and JAX answers
+# legacy capsules only).
+LEGACY_EXPORTS_MUTABLE = False
 
 # Element types the Python buffer protocol of a jax.Array accepts (jaxlib refuses
 # BF16, F8*, F4 and S4/U4/S2/U2 with "not supported by the Python buffer protocol").
@@ -706,12 +715,46 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
         # (copy=True cannot be left to JAX: jax 0.10.2's from_dlpack(copy=True) aliases
         # CPU memory all the same.)
         src = t.copy()
+    if dtype.tag == _BOOL8_TAG and t._nbytes and t.device.is_host_accessible:
+        src = _normalised_bool8(t, src, copy)
     y = _import(src)
     if target is not None:
         return _move(y, target)
     if copy and src is t:
         y = y.copy()  # a device copy made by XLA, for the reason above
     return y
+
+
+_BOOL8_TAG = bool8.tag
+_BOOL8_WHY = ("bool8 bytes other than 0x00 and 0x01, which JAX reads as neither false nor "
+              "true (its sum of [0, 1, 2, 255] is 2), are made 0x01 in a copy")
+
+
+def bool8_needs_normalising(data: int, nbytes: int, owner: object) -> bool:
+    """Whether the ``nbytes`` bool8 bytes at host address ``data`` (elements only, no gaps)
+    hold a byte other than 0x00 and 0x01: one NumPy pass (the spec lets a reader not look;
+    JAX, which misreads them, is handed none)."""
+    return nbytes > 0 and int(_np_max(np.frombuffer(host_array(data, nbytes, owner),
+                                                     np.uint8))) > 1
+
+
+_np_max = np.max
+
+
+def _normalised_bool8(t: Tensor, src: Tensor, copy: bool | None) -> Tensor:
+    """``src`` (``t`` itself, or a host copy of it made here) as JAX may import it: when a
+    byte is neither 0x00 nor 0x01, a copy with every such byte made 0x01 (the truth value
+    NumPy's ``a != 0`` gives), reported under the copy policy when ``t`` was to be shared.
+    ``src`` has no gaps: JAX takes no other strides, and copies are compact."""
+    if not bool8_needs_normalising(src.data_ptr, src._nbytes, src):
+        return src
+    if src is t:
+        require_copy(copy, NAME, _BOOL8_WHY,
+                     refusal=f"JAX would have to copy: {_BOOL8_WHY}; copy=False")
+        src = t.copy()
+    view = np.frombuffer(host_array(src.data_ptr, src._nbytes, src), np.uint8)
+    np.not_equal(view, 0, out=view.view(np.bool_))
+    return src
 
 
 def _import(src: Tensor) -> jax.Array:

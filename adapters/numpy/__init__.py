@@ -27,10 +27,14 @@ from hurray_bridge.errors import (
 )
 from hurray_bridge.tensor import CPU, Tensor, host_copy
 
-__all__ = ["check_sizes", "dtype_of", "from_hurray", "native_dtype", "pack_subbyte", "to_hurray",
-           "unpack_subbyte"]
+__all__ = ["LEGACY_EXPORTS_MUTABLE", "check_sizes", "dtype_of", "from_hurray", "native_dtype",
+           "pack_subbyte", "to_hurray", "unpack_subbyte"]
 
 NAME = "numpy"
+# A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
+# the producer's adapter says otherwise here. NumPy refuses a legacy export of a
+# read-only array (BufferError, numpy 2.4), so every legacy capsule it makes is writable.
+LEGACY_EXPORTS_MUTABLE = True
 
 
 def _resolve(entry: str) -> Any:

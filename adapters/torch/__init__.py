@@ -32,11 +32,16 @@ from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, from_dlpack
 
-__all__ = ["dtype_of", "from_hurray", "native_dtype", "special_kind", "to_hurray",
+__all__ = ["LEGACY_EXPORTS_MUTABLE", "dtype_of", "from_hurray", "hold_storage", "native_dtype",
+           "special_kind", "to_hurray",
            "warn_readonly",
            "DTYPES", "CAN_PIN", "GPU_DEVICE_TYPE"]
 
 NAME = "torch"
+# A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
+# the producer's adapter says otherwise here. torch has no read-only tensors: its
+# memory is the caller's to write.
+LEGACY_EXPORTS_MUTABLE = True
 
 _LATER = ("the dense torch adapter takes strided tensors only; sparse and quantized tensors "
           "go through hb.asarray / hb.convert (hurray_bridge.sparse, hurray_bridge.quant)")
@@ -152,6 +157,40 @@ def _unsupported_dtype(dt: torch.dtype) -> UnsupportedError:
 
 
 # --------------------------------------------------------------------- to Hurray
+def hold_storage(x: torch.Tensor) -> None:
+    """Make the storage under ``x``, a CPU tensor about to be shared, non-resizable.
+
+    ``resize_()`` of any tensor on that storage reallocates it and frees the old memory,
+    which a zero-copy export of it would go on reading (and ``hb.dumps`` writing into a
+    file). torch refuses to resize a non-resizable storage (``RuntimeError``), which is
+    how ``Tensor.numpy()`` keeps its arrays valid; every zero-copy export of a CPU tensor
+    the bridge makes does the same, before it hands the memory out. Like ``x.numpy()``'s,
+    the mark is permanent. Costs one storage read once the mark is set, a NumPy array
+    the first time. Without NumPy torch has no call that sets it: the export goes ahead
+    unmarked (docs/impl/c-ffi.md §8.1).
+    """
+    storage = x.untyped_storage()
+    if storage.resizable():
+        _freeze(x, storage)
+
+
+def _freeze(x: torch.Tensor, storage: Any) -> None:
+    # Tensor.numpy() is torch's one public call that sets the mark (on the storage, so
+    # on every tensor over it). It refuses the types NumPy lacks (bfloat16, float8) and
+    # shapes NumPy cannot hold (an empty [2**61, 0]): a byte tensor over the same
+    # storage then takes it.
+    try:
+        x.numpy()
+        return
+    except (TypeError, RuntimeError, ValueError):
+        pass
+    try:
+        torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
+    except RuntimeError:  # "Numpy is not available"
+        if sys.modules.get("numpy") is not None:
+            raise
+
+
 def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     """A torch tensor as an hb.Tensor over the same memory; zero-copy unless ``copy=True``.
 
@@ -257,6 +296,8 @@ def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
         t = Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
                           owner=x, readonly=False, copied=False)
         return t.copy()
+    if not (on_gpu or copied):
+        hold_storage(x)  # host memory shared from here on: resize_ must not free it
     if tracked and not copied:
         # Autograd's memory: read-only to every consumer, and marked for torch (from_hurray).
         return Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
@@ -329,7 +370,8 @@ def _register_compiled() -> str | None:
         torch.Tensor, samples=samples, probe=(probe, probe.stride()),
         decline_attrs=("requires_grad",), decline_methods=("is_neg",),
         complex_methods=("is_conj",), pinned_method="is_pinned" if CAN_PIN else None,
-        pinned_device=Device(_PINNED_TYPE, 0), gpu_type=GPU_DEVICE_TYPE, max_rank=MAX_RANK)
+        pinned_device=Device(_PINNED_TYPE, 0), gpu_type=GPU_DEVICE_TYPE, max_rank=MAX_RANK,
+        host_hold=("untyped_storage", "resizable", _freeze))
 
 
 # The compiled front reads only exact torch.Tensor objects, and only when registered;

@@ -9,7 +9,7 @@ import torch
 
 from hurray_bridge._shortcuts import Entry, entry
 
-from . import CAN_PIN, DTYPES, GPU_DEVICE_TYPE
+from . import CAN_PIN, DTYPES, GPU_DEVICE_TYPE, hold_storage
 
 __all__ = ["makers"]
 
@@ -72,6 +72,7 @@ def _to_arrow(tp: type) -> Entry | None:
         # torch's __dlpack__ exports its memory as it is, without the sign. (A conj
         # bit needs a complex type, which Arrow refuses.)
         if x.ndim == 1 and x.is_cpu and not x.is_neg():
+            hold_storage(x)  # as the full path's to_hurray: resize_ must not free it
             return from_dlpack(x)
         return NotImplemented
 
@@ -86,7 +87,7 @@ def _to_jax(tp: type) -> Entry | None:
     from hurray_bridge.dtypes import Kind
     from hurray_bridge.tensor import _COMPACT, _compact
 
-    from ..jax import import_obstacle, raw_import_types, raw_route
+    from ..jax import bool8_needs_normalising, import_obstacle, raw_import_types, raw_route
 
     try:
         if raw_route(1, 0) is None:
@@ -100,6 +101,7 @@ def _to_jax(tp: type) -> Entry | None:
     codes = {tdt: (*d.dlpack, d.kind is Kind.COMPLEX) for d, tdt in DTYPES.items()
              if d in types and d.dlpack is not None}
     gpu_type = GPU_DEVICE_TYPE  # kDLCUDA, or kDLROCM under a ROCm torch
+    torch_bool = torch.bool
 
     def torch_to_jax(x: Any) -> Any:
         # The jax adapter's own decisions and calls (import_obstacle, raw_route), as its
@@ -119,9 +121,12 @@ def _to_jax(tp: type) -> Entry | None:
             data = x.data_ptr()
             if import_obstacle(shape, given, 1, data) is not None and x.numel():
                 return NotImplemented
+            if x.dtype is torch_bool and bool8_needs_normalising(data, x.numel(), x):
+                return NotImplemented  # JAX misreads such bytes: the full path normalises
             route = raw_route(1, 0)
             if route is None:
                 return NotImplemented
+            hold_storage(x)  # as the full path's to_hurray: resize_ must not free it
             # Compact strides, as the full path exports: torch's own may differ on
             # size-1 dimensions, and JAX would then pick another layout.
             strides = (_COMPACT.get(shape) or _compact(shape)) if given is None else given

@@ -352,6 +352,13 @@ typedef struct {
     int n_complex;
     Guard pinned;
     int has_pinned;
+    /* Host memory about to be shared: hold_storage() gives the object's storage, whose
+     * hold_check() true means hold_fn(obj, storage) must run first (torch: a storage
+     * that resize_ could free is made non-resizable, as Tensor.numpy() does). */
+    Guard hold_storage;
+    PyObject *hold_check;  /* interned method name */
+    PyObject *hold_fn;
+    int has_hold;
     Guard dtype_attr;
     Key keys[MAX_NATIVES];
     int n_keys;
@@ -448,6 +455,9 @@ handler_resolve(Handler *h)
     if (h->has_pinned) {
         guard_resolve(&h->pinned, h->type);
     }
+    if (h->has_hold) {
+        guard_resolve(&h->hold_storage, h->type);
+    }
     guard_resolve(&h->dtype_attr, h->type);
     h->tag = h->type->tp_version_tag;
 }
@@ -476,6 +486,31 @@ guard_true(const Guard *g, PyObject *obj)
     int r = v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
     Py_DECREF(v);
     return r;
+}
+
+/* Before obj's host memory is shared: the adapter's hold (see Handler). 0: done (or
+ * none needed), -1: failed, error set (the caller declines to the Python path, which
+ * meets the same failure in its own words). */
+static int
+hold_host(Handler *h, PyObject *obj)
+{
+    if (!h->has_hold) {
+        return 0;
+    }
+    PyObject *storage = guard_value(&h->hold_storage, obj);
+    if (storage == NULL) {
+        return -1;
+    }
+    PyObject *v = PyObject_CallMethodNoArgs(storage, h->hold_check);
+    int needed = v == NULL ? -1 : v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    if (needed > 0) {
+        PyObject *done = PyObject_CallFunctionObjArgs(h->hold_fn, obj, storage, NULL);
+        needed = done == NULL ? -1 : 0;
+        Py_XDECREF(done);
+    }
+    Py_DECREF(storage);
+    return needed < 0 ? -1 : 0;
 }
 
 static const HbDType *
@@ -662,6 +697,9 @@ import_registered(Handler *h, PyObject *obj)
                 device = h->pinned_device;
             }
         }
+        if (hold_host(h, obj) < 0) {
+            return hb_swallow();
+        }
         Py_INCREF(device);
     }
     else if (h->gpu_type != 0 && r.dl.device.device_type == h->gpu_type) {
@@ -784,24 +822,30 @@ sample_key(const HbDLPackExchangeAPI *api, PyObject *sample, uint8_t *code, uint
 }
 
 /* register_import(type, decline_attrs, decline_methods, complex_methods, pinned_method,
- *                 dtype_attr, samples, pinned_device, gpu_type, max_rank, probe)
+ *                 dtype_attr, samples, pinned_device, gpu_type, max_rank, probe, hold)
  *   -> None when registered, else why not (a str)
  *
  * samples: [(native dtype, sample object or None, hb.DType or None)] for every native
  * dtype; probe: (object, its strides tuple), a tensor whose size-1 dimension has a
- * stride that is not 1 (the table must report it as it is). */
+ * stride that is not 1 (the table must report it as it is); hold: None, or
+ * (storage method, check method, callable) for host memory (see Handler). */
 static PyObject *
 register_import(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyTypeObject *tp;
     PyObject *decline_attrs, *decline_methods, *complex_methods, *pinned_method, *dtype_attr;
-    PyObject *samples, *pinned_device, *probe;
+    PyObject *samples, *pinned_device, *probe, *hold;
     int gpu_type, max_rank;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OUO!OiiO!:register_import", &PyType_Type, &tp,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OUO!OiiO!O:register_import", &PyType_Type, &tp,
                           &PyTuple_Type, &decline_attrs, &PyTuple_Type, &decline_methods,
                           &PyTuple_Type, &complex_methods, &pinned_method, &dtype_attr,
                           &PyList_Type, &samples, &pinned_device, &gpu_type, &max_rank,
-                          &PyTuple_Type, &probe)) {
+                          &PyTuple_Type, &probe, &hold)) {
+        return NULL;
+    }
+    PyObject *hold_method = NULL, *hold_check = NULL, *hold_fn = NULL;
+    if (hold != Py_None && !PyArg_ParseTuple(hold, "UUO:register_import hold", &hold_method,
+                                             &hold_check, &hold_fn)) {
         return NULL;
     }
     if (!hb_world_ready()) {
@@ -848,6 +892,20 @@ register_import(PyObject *Py_UNUSED(module), PyObject *args)
         }
         Py_DECREF(t);
         h->has_pinned = 1;
+    }
+    if (hold_method != NULL) {
+        int one;
+        PyObject *t = PyTuple_Pack(1, hold_method);
+        if (t == NULL || guards_from(&h->hold_storage, &one, t, 1) < 0) {
+            Py_XDECREF(t);
+            goto error;
+        }
+        Py_DECREF(t);
+        Py_INCREF(hold_check);
+        PyUnicode_InternInPlace(&hold_check);
+        h->hold_check = hold_check;
+        h->hold_fn = Py_NewRef(hold_fn);
+        h->has_hold = 1;
     }
     Py_INCREF(dtype_attr);
     PyUnicode_InternInPlace(&dtype_attr);
@@ -1156,6 +1214,12 @@ numpy_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
     }
     PyObject *descr = e->descrs[r.dtype - hb_world.dtypes];
     if (descr == NULL) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (hold_host(e->handler, obj) < 0) {
+        if (declined() < 0) {
+            return NULL;
+        }
         Py_RETURN_NOTIMPLEMENTED;
     }
     int64_t bytes[HB_MAX_RANK];

@@ -1056,6 +1056,54 @@ CASES += [
 ]
 
 
+# -- memory from other producers (buffer-protocol.md §6.1, element-types.md on bool8)
+class _LegacyOnly:
+    """A producer of a framework no adapter knows (TensorFlow, mlx): legacy capsules only."""
+
+    def __init__(self, a: Any) -> None:
+        self.a = a
+
+    def __dlpack__(self, stream: Any = None) -> object:
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+def _write_legacy_import() -> None:
+    n = hb.convert(_LegacyOnly(np.arange(3.0)), "numpy")
+    n[0] = 99.0
+
+
+def _resize_shared_torch() -> Any:
+    torch = pytest.importorskip("torch")
+    x = torch.arange(4.0)
+    t = hb.asarray(x)
+    return x.resize_(10_000_000), t
+
+
+def _dirty_bool8_to_jax() -> Any:
+    pytest.importorskip("jax")
+    from tests.dlpack_producers import DLPackOnly
+
+    buf = np.empty(128, np.uint8)
+    a = buf[(-buf.ctypes.data) % 64:][:4]  # 64-byte aligned: JAX would alias it
+    a[:] = [0, 1, 2, 255]
+    return hb.convert(DLPackOnly(a.view(np.bool_)), "jax", copy=False)
+
+
+CASES += [
+    Case("jax-bool8-other-bytes-copy-false",
+         "hb.convert(bool8 bytes [0, 1, 2, 255] of a foreign producer, 'jax', copy=False)",
+         _dirty_bool8_to_jax, hb.CopyRequiredError, ("0x00 and 0x01", "copy=False")),
+    Case("legacy-import-unknown-producer-write",
+         "hb.convert(legacy-only producer of no known framework, 'numpy')[0] = 99",
+         _write_legacy_import, ValueError, ("read-only",), builtin=True),
+    Case("torch-resize-after-export", "t = hb.asarray(x); x.resize_(10_000_000) (CPU tensor)",
+         _resize_shared_torch, RuntimeError, ("storage that is not resizable",), builtin=True),
+]
+
+
 # ----------------------------------------------------------------------- the test
 def _param(c: Case) -> Any:
     pending = c.xfail and c.xfail.split(" ", 1)[0] in PENDING

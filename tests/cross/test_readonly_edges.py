@@ -95,8 +95,9 @@ def test_legacy_export_with_copy_false_is_a_copy_required_error(saved: hb.Tensor
 def test_legacy_export_with_copy_true_is_a_private_copy(saved: hb.Tensor) -> None:
     cap = saved.__dlpack__(copy=True)
     assert capsule_name(cap) == "dltensor"
-    # (np.from_dlpack would mark it read-only: it asked for a versioned capsule.)
-    n = hb.convert(from_dlview(consume_capsule(cap)), "numpy")
+    # (np.from_dlpack would mark it read-only: it asked for a versioned capsule.) A legacy
+    # capsule cannot say "writable" either: this consumer knows that its copy is its own.
+    n = hb.convert(from_dlview(consume_capsule(cap), legacy_mutable=True), "numpy")
     assert n.ctypes.data != saved.data_ptr
     assert n.tolist() == list(range(64))
     n[:] = -1  # the copy is the consumer's own
@@ -345,3 +346,112 @@ def test_sparse_requires_grad_to_torch_is_a_copy(layout: str) -> None:
     # the detached tensor is shared, as a dense one is
     d = hb.convert(x.detach(), "torch")
     assert (d._values() if layout == "coo" else d.values()).data_ptr() == values.data_ptr()
+
+
+# ------------------------------------------------------------- legacy imports
+# A legacy capsule cannot say "read-only" either way: NumPy reads every one as read-only,
+# and so does the bridge, unless the producer's adapter declares that its framework's
+# legacy exports hand out mutable memory (LEGACY_EXPORTS_MUTABLE).
+class _LegacyOnlyProducer:
+    """A DLPack producer of an unknown framework that answers legacy capsules only (what
+    TensorFlow and mlx do): the memory may be a constant of that framework."""
+
+    def __init__(self, wrapped: Any) -> None:
+        self._wrapped = wrapped
+
+    def __dlpack__(self, stream: Any = None) -> object:
+        return self._wrapped.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+def test_a_legacy_import_from_an_unknown_producer_is_read_only(convert: Callable[..., Any]
+                                                               ) -> None:
+    a = np.arange(3.0)
+    t = hb.asarray(_LegacyOnlyProducer(a))
+    assert t.readonly and t.data_ptr == a.ctypes.data and not t.copied
+    for _ in range(2):  # the second call may take a learned shortcut
+        n = convert(_LegacyOnlyProducer(a), "numpy")
+        assert n.ctypes.data == a.ctypes.data and not n.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            n[0] = 99.0
+    assert a.tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(BufferError, match="read-only"):
+        hb.from_dlpack(_LegacyOnlyProducer(a)).__dlpack__()  # nor passed on writable
+
+
+def test_a_versioned_import_keeps_the_producers_word() -> None:
+    # The rule is for legacy capsules only: a versioned one says read-only or not itself.
+    from tests.dlpack_producers import DLPackOnly
+
+    a = np.arange(3.0)
+    assert not hb.from_dlpack(DLPackOnly(a)).readonly
+    a.flags.writeable = False
+    assert hb.from_dlpack(DLPackOnly(a)).readonly
+
+
+@pytest.mark.parametrize("impl", ["compiled", "python"])
+def test_a_legacy_import_is_read_only_in_either_build(impl: str) -> None:
+    if impl == "compiled" and not _shortcuts.compiled:
+        pytest.skip("hurray_bridge._speedups was not built")
+    r = _run(f"""
+        import sys
+        if {impl == "python"!r}:
+            sys.modules["hurray_bridge._speedups"] = None
+        import numpy as np, hurray_bridge as hb
+        from hurray_bridge import _exchange
+        class Legacy:
+            def __init__(self, a): self.a = a
+            def __dlpack__(self, stream=None): return self.a.__dlpack__()
+            def __dlpack_device__(self): return (1, 0)
+        a = np.arange(3.0)
+        outs = [hb.convert(Legacy(a), "numpy") for _ in range(2)]
+        print(_exchange.compiled, [n.flags.writeable for n in outs], hb.asarray(Legacy(a)).readonly)
+        """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(impl == "compiled"), "[False,", "False]", "True"]
+
+
+def test_adapters_declare_whether_their_legacy_exports_are_mutable() -> None:
+    from hurray_bridge._registry import ADAPTERS, get_adapter
+
+    declared = {}
+    for name in ADAPTERS:
+        try:
+            declared[name] = get_adapter(name).LEGACY_EXPORTS_MUTABLE
+        except hb.BackendNotAvailableError:
+            continue
+    # NumPy refuses a legacy export of a read-only array; torch has no read-only tensors;
+    # JAX and Arrow memory is immutable.
+    expected = {"numpy": True, "torch": True, "jax": False, "arrow": False, "cupy": True}
+    assert declared == {k: v for k, v in expected.items() if k in declared}
+    assert "numpy" in declared
+
+
+def test_a_legacy_import_from_a_mutable_framework_stays_writable(convert: Callable[..., Any]
+                                                                 ) -> None:
+    import torch
+
+    # Producers of a framework whose adapter declares its legacy exports mutable, asked
+    # for a legacy capsule (an older release, or a subclass that predates max_version).
+    class LegacyTorch(torch.Tensor):
+        def __dlpack__(self, stream: Any = None) -> object:  # type: ignore[override]
+            return super().__dlpack__()
+
+    class LegacyNumpy(np.ndarray):
+        def __dlpack__(self, stream: Any = None) -> object:  # type: ignore[override]
+            return super().__dlpack__()
+
+    x = torch.arange(3.0).as_subclass(LegacyTorch)
+    a = np.arange(3.0).view(LegacyNumpy)
+    for producer, ptr in ((x, x.data_ptr()), (a, a.ctypes.data)):
+        t = hb.from_dlpack(producer)
+        assert not t.readonly and t.data_ptr == ptr
+    # The everyday hand-off: torch -> NumPy stays a writable view.
+    y = torch.arange(3.0)
+    for _ in range(2):
+        n = convert(y, "numpy")
+        assert n.flags.writeable and n.ctypes.data == y.data_ptr()
+    n[0] = 5.0
+    assert y[0] == 5.0

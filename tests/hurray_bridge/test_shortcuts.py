@@ -67,7 +67,9 @@ def _torch_aligned(dtype: Any, shape: tuple[int, ...]) -> Any:
     raw = torch.empty(nbytes + 64, dtype=torch.uint8)
     off = -raw.data_ptr() % 64
     mem = raw[off:off + nbytes]
-    mem.copy_(torch.arange(nbytes) % 61)  # small bytes: valid values of every type
+    # Small bytes: valid values of every type (bool8 holds 0 and 1 only; JAX gets any
+    # other byte normalised in a copy).
+    mem.copy_(torch.arange(nbytes) % (2 if dtype is torch.bool else 61))
     return mem.view(dtype).reshape(shape)
 
 

@@ -928,3 +928,65 @@ class TestGPU:
             host = hj.from_hurray(hb.asarray(src), device="cpu")
         assert host.devices() == {jax.devices("cpu")[0]}
         assert np.array_equal(np.asarray(host), src.cpu().numpy())
+
+
+# ---------------------------------------------- bool8 bytes that are neither 0 nor 1
+# JAX reads such a byte as neither false nor true (a sum of [0, 1, 2, 255] is 2): they
+# reach it normalised, in a copy reported as every copy is; 0/1 bytes stay zero-copy.
+_DIRTY = [0, 1, 2, 255] * 16  # 48 true values
+
+
+def _aligned_bytes(vals: list[int]) -> np.ndarray:
+    buf = np.empty(len(vals) + 64, np.uint8)
+    off = (-buf.ctypes.data) % 64  # JAX aliases 64-byte aligned host memory only
+    a = buf[off:off + len(vals)]
+    a[:] = vals
+    return a
+
+
+def test_bool8_bytes_other_than_0_and_1_reach_jax_normalised() -> None:
+    from tests.dlpack_producers import DLPackOnly
+
+    raw = _aligned_bytes(_DIRTY)
+    foreign = DLPackOnly(raw.view(np.bool_))  # a producer no adapter knows
+    with pytest.warns(hb.CopyWarning, match="0x00 and 0x01"):
+        j = hb.convert(foreign, "jax")
+    assert int(j.sum()) == 48 and j.tolist() == [v != 0 for v in _DIRTY]
+    assert j.unsafe_buffer_pointer() != raw.ctypes.data
+    assert raw.tolist() == _DIRTY  # the producer's memory is left as it was
+    with pytest.raises(hb.CopyRequiredError, match="0x00 and 0x01"):
+        hb.convert(foreign, "jax", copy=False)
+    j = hb.convert(foreign, "jax", copy=True)  # asked for: no warning, values normalised
+    assert int(j.sum()) == 48
+
+
+def test_bool8_of_0_and_1_stays_zero_copy() -> None:
+    from tests.dlpack_producers import DLPackOnly
+
+    raw = _aligned_bytes([0, 1] * 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        j = hb.convert(DLPackOnly(raw.view(np.bool_)), "jax")
+    assert j.unsafe_buffer_pointer() == raw.ctypes.data and int(j.sum()) == 32
+
+
+@pytest.mark.parametrize("front", ["compiled", "python"])
+def test_torch_bool_with_other_bytes_to_jax_is_normalised_on_the_shortcut_too(front: str
+                                                                           ) -> None:
+    torch = pytest.importorskip("torch")
+    from hurray_bridge import _shortcuts
+
+    if front == "compiled" and not _shortcuts.compiled:
+        pytest.skip("hurray_bridge._speedups was not built")
+    convert = _shortcuts.front(hb.convert.general,  # type: ignore[attr-defined]
+                               use_compiled=front == "compiled")
+    clean = torch.ones(64, dtype=torch.bool)
+    convert(clean, "jax")  # learns torch -> jax
+    assert _shortcuts.serves(clean, "jax")
+    x = torch.from_numpy(_aligned_bytes(_DIRTY)).view(torch.bool)
+    for _ in range(2):
+        with pytest.warns(hb.CopyWarning, match="0x00 and 0x01"):
+            j = convert(x, "jax")
+        assert int(j.sum()) == 48
+    with pytest.raises(hb.CopyRequiredError, match="0x00 and 0x01"):
+        convert(x, "jax", copy=False)

@@ -647,3 +647,54 @@ def test_cuda_stream_sync_forwarded() -> None:
         t = ht.to_hurray(x)
     y = ht.from_hurray(t)  # torch's current (default) stream waits for s via __dlpack__
     assert float(y.sum()) == 6.0 * (1 << 20)
+
+
+# ------------------------------------------------ the storage under a zero-copy export
+# resize_ reallocates a tensor's storage and frees the old memory; every zero-copy export
+# of a CPU tensor makes the storage non-resizable first, as Tensor.numpy() does, so that
+# resize_ raises instead of leaving the export over freed memory.
+def _import_paths() -> dict[str, object]:
+    from hurray_bridge import _shortcuts
+
+    general = hb.convert.general  # type: ignore[attr-defined]  # the front's full path
+    python = getattr(ht.to_hurray, "__wrapped__", ht.to_hurray)  # behind the compiled front
+    paths: dict[str, object] = {
+        "asarray": hb.asarray,
+        "to_hurray (Python)": python,
+        "torch round trip (Python)": lambda x: ht.from_hurray(python(x)),
+    }
+    fronts = {"python": _shortcuts.front(general, use_compiled=False)}
+    if _shortcuts.compiled:
+        fronts["compiled"] = hb.convert
+    for kind, f in fronts.items():
+        for to in ("numpy", "jax", "arrow"):
+            paths[f"convert {to} ({kind} front)"] = (lambda x, f=f, to=to: f(x, to))
+    return paths
+
+
+@pytest.mark.parametrize("path", list(_import_paths()))
+@pytest.mark.parametrize("view", ["whole", "slice"])
+def test_a_zero_copy_export_makes_the_storage_non_resizable(path: str, view: str) -> None:
+    if "jax" in path:
+        pytest.importorskip("jax")
+    if "arrow" in path:
+        pytest.importorskip("pyarrow")
+    to = _import_paths()[path]
+    for _ in range(2):  # the second convert may take a learned shortcut
+        base = torch.arange(1024, dtype=torch.float32)
+        x = base if view == "whole" else base[16:]
+        want = x.clone().numpy().tobytes()  # (x.numpy() would make x's storage non-resizable)
+        out = to(x)  # type: ignore[operator]
+        # (torch leaves the tensor with the new shape when its storage refuses.)
+        for owner in (x, base) if x is not base else (x,):
+            with pytest.raises(RuntimeError, match="resiz"):
+                owner.resize_(10_000_000)
+        got = hb.convert(out, "numpy") if not isinstance(out, np.ndarray) else out
+        assert np.asarray(got).tobytes() == want
+
+
+def test_a_copy_leaves_the_storage_resizable() -> None:
+    x = torch.arange(8.0)
+    t = hb.asarray(x, copy=True)
+    x.resize_(10_000)  # nothing of x's memory was handed out
+    assert hb.convert(t, "numpy").tolist() == list(range(8))
