@@ -34,6 +34,7 @@ import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import container, wire
+from tests.hurray_bridge.test_wire import with_index_type
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CDIR = ROOT / "c"
@@ -336,6 +337,31 @@ def test_decoder_agrees_with_python_field_for_field(
         assert c_line == py, f"input {raw.hex()}: C says {c_line!r}, Python {py!r}"
         accepted += py.startswith("ok")
     assert 300 < accepted < len(decoder_inputs) - 1000  # both outcomes well exercised
+
+
+def test_an_index_type_too_narrow_is_refused_as_python_refuses_it(
+        driver: tuple[pathlib.Path, dict[str, str]]) -> None:
+    """memory-layout.md §5.1: INDPTR ends at nnz and an index reaches a dimension's size - 1;
+    a type that cannot hold them is refused (field sparse.index_dtype), by both decoders."""
+    exe, env = driver
+    cases = [(hb.Layout.CSR, [2, 2], 200, hb.int8), (hb.Layout.CSR, [2, 2], 127, hb.int8),
+             (hb.Layout.CSC, [2, 2], 256, hb.uint8), (hb.Layout.CSC, [2, 2], 255, hb.uint8),
+             (hb.Layout.CSR, [2, 129], 1, hb.int8), (hb.Layout.CSR, [129, 128], 1, hb.int8),
+             (hb.Layout.CSC, [300, 2], 1, hb.uint8), (hb.Layout.COO, [3, 2**15 + 1], 1, hb.int16),
+             (hb.Layout.COO, [3, 2**15], 1, hb.int16), (hb.Layout.COO, [300], 0, hb.int8),
+             (hb.Layout.COO, [2**63 + 1], 1, hb.int64), (hb.Layout.COO, [2**63 + 1], 1, hb.uint64),
+             (hb.Layout.CSR, [3, hb.DYNAMIC], 2, hb.int8)]
+    inputs = []
+    for layout, shape, nnz, itype in cases:
+        wide = hb.Descriptor(shape, hb.float32, layout, sparse=hb.Sparse(nnz, hb.uint64))
+        inputs.append(with_index_type(wide, itype))  # as a writer that does not check has it
+    got = _ok(_run(exe, "decode", stdin="".join(r.hex() + "\n" for r in inputs),
+                   env=env)).splitlines()
+    want = [_py_decode(r, False) for r in inputs]
+    assert got == want
+    assert [w.split()[0] for w in want] == ["err", "ok", "err", "ok", "err", "ok", "err", "err",
+                                            "ok", "ok", "err", "ok", "ok"]
+    assert {w for w in want if w.startswith("err")} == {"err sparse.index_dtype"}
 
 
 # ------------------------------------------------------------------------------ files

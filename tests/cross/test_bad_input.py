@@ -994,6 +994,13 @@ def _dirty_bool_file() -> bytes:
     return raw[:at] + b"\xfd"
 
 
+def _narrow_index_bytes() -> bytes:
+    """A [2, 2] CSR descriptor with nnz = 200 and int8 indices, as an unchecking writer has it."""
+    from tests.hurray_bridge.test_wire import with_index_type
+
+    return with_index_type(D([2, 2], F32, _CSR, sparse=hb.Sparse(200, hb.uint64)), hb.int8)
+
+
 CASES += [
     Case("descriptor-sparse-empty-shape-nnz", "Descriptor([0, 5], float32, CSR, Sparse(3))",
          lambda: D([0, 5], F32, _CSR, sparse=hb.Sparse(3)), hb.FormatError,
@@ -1019,6 +1026,16 @@ CASES += [
     Case("encode-offset-float", "wire.encode(float32 [4], offsets=[64.0])",
          lambda: hb.wire.encode(D([4], F32), [64.0]), hb.FormatError,  # type: ignore[list-item]
          ("buffers.offset", "buffers[0]", "must be an integer", "64.0")),
+    Case("descriptor-sparse-index-too-narrow",
+         "Descriptor([2, 2], float32, CSR, Sparse(200, int8))",
+         lambda: D([2, 2], F32, _CSR, sparse=hb.Sparse(200, hb.int8)), hb.FormatError,
+         ("sparse.index_dtype", "int8", "up to 127", "nnz = 200", "wider index type (int16")),
+    Case("descriptor-coo-index-too-narrow", "Descriptor([3, 300], float32, COO, Sparse(1, uint8))",
+         lambda: D([3, 300], F32, hb.Layout.COO, sparse=hb.Sparse(1, hb.uint8)), hb.FormatError,
+         ("sparse.index_dtype", "uint8", "up to 255", "dimension 1 has size 300", "int16")),
+    Case("decode-sparse-index-too-narrow", "from_bytes([2, 2] CSR, nnz 200, int8 indices)",
+         lambda: D.from_bytes(_narrow_index_bytes()), hb.FormatError,
+         ("sparse.index_dtype", "int8", "nnz = 200", "wider index type")),
 ]
 
 
