@@ -9,7 +9,7 @@
  * that is fsynced and renamed over the target.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "strset.h"
+#include "shards.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -393,10 +393,31 @@ static void compute_crcs(const hry_writer *w, uint32_t *crcs)
     }
 }
 
+/* The shard sets of the entries added, checked as verify (and Python's load) checks them:
+ * a writer never writes a file its own reader refuses. */
+static hry_status check_shards(const hry_writer *w, hry_error *err)
+{
+    hry__named *named = malloc((w->n_entries ? w->n_entries : 1) * sizeof *named);
+    if (named == NULL) {
+        return hry__fail(err, HRY_E_NOMEM, "", "out of memory");
+    }
+    for (uint32_t i = 0; i < w->n_entries; i++) {
+        const wentry *e = w->entries[i];
+        named[i] = (hry__named){e->name, e->name_length, e->desc, e->desc_length};
+    }
+    hry_status st = hry__check_shard_sets(named, w->n_entries, &w->names, err);
+    free(named);
+    return st;
+}
+
 hry_status hry_writer_serialize(hry_writer *w, void *out, size_t cap, hry_error *err)
 {
     if (w == NULL || out == NULL) {
         return hry__fail(err, HRY_E_ARGUMENT, "", "writer or out is NULL");
+    }
+    hry_status shards = check_shards(w, err);
+    if (shards != HRY_OK) {
+        return shards;
     }
     uint64_t total = hry_writer_file_size(w);
     if (cap < total) {
@@ -490,6 +511,10 @@ hry_status hry_writer_save(hry_writer *w, const char *path, unsigned flags, hry_
     if (!hry__little_endian()) {
         return hry__fail(err, HRY_E_UNSUPPORTED, "",
                          "Hurray files are little-endian; this host is big-endian");
+    }
+    hry_status shards = check_shards(w, err);
+    if (shards != HRY_OK) {
+        return shards;
     }
     int do_sync = !(flags & HRY_SAVE_NO_FSYNC);
     /* the temporary lives next to the target, so that the rename cannot cross file systems */

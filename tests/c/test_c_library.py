@@ -414,6 +414,57 @@ def test_file_parser_agrees_with_python_field_for_field(
     assert sum(line == "ok" for line in got) >= 17
 
 
+def _shard_files() -> list[bytes]:
+    """Files of shard entries NAME[k], each written as it is (by a writer that does not check
+    the sets): valid sets and every rule of a set broken."""
+    a = np.arange(48, dtype=np.float32).reshape(6, 8)
+    halves = hb.split(a, hb.grid_boxes(a.shape, (2, 1))).shards
+    top = hb.split(a, [((0, 0), (4, 8)), ((4, 0), (2, 8))]).shards[0]
+    bottom = hb.split(a, [((0, 0), (3, 8)), ((3, 0), (3, 8))]).shards[1]
+    narrow = hb.split(a[:, :4], hb.grid_boxes((6, 4), (2, 1))).shards[1]
+    wide = hb.split(a.astype(np.float64), hb.grid_boxes(a.shape, (2, 1))).shards[1]
+    replicas = hb.split(a, [((0, 0), (6, 8))] * 2).shards
+    empty = hb.split(a, [((0, 0), (6, 8)), ((0, 0), (0, 8)), ((0, 0), (0, 8))]).shards
+    scalar = hb.split(np.float32(3), [((), ())]).shards[0]
+    sets: list[list[tuple[str, hb.Tensor]]] = [
+        [("w[0]", halves[0]), ("w[1]", halves[1])],              # complete
+        [("w[1]", halves[1])],                                    # partial
+        [("w[0]", replicas[0]), ("w[1]", replicas[1])],          # two replica ids
+        [("w[0]", empty[0]), ("w[1]", empty[1]), ("w[2]", empty[2])],  # empty twice
+        [("w[0]", halves[0]), ("w[1]", halves[0])],              # one box twice
+        [("w[0]", scalar), ("w[1]", scalar)],                    # a scalar twice
+        [("w[0]", top), ("w[1]", bottom)],                        # overlap
+        [("w[0]", halves[0]), ("w[1]", narrow)],                  # another global shape
+        [("w[0]", halves[0]), ("w[1]", wide)],                    # another element type
+        [("w", halves[0]), ("w[0]", halves[1])],                  # a name taken twice
+        [("w[01]", halves[0]), ("w[1]", halves[0])],              # w[01] is no shard name
+        [("v[0]", halves[0]), ("w[0]", halves[0]), ("w[1]", halves[1]), ("v[1]", halves[0])],
+        [("x[0][0]", halves[0]), ("x[0][1]", halves[0])],         # the group is x[0]
+    ]
+    out = []
+    for entries in sets:
+        items = [(n, t.descriptor, [t.memoryview()]) for n, t in entries]
+        out.append(container._serialise(container._plan(items, None, 64, True, [])))
+    return out
+
+
+def test_verify_refuses_the_shard_sets_python_refuses(
+        driver: tuple[pathlib.Path, dict[str, str]], tmp_path: pathlib.Path) -> None:
+    exe, env = driver
+    files = _shard_files()
+    paths = []
+    for k, data in enumerate(files):
+        p = tmp_path / f"s{k}.hurray"
+        p.write_bytes(data)
+        paths.append(str(p))
+    got = _ok(_run(exe, "check-files", stdin="".join(p + "\n" for p in paths),
+                   env=env)).splitlines()
+    want = [_py_check(data) for data in files]
+    assert got == want
+    assert want == ["ok"] * 4 + ["err shards"] * 5 + ["err name", "ok", "err shards",
+                                                       "err shards"]
+
+
 def test_every_truncation_is_refused(driver: tuple[pathlib.Path, dict[str, str]],
                                      tmp_path: pathlib.Path) -> None:
     exe, env = driver

@@ -994,6 +994,11 @@ def _dirty_bool_file() -> bytes:
     return raw[:at] + b"\xfd"
 
 
+def _one_shard() -> hb.Tensor:
+    """Rows 0-1 of a [4, 3] float32 tensor, as a shard (replica 0)."""
+    return hb.split(np.zeros((4, 3), np.float32), hb.grid_boxes((4, 3), (2, 1))).shards[0]
+
+
 def _narrow_index_bytes() -> bytes:
     """A [2, 2] CSR descriptor with nnz = 200 and int8 indices, as an unchecking writer has it."""
     from tests.hurray_bridge.test_wire import with_index_type
@@ -1036,6 +1041,10 @@ CASES += [
     Case("decode-sparse-index-too-narrow", "from_bytes([2, 2] CSR, nnz 200, int8 indices)",
          lambda: D.from_bytes(_narrow_index_bytes()), hb.FormatError,
          ("sparse.index_dtype", "int8", "nnz = 200", "wider index type")),
+    Case("dumps-one-shard-box-twice", "hb.dumps({'w[0]': s, 'w[1]': s}), s one shard",
+         lambda: hb.dumps({"w[0]": _one_shard(), "w[1]": _one_shard()}), hb.FormatError,
+         ("shards", "sharded tensor 'w'", "entry 'w[1]' and entry 'w[0]'", "replica 0",
+          "distinct replica ids")),
 ]
 
 
