@@ -34,6 +34,7 @@ import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import container, wire
+from tests.hurray_bridge.test_container import assert_data_region_rule
 from tests.hurray_bridge.test_wire import with_index_type
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -565,6 +566,7 @@ def test_c_to_python(driver: tuple[pathlib.Path, dict[str, str]], tmp_path: path
     for spec in manifest["files"]:
         path = tmp_path / spec["file"]
         container.verify(path)
+        assert_data_region_rule(path.read_bytes())
         tf = hb.load(path)
         assert tf.metadata == spec["metadata"]
         assert list(tf) == [e["name"] for e in spec["entries"]]
