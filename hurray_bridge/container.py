@@ -54,7 +54,7 @@ from ._safetensors_header import (
     read_header_and_descriptors,
     read_header_from,
 )
-from ._trailing import placed_pieces, set_trailing_bits
+from ._trailing import high_bits, placed_pieces, set_trailing_bits
 from .conversion import asarray, asarray_one
 from .descriptor import Descriptor
 from .errors import FormatError, UnsupportedError
@@ -623,6 +623,34 @@ def _check_padding_and_bits(read: _Read, h: _Header, entries: Sequence[EntryInfo
                     f"buffer is 0x{last:02x}: the trailing bits after the last element "
                     f"(mask 0x{mask:02x}) must be zero; load the file and save it again "
                     "(hb.save writes them as zero)", field="buffers[0].trailing_bits")
+        if first is not None and first.length and e.descriptor.padded:
+            at = base + first.offset
+            bad = high_bits(e.descriptor, _FileSpan(read, at, first.length))
+            if bad is not None:
+                bits = e.descriptor.dtype.bits
+                raise _entry_error(
+                    e.position, e.name, None,
+                    f"element {bad[0]} of its padded {e.descriptor.dtype.name} {first.role.name} "
+                    f"buffer is the byte 0x{bad[1]:02x}: the {8 - bits} high bits of each element "
+                    f"(mask 0x{0xFF & ~((1 << bits) - 1):02x}) must be zero (element-types.md "
+                    "§4.3); load the file and save it again (hb.save writes them as zero)",
+                    field="buffers[0].high_bits")
+
+
+class _FileSpan:
+    """``length`` bytes of the file from ``start`` through a :data:`_Read`, as
+    ``_trailing.high_bits`` reads a buffer: ``len`` and ``read(k, n)``."""
+
+    __slots__ = ("length", "read_", "start")
+
+    def __init__(self, read: _Read, start: int, length: int) -> None:
+        self.read_, self.start, self.length = read, start, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def read(self, k: int, n: int) -> bytes:
+        return bytes(self.read_(self.start + k, self.start + k + n))
 
 
 def _any_nonzero(view: memoryview | bytes) -> bool:
@@ -1849,9 +1877,11 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
             if sums:
                 for e in entries:
                     i, r = out[e.position], regions[e.position]
-                    # A buffer written with its trailing bits cleared was summed as written:
-                    # the file's own bytes are summed again for the comparison.
-                    crc = crcs[i] if len(plan.entries[i].sources) == len(r) else _regions_crc(r)
+                    # A buffer written with bits cleared (trailing bits, padded high bits)
+                    # was summed as written: the file's own bytes are summed again.
+                    src = plan.entries[i].sources
+                    same = len(src) == len(r) and all(a is b for a, b in zip(src, r))
+                    crc = crcs[i] if same else _regions_crc(r)
                     _check_checksum(e, crc)
             _check_padding_and_bits(read, h, entries)
             if shard_sets is not None:

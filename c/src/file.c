@@ -793,6 +793,28 @@ hry_status hry_file_verify(const hry_file *f, hry_error *err)
                             hry_dtype(d.dtype)->name, hry_role_name(b->role), last, mask);
         }
     }
+    /* element-types.md section 4.3: padded sub-byte elements have their high bits zero */
+    for (uint32_t i = 0; st == HRY_OK && i < f->info.n_entries; i++) {
+        const hry_entry *e = &f->entries[i];
+        const hry_buffer_entry *b = &e->buffers.entry[0];
+        hry_descriptor d;
+        if (e->buffers.count == 0 || b->length == 0 ||
+                hry_decode(e->descriptor_bytes, e->descriptor_length, &d, NULL, NULL) != HRY_OK ||
+                !d.padded) {
+            continue;
+        }
+        unsigned bits = hry_dtype(d.dtype)->bits;
+        uint8_t mask = (uint8_t)(0xFFu & ~((1u << bits) - 1u));
+        uint64_t element;
+        uint8_t byte;
+        if (hry__padded_high_bits(&d, data + b->offset, b->length, mask, &element, &byte)) {
+            st = entry_fail(err, i, e->name, "buffers[0].high_bits", HRY_E_FORMAT,
+                            "element %llu of its padded %s %s buffer is the byte 0x%02x: the "
+                            "%u high bits of each element (mask 0x%02x) must be zero",
+                            (unsigned long long)element, hry_dtype(d.dtype)->name,
+                            hry_role_name(b->role), byte, 8 - bits, mask);
+        }
+    }
     if (st == HRY_OK) { /* after the bytes, as Python's load(verify=True) */
         hry__named *named = malloc((f->info.n_entries ? f->info.n_entries : 1) * sizeof *named);
         if (named == NULL) {

@@ -994,6 +994,14 @@ def _dirty_bool_file() -> bytes:
     return raw[:at] + b"\xfd"
 
 
+def _dirty_padded_file() -> bytes:
+    """A file holding padded int4 [3] = [-1, 1, 0] as the bytes ff f1 80 (high bits set)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    raw = hb.dumps({"x": np.array([-1, 1, 0], ml_dtypes.int4)}, checksums=False)
+    assert raw[-3:] == b"\x0f\x01\x00"  # hb.dumps writes them as zero
+    return raw[:-3] + b"\xff\xf1\x80"
+
+
 def _one_shard() -> hb.Tensor:
     """Rows 0-1 of a [4, 3] float32 tensor, as a shard (replica 0)."""
     return hb.split(np.zeros((4, 3), np.float32), hb.grid_boxes((4, 3), (2, 1))).shards[0]
@@ -1041,6 +1049,10 @@ CASES += [
     Case("decode-sparse-index-too-narrow", "from_bytes([2, 2] CSR, nnz 200, int8 indices)",
          lambda: D.from_bytes(_narrow_index_bytes()), hb.FormatError,
          ("sparse.index_dtype", "int8", "nnz = 200", "wider index type")),
+    Case("loads-verify-padded-high-bits", "loads(file: padded int4 [3] as ff f1 80, verify=True)",
+         lambda: hb.loads(_dirty_padded_file(), verify=True), hb.FormatError,
+         ("entries[0].buffers[0].high_bits", "element 0", "0xff", "mask 0xf0", "must be zero",
+          "save it again")),
     Case("dumps-one-shard-box-twice", "hb.dumps({'w[0]': s, 'w[1]': s}), s one shard",
          lambda: hb.dumps({"w[0]": _one_shard(), "w[1]": _one_shard()}), hb.FormatError,
          ("shards", "sharded tensor 'w'", "entry 'w[1]' and entry 'w[0]'", "replica 0",
