@@ -520,7 +520,7 @@ def _file_regions(path: str, tensors: dict[str, object]
                 assert not isinstance(value, _StoredMember), key
             items += [(name, t.descriptor, [t.memoryview(b.role) for b in t.buffers])
                       for name, t in container._host_entries(key, arr)]
-        container._check_shard_names({name: d for name, d, _ in items})
+        container._check_shard_entries({name: d for name, d, _ in items})
 
         def check(crcs: Sequence[int]) -> None:  # before the output replaces anything
             for entry, member, nbytes in sums:

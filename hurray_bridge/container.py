@@ -55,12 +55,12 @@ from ._safetensors_header import (
     read_header_and_descriptors,
     read_header_from,
 )
-from ._trailing import placed_pieces, set_trailing_bits
+from ._trailing import high_bits, placed_pieces, set_trailing_bits
 from .conversion import asarray, asarray_one
 from .descriptor import Descriptor
 from .errors import CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
-from .shards import ShardedTensor, _missing_box
+from .shards import ShardedTensor, _missing_box, check_set
 from .tensor import CPU, Buffer, Tensor
 from .wire import BufferEntry, decode_prefix, encode
 
@@ -624,6 +624,34 @@ def _check_padding_and_bits(read: _Read, h: _Header, entries: Sequence[EntryInfo
                     f"buffer is 0x{last:02x}: the trailing bits after the last element "
                     f"(mask 0x{mask:02x}) must be zero; load the file and save it again "
                     "(hb.save writes them as zero)", field="buffers[0].trailing_bits")
+        if first is not None and first.length and e.descriptor.padded:
+            at = base + first.offset
+            bad = high_bits(e.descriptor, _FileSpan(read, at, first.length))
+            if bad is not None:
+                bits = e.descriptor.dtype.bits
+                raise _entry_error(
+                    e.position, e.name, None,
+                    f"element {bad[0]} of its padded {e.descriptor.dtype.name} {first.role.name} "
+                    f"buffer is the byte 0x{bad[1]:02x}: the {8 - bits} high bits of each element "
+                    f"(mask 0x{0xFF & ~((1 << bits) - 1):02x}) must be zero (element-types.md "
+                    "§4.3); load the file and save it again (hb.save writes them as zero)",
+                    field="buffers[0].high_bits")
+
+
+class _FileSpan:
+    """``length`` bytes of the file from ``start`` through a :data:`_Read`, as
+    ``_trailing.high_bits`` reads a buffer: ``len`` and ``read(k, n)``."""
+
+    __slots__ = ("length", "read_", "start")
+
+    def __init__(self, read: _Read, start: int, length: int) -> None:
+        self.read_, self.start, self.length = read, start, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def read(self, k: int, n: int) -> bytes:
+        return bytes(self.read_(self.start + k, self.start + k + n))
 
 
 def _any_nonzero(view: memoryview | bytes) -> bool:
@@ -813,6 +841,7 @@ def verify(path: str | os.PathLike[str]) -> FileIndex:
     with _open_regular(path) as f:
         h, entries, meta = _read_head(f)
         _verify_file(f, h, entries)
+    _check_shard_entries({e.name: e.descriptor for e in entries})  # after the bytes, as load
     return _index_from(h, entries, meta)
 
 
@@ -990,20 +1019,48 @@ def _check_shard_names(entries: Mapping[str, Descriptor]) -> None:
                 field="name")
 
 
+def _global(first: Descriptor) -> Descriptor:
+    """The global descriptor of the set that a shard entry opens."""
+    assert first.shard is not None
+    return Descriptor(first.shard.global_shape, first.dtype, padded=first.padded)
+
+
+def _set_error(group: str, labels: list[str], exc: FormatError) -> FormatError:
+    """A shard-set refusal with the entries (and files) in place of ``shards[i]``."""
+    message = str(exc)
+    if exc.field and message.startswith(exc.field + ": "):
+        message = message[len(exc.field) + 2:]
+    message = re.sub(r"shards\[(\d+)\]", lambda m: labels[int(m[1])], message)
+    return FormatError(f"sharded tensor {group!r}: {message}", field="shards")
+
+
 def _sharded(group: str, shards: list[Tensor], labels: list[str],
              partial: bool) -> ShardedTensor:
     """The shards of one group as a ShardedTensor; errors name the entries (and files)."""
-    sh = shards[0].descriptor
-    assert sh.shard is not None
     try:
-        return ShardedTensor(Descriptor(sh.shard.global_shape, sh.dtype, padded=sh.padded),
-                             shards, partial=partial)
+        return ShardedTensor(_global(shards[0].descriptor), shards, partial=partial)
     except FormatError as exc:
-        message = str(exc)
-        if exc.field and message.startswith(exc.field + ": "):
-            message = message[len(exc.field) + 2:]
-        message = re.sub(r"shards\[(\d+)\]", lambda m: labels[int(m[1])], message)
-        raise FormatError(f"sharded tensor {group!r}: {message}", field="shards") from None
+        raise _set_error(group, labels, exc) from None
+
+
+def _check_shard_entries(entries: Mapping[str, Descriptor]) -> None:
+    """Refuse what a grouping reader refuses in one file (container.md §4.1), from the
+    descriptors alone: a name that is a sharded tensor and an entry, and each group's
+    shard set (partial sets allowed, as in one process's file). Writers call it before
+    they write a byte, so that none writes a file its own reader rejects; ``verify`` calls
+    it so that it rejects what ``load`` does."""
+    _check_shard_names(entries)
+    groups: dict[str, list[str]] = {}
+    for name, d in entries.items():
+        group = _shard_group(name, d) if name[-1:] == "]" else None
+        if group is not None:
+            groups.setdefault(group, []).append(name)
+    for group, names in groups.items():
+        descs = [entries[n] for n in names]
+        try:
+            check_set(_global(descs[0]), descs, partial=True)
+        except FormatError as exc:
+            raise _set_error(group, [f"entry {n!r}" for n in names], exc) from None
 
 
 def _grouped(tensors: TensorFile) -> TensorFile:
@@ -1327,7 +1384,7 @@ def _plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None
         for entry, t in _host_entries(name, value):
             keep.append(t)
             items.append((entry, t.descriptor, [t.memoryview(b.role) for b in t.buffers]))
-    _check_shard_names({name: d for name, d, _ in items})
+    _check_shard_entries({name: d for name, d, _ in items})
     return _plan(items, metadata, alignment, checksums, keep)
 
 
@@ -1814,8 +1871,8 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
         order, count = _as_loaded(entries)  # as load then save would write them
         shard_sets = None
         if any(_shard_group(e.name, e.descriptor) is not None for e in entries):
-            shard_sets = functools.partial(_check_shard_sets, f, h, entries, meta,
-                                           os.fspath(src))
+            shard_sets = functools.partial(_check_shard_entries,
+                                           {e.name: e.descriptor for e in entries})
         fd = f.fileno()
         read = functools.partial(_read_range, fd)
         regions = [[_Region(fd, h.data_offset + b.offset, b.length) for b in e.buffers]
@@ -1841,9 +1898,11 @@ def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
             if sums:
                 for e in entries:
                     i, r = out[e.position], regions[e.position]
-                    # A buffer written with its trailing bits cleared was summed as written:
-                    # the file's own bytes are summed again for the comparison.
-                    crc = crcs[i] if len(plan.entries[i].sources) == len(r) else _regions_crc(r)
+                    # A buffer written with bits cleared (trailing bits, padded high bits)
+                    # was summed as written: the file's own bytes are summed again.
+                    src = plan.entries[i].sources
+                    same = len(src) == len(r) and all(a is b for a, b in zip(src, r))
+                    crc = crcs[i] if same else _regions_crc(r)
                     _check_checksum(e, crc)
             _check_padding_and_bits(read, h, entries)
             if shard_sets is not None:
@@ -1888,27 +1947,6 @@ def _as_loaded(entries: Sequence[EntryInfo]) -> tuple[list[tuple[EntryInfo, str]
         else:
             order.append((k, k.name))
     return order, len(keys)
-
-
-def _check_shard_sets(f: Any, h: _Header, entries: Sequence[EntryInfo],
-                      meta: dict[str, str], path: str) -> None:
-    """Check the file's shard sets as :func:`load` checks them, over a map of the open
-    file ``f`` through which no byte is read (a file cut meanwhile makes a read through a
-    map SIGBUS). The map is closed before an error leaves (a caller holding the error would
-    hold it through the error's traceback)."""
-    owner = _mapping(f, h.file_size, path)
-    tensors = TensorFile(_tensors_over(entries, owner.address + h.data_offset, owner, True),
-                         meta, h.alignment)
-    del owner
-    try:
-        _grouped(tensors)
-        return
-    except BaseException as exc:  # an interrupt too: a REPL keeps the last one
-        error = exc
-    del tensors
-    # Its traceback, and that of the error it replaced, hold frames that hold the tensors.
-    error.__traceback__ = error.__context__ = error.__cause__ = None
-    raise error
 
 
 def _regions_crc(regions: Sequence[_Region], buf: memoryview | None = None) -> int:

@@ -123,6 +123,44 @@ def check_empty_nnz(layout: Layout, shape: Sequence[int], nnz: int) -> None:
         )
 
 
+def _index_max(t: DType) -> int:
+    return (1 << (t.bits - 1)) - 1 if t.kind == Kind.INT else (1 << t.bits) - 1
+
+
+def check_index_range(layout: Layout, shape: Sequence[int], sparse: Sparse) -> None:
+    """The index type holds every value an index buffer may contain (memory-layout.md §5.1).
+
+    A decoder never sees the indices, only the shape and ``nnz``, so the rule is stated on
+    them: ``INDPTR`` (CSR/CSC) ends at ``nnz``, and an index of a dimension of size ``n``
+    may be as large as ``n - 1``. Without it an int8 CSR with nnz = 200 is written with
+    200 wrapped to -56 and read back as if nothing were wrong. With ``nnz = 0`` no index
+    is stored; a dynamic dimension is checked when it is resolved.
+    """
+    if not sparse.nnz:
+        return
+    t = sparse.index_dtype
+    top = _index_max(t)
+    what = None
+    if layout != Layout.COO and sparse.nnz > top:
+        what = f"nnz = {sparse.nnz} (the last INDPTR entry)"
+        need = sparse.nnz
+    else:
+        dims = range(len(shape)) if layout == Layout.COO else (1 if layout == Layout.CSR else 0,)
+        for j in dims:
+            if shape[j] != DYNAMIC and shape[j] - 1 > top:
+                what = f"dimension {j} has size {shape[j]}, so an index up to {shape[j] - 1}"
+                need = shape[j] - 1
+                break
+    if what is not None:
+        wide = next(n for n in ("int16", "int32", "int64", "uint64")
+                    if need <= _index_max(dtype_from_name(n)))
+        raise FormatError(
+            f"{layout.name} index type {t.name} holds values up to {top}, but {what}; "
+            f"use a wider index type ({wide} or wider)",
+            field="sparse.index_dtype",
+        )
+
+
 def compact_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Row-major element strides of a compact tensor of ``shape``."""
     strides = [0] * len(shape)
@@ -424,6 +462,7 @@ class Descriptor(_BufferTableCache):
                         f"but the shape holds only {cells} elements",
                         field="sparse.nnz",
                     )
+            check_index_range(layout, shape, self.sparse)
         elif self.sparse is not None:
             raise FormatError(
                 f"a Sparse section given for the {layout.name} layout", field="sparse"

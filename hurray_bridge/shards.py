@@ -330,14 +330,26 @@ def _replica(t: Tensor) -> int:
 def _validate(desc: Descriptor, shards: tuple[Tensor, ...],
               partial: bool = False) -> tuple[tuple[Box, ...], bool]:
     """The shards' boxes, and whether they cover the global shape (required unless partial)."""
+    for i, t in enumerate(shards):
+        if not isinstance(t, Tensor):
+            raise UnsupportedError(f"shards[{i}] is a {type(t).__name__}, not an hb.Tensor")
+    return check_set(desc, [t.descriptor for t in shards], partial)
+
+
+def check_set(desc: Descriptor, shards: Sequence[Descriptor],
+              partial: bool = False) -> tuple[tuple[Box, ...], bool]:
+    """The rules of a shard set (sharding.md §3) on the shards' descriptors alone: the
+    boxes, and whether they cover ``desc``'s global shape (required unless ``partial``).
+
+    The one place of these rules: :class:`ShardedTensor`, the file readers that group
+    shard entries, ``verify`` and every file writer (which refuses what its reader would)
+    call it. Errors name ``shards[i]``, the position in ``shards``.
+    """
     shape = desc.shape
     boxes: list[Box] = []
     seen: dict[tuple[Box, int], int] = {}
-    for i, t in enumerate(shards):
+    for i, d in enumerate(shards):
         where = f"shards[{i}]"
-        if not isinstance(t, Tensor):
-            raise UnsupportedError(f"{where} is a {type(t).__name__}, not an hb.Tensor")
-        d = t.descriptor
         sh = d.shard
         if sh is None:
             raise FormatError(

@@ -375,9 +375,9 @@ class Tensor:
         from .wire import encode
 
         views = [self.memoryview(b.role) for b in self.buffers]
-        # Packed sub-byte data leaves with zero trailing bits: a buffer whose last byte has
-        # one set travels as a copy (of that buffer only) with the byte masked.
-        views = [v if len(p) == 1 else memoryview(bytearray().join(p))
+        # Packed sub-byte data leaves with zero trailing bits, padded with zero high bits: a
+        # buffer that has one set travels as a copy (of that buffer only), masked.
+        views = [v if len(p) == 1 and p[0] is v else memoryview(bytearray().join(p))
                  for v, p in zip(views, written_pieces(self.descriptor, views))]
         payload: list[Any] = (
             [PickleBuffer(v) for v in views]

@@ -38,9 +38,11 @@ def descriptors(draw: st.DrawFn) -> hb.Descriptor:
             cells *= d
         # a canonical (duplicate-free) tensor cannot store more entries than it has cells
         canonical = draw(st.booleans()) and (hb.DYNAMIC in shape or nnz <= cells)
-        kw["sparse"] = hb.Sparse(
-            nnz, draw(st.sampled_from([hb.int32, hb.int64, hb.uint16])), canonical
-        )
+        # the index type must hold every index a dimension admits (memory-layout.md §5.1)
+        biggest = max((d for d in shape if d != hb.DYNAMIC), default=0)
+        index_types = [t for t in (hb.int8, hb.uint16, hb.int32, hb.int64)
+                       if biggest <= 2 ** (t.bits - (t.kind == hb.dtypes.Kind.INT))]
+        kw["sparse"] = hb.Sparse(nnz, draw(st.sampled_from(index_types)), canonical)
     quantizable = dtype.kind in (hb.dtypes.Kind.INT, hb.dtypes.Kind.UINT) or (
         dtype.kind == hb.dtypes.Kind.FLOAT and dtype.bits <= 8 and dtype is not hb.float8_e8m0fnu
     )

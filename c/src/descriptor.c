@@ -427,6 +427,57 @@ static hry_status check_sparse(const hry_descriptor *d, hry_error *err)
     return HRY_OK;
 }
 
+/* The largest value an integer index type holds. */
+static uint64_t index_max(const hry_dtype_info *it)
+{
+    uint64_t top = it->bits >= 64 ? UINT64_MAX : (UINT64_C(1) << it->bits) - 1;
+    return it->kind == HRY_KIND_INT ? top >> 1 : top;
+}
+
+/* The index type holds every value an index buffer may contain (memory-layout.md 5.1):
+ * INDPTR (CSR/CSC) ends at nnz, and an index of a dimension of size n reaches n - 1. The
+ * decoder never sees the indices, so this is all it can check; without it an int8 CSR
+ * with nnz = 200 is read back with INDPTR wrapped to -56. nnz = 0 stores no index, and a
+ * dynamic dimension is checked when it is resolved. */
+static hry_status check_index_range(const hry_descriptor *d, hry_error *err)
+{
+    if (d->sparse.nnz == 0) {
+        return HRY_OK;
+    }
+    const hry_dtype_info *it = hry_dtype(d->sparse.index_type);
+    uint64_t top = index_max(it), need = 0;
+    int dim = -1;
+    if (d->layout != HRY_COO && d->sparse.nnz > top) {
+        need = d->sparse.nnz;
+    } else {
+        uint32_t lo = d->layout == HRY_CSC ? 0 : d->layout == HRY_CSR ? 1 : 0;
+        uint32_t hi = d->layout == HRY_COO ? d->rank : lo + 1;
+        for (uint32_t j = lo; j < hi && dim < 0; j++) {
+            if (d->shape[j] != HRY_DYNAMIC && d->shape[j] - 1 > top) {
+                dim = (int)j;
+                need = d->shape[j] - 1;
+            }
+        }
+        if (dim < 0) {
+            return HRY_OK;
+        }
+    }
+    const char *wide = need <= INT16_MAX ? "int16" : need <= INT32_MAX ? "int32"
+                     : need <= INT64_MAX ? "int64" : "uint64";
+    if (dim < 0) {
+        return hry__fail(err, HRY_E_FORMAT, "sparse.index_dtype",
+                         "%s index type %s holds values up to %llu, but nnz = %llu (the last "
+                         "INDPTR entry); use a wider index type (%s or wider)",
+                         LAYOUT_NAMES[d->layout], it->name, (unsigned long long)top,
+                         (unsigned long long)need, wide);
+    }
+    return hry__fail(err, HRY_E_FORMAT, "sparse.index_dtype",
+                     "%s index type %s holds values up to %llu, but dimension %d has size "
+                     "%llu, so an index up to %llu; use a wider index type (%s or wider)",
+                     LAYOUT_NAMES[d->layout], it->name, (unsigned long long)top, dim,
+                     (unsigned long long)d->shape[dim], (unsigned long long)need, wide);
+}
+
 /* Quantization(): scale and zero-point kinds, axis and block presence (tags are known). */
 static hry_status check_quant(const hry_descriptor *d, hry_error *err)
 {
@@ -567,6 +618,10 @@ static hry_status check_core(const hry_descriptor *d, hry_error *err, hry_buffer
                                  "holds only %llu elements", LAYOUT_NAMES[d->layout],
                                  (unsigned long long)d->sparse.nnz, (unsigned long long)cells);
             }
+        }
+        hry_status s = check_index_range(d, err);
+        if (s != HRY_OK) {
+            return s;
         }
     }
     if (d->has_quantization) {

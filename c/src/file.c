@@ -8,7 +8,7 @@
  * checks and their order follow hurray_bridge/container.py, so both name the same field.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "strset.h"
+#include "shards.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -792,6 +792,41 @@ hry_status hry_file_verify(const hry_file *f, hry_error *err)
                             "bits after the last element (mask 0x%02x) must be zero",
                             hry_dtype(d.dtype)->name, hry_role_name(b->role), last, mask);
         }
+    }
+    /* element-types.md section 4.3: padded sub-byte elements have their high bits zero */
+    for (uint32_t i = 0; st == HRY_OK && i < f->info.n_entries; i++) {
+        const hry_entry *e = &f->entries[i];
+        const hry_buffer_entry *b = &e->buffers.entry[0];
+        hry_descriptor d;
+        if (e->buffers.count == 0 || b->length == 0 ||
+                hry_decode(e->descriptor_bytes, e->descriptor_length, &d, NULL, NULL) != HRY_OK ||
+                !d.padded) {
+            continue;
+        }
+        unsigned bits = hry_dtype(d.dtype)->bits;
+        uint8_t mask = (uint8_t)(0xFFu & ~((1u << bits) - 1u));
+        uint64_t element;
+        uint8_t byte;
+        if (hry__padded_high_bits(&d, data + b->offset, b->length, mask, &element, &byte)) {
+            st = entry_fail(err, i, e->name, "buffers[0].high_bits", HRY_E_FORMAT,
+                            "element %llu of its padded %s %s buffer is the byte 0x%02x: the "
+                            "%u high bits of each element (mask 0x%02x) must be zero",
+                            (unsigned long long)element, hry_dtype(d.dtype)->name,
+                            hry_role_name(b->role), byte, 8 - bits, mask);
+        }
+    }
+    if (st == HRY_OK) { /* after the bytes, as Python's load(verify=True) */
+        hry__named *named = malloc((f->info.n_entries ? f->info.n_entries : 1) * sizeof *named);
+        if (named == NULL) {
+            return hry__fail(err, HRY_E_NOMEM, "", "out of memory");
+        }
+        for (uint32_t i = 0; i < f->info.n_entries; i++) {
+            const hry_entry *e = &f->entries[i];
+            named[i] = (hry__named){(const uint8_t *)e->name, e->name_length,
+                                    e->descriptor_bytes, e->descriptor_length};
+        }
+        st = hry__check_shard_sets(named, f->info.n_entries, &f->names, err);
+        free(named);
     }
     if (st == HRY_OK) {
         hry__ok(err);

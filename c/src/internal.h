@@ -98,5 +98,10 @@ int hry__utf8_valid(const uint8_t *s, size_t n, size_t *bad_at);
  * for packed sub-byte data that ends inside a byte, whose high bits a writer writes as
  * zero (element-types.md section 4.1 rule 6). d is a valid static descriptor. */
 unsigned hry__trailing_bits(const hry_descriptor *d);
+/* Padded sub-byte data (element-types.md section 4.3): 1 and the first element (row-major
+ * order; a strided span's gaps are none) whose byte has a bit of `mask` set, and that
+ * byte; 0 when no element has. `p` holds the primary buffer's `length` bytes. */
+int hry__padded_high_bits(const hry_descriptor *d, const uint8_t *p, uint64_t length,
+                          uint8_t mask, uint64_t *element, uint8_t *byte);
 
 #endif

@@ -157,3 +157,57 @@ hry_status hry__io_fail(hry_error *err, const char *what, const char *path)
     }
     return HRY_E_IO;
 }
+
+int hry__padded_high_bits(const hry_descriptor *d, const uint8_t *p, uint64_t length,
+                          uint8_t mask, uint64_t *element, uint8_t *byte)
+{
+    uint64_t k = 0;
+    while (k < length && !(p[k] & mask)) {
+        k++;
+    }
+    if (k == length) {
+        return 0;
+    }
+    if (d->layout != HRY_STRIDED) {
+        *element = k;
+        *byte = p[k];
+        return 1;
+    }
+    /* A strided span: its gaps are no elements. Walk the elements in row-major order from
+     * element [0, ..., 0] (where the negative strides' dimensions start). */
+    uint32_t r = d->rank;
+    uint64_t idx[HRY_MAX_RANK];
+    int64_t off = 0;
+    for (uint32_t i = 0; i < r; i++) {
+        if (d->shape[i] == 0) {
+            return 0;
+        }
+        if (d->strides[i] < 0) {
+            off += (int64_t)(d->shape[i] - 1) * -d->strides[i];
+        }
+        idx[i] = 0;
+    }
+    for (uint64_t count = 0;; count++) {
+        if (p[off] & mask) {
+            *element = count;
+            *byte = p[off];
+            return 1;
+        }
+        uint32_t i = r;
+        while (i > 0) {
+            i--;
+            if (++idx[i] < d->shape[i]) {
+                off += d->strides[i];
+                break;
+            }
+            off -= d->strides[i] * (int64_t)(d->shape[i] - 1);
+            idx[i] = 0;
+            if (i == 0) {
+                return 0;
+            }
+        }
+        if (r == 0) {
+            return 0;
+        }
+    }
+}

@@ -9,7 +9,7 @@
  * that is fsynced and renamed over the target.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "strset.h"
+#include "shards.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +33,17 @@ typedef struct wentry {
     const uint8_t *src[HRY_MAX_BUFFERS];
     uint64_t length[HRY_MAX_BUFFERS], offset[HRY_MAX_BUFFERS];
     uint8_t keep;                     /* bits of buffer 0's last byte that hold elements */
+    uint8_t *masked;                  /* owned: padded data with its high bits cleared */
 } wentry;
+
+static void wentry_free(wentry *e)
+{
+    if (e != NULL) {
+        free(e->masked);
+        free(e->name);
+        free(e);
+    }
+}
 
 /* Buffer j of e as the pieces to write (every writer below goes through this): the
  * source itself, or -- when it is packed sub-byte data whose last byte has a trailing bit
@@ -103,8 +113,7 @@ void hry_writer_free(hry_writer *w)
         return;
     }
     for (uint32_t i = 0; i < w->n_entries; i++) {
-        free(w->entries[i]->name);
-        free(w->entries[i]);
+        wentry_free(w->entries[i]);
     }
     free(w->entries);
     free(w->meta);
@@ -270,17 +279,39 @@ hry_status hry_writer_add(hry_writer *w, const char *name, size_t name_length,
             }
         }
     }
+    /* element-types.md section 4.3: padded sub-byte elements are written with their high
+     * bits zero. The value is the low bits' (a reader ignores the others), so clearing them
+     * keeps it; a buffer with one set is written from a masked copy (the source is never
+     * modified), one without from the source. */
+    if (d->padded && n && specs[0].length) {
+        uint8_t low = (uint8_t)((1u << hry_dtype(d->dtype)->bits) - 1u);
+        const uint8_t *p = buffers[0];
+        uint64_t k = 0;
+        while (k < specs[0].length && !(p[k] & (uint8_t)~low)) {
+            k++;
+        }
+        if (k < specs[0].length) {
+            if ((e->masked = malloc((size_t)specs[0].length)) == NULL) {
+                wentry_free(e);
+                return hry__fail(err, HRY_E_NOMEM, "", "out of memory");
+            }
+            for (uint64_t j = 0; j < specs[0].length; j++) {
+                e->masked[j] = p[j] & low;
+            }
+            e->src[0] = e->masked;
+        }
+    }
     e->n = n;
     e->keep = (uint8_t)(0xFFu >> hry__trailing_bits(d));
     size_t written;
     if ((st = hry_encode(d, e->offset, n, e->desc, sizeof e->desc, &written, err)) != HRY_OK) {
-        free(e);
+        wentry_free(e);
         return st;
     }
     e->desc_length = (uint32_t)written;
     e->name = malloc(name_length);
     if (e->name == NULL) {
-        free(e);
+        wentry_free(e);
         return hry__fail(err, HRY_E_NOMEM, "", "out of memory");
     }
     memcpy(e->name, name, name_length);
@@ -289,8 +320,7 @@ hry_status hry_writer_add(hry_writer *w, const char *name, size_t name_length,
         uint32_t cap = w->cap_entries ? 2 * w->cap_entries : 16;
         wentry **grown = realloc(w->entries, (size_t)cap * sizeof *grown);
         if (grown == NULL) {
-            free(e->name);
-            free(e);
+            wentry_free(e);
             return hry__fail(err, HRY_E_NOMEM, "", "out of memory");
         }
         w->entries = grown;
@@ -299,8 +329,7 @@ hry_status hry_writer_add(hry_writer *w, const char *name, size_t name_length,
     uint32_t other;
     int added = hry__strset_add(&w->names, e->name, name_length, w->n_entries, &other);
     if (added <= 0) {
-        free(e->name);
-        free(e);
+        wentry_free(e);
         return added < 0 ? hry__fail(err, HRY_E_NOMEM, "", "out of memory")
                          : hry__fail(err, HRY_E_FORMAT, "name",
                                      "duplicate entry name '%.*s' (also entry %u)",
@@ -393,10 +422,31 @@ static void compute_crcs(const hry_writer *w, uint32_t *crcs)
     }
 }
 
+/* The shard sets of the entries added, checked as verify (and Python's load) checks them:
+ * a writer never writes a file its own reader refuses. */
+static hry_status check_shards(const hry_writer *w, hry_error *err)
+{
+    hry__named *named = malloc((w->n_entries ? w->n_entries : 1) * sizeof *named);
+    if (named == NULL) {
+        return hry__fail(err, HRY_E_NOMEM, "", "out of memory");
+    }
+    for (uint32_t i = 0; i < w->n_entries; i++) {
+        const wentry *e = w->entries[i];
+        named[i] = (hry__named){e->name, e->name_length, e->desc, e->desc_length};
+    }
+    hry_status st = hry__check_shard_sets(named, w->n_entries, &w->names, err);
+    free(named);
+    return st;
+}
+
 hry_status hry_writer_serialize(hry_writer *w, void *out, size_t cap, hry_error *err)
 {
     if (w == NULL || out == NULL) {
         return hry__fail(err, HRY_E_ARGUMENT, "", "writer or out is NULL");
+    }
+    hry_status shards = check_shards(w, err);
+    if (shards != HRY_OK) {
+        return shards;
     }
     uint64_t total = hry_writer_file_size(w);
     if (cap < total) {
@@ -490,6 +540,10 @@ hry_status hry_writer_save(hry_writer *w, const char *path, unsigned flags, hry_
     if (!hry__little_endian()) {
         return hry__fail(err, HRY_E_UNSUPPORTED, "",
                          "Hurray files are little-endian; this host is big-endian");
+    }
+    hry_status shards = check_shards(w, err);
+    if (shards != HRY_OK) {
+        return shards;
     }
     int do_sync = !(flags & HRY_SAVE_NO_FSYNC);
     /* the temporary lives next to the target, so that the rename cannot cross file systems */

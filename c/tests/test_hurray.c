@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -1141,11 +1142,86 @@ static void unit_files(const char *dir)
     CHECK(hry_file_open(bad, 0, &f, &err) == HRY_E_IO && err.os_errno == ENOENT);
 }
 
+/* The writer refuses a shard set that verify refuses (one box twice as one replica id, a
+ * name that is a sharded tensor's and an entry's) before it writes a byte. */
+static void unit_shard_sets(const char *dir)
+{
+    hry_error err;
+    hry_writer *w;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/shards.hurray", dir);
+    unlink(path); /* left by an earlier run in this folder */
+    uint64_t s3[] = {3};
+    static const float xs[3] = {1, 2, 3};
+    const void *bufs[1] = {xs};
+    hry_descriptor d = dense(HRY_FLOAT32, 1, s3);
+    d.has_shard = 1;
+    d.shard.global_shape[0] = 6;
+    d.shard.device_type = 1;
+    CHECK(hry_writer_new(0, 1, &w, &err) == HRY_OK);
+    CHECK(hry_writer_add(w, "w[0]", 4, &d, bufs, 1, &err) == HRY_OK);
+    CHECK(hry_writer_add(w, "w[1]", 4, &d, bufs, 1, &err) == HRY_OK);
+    CHECK_FIELD(hry_writer_save(w, path, HRY_SAVE_NO_FSYNC, &err), err, HRY_E_FORMAT, "shards");
+    CHECK(strstr(err.message, "replica 0") != NULL);
+    CHECK(access(path, F_OK) != 0);
+    static uint8_t out[8192];
+    CHECK_FIELD(hry_writer_serialize(w, out, sizeof out, &err), err, HRY_E_FORMAT, "shards");
+    hry_writer_free(w);
+    /* another replica id, or the other half, is a valid (partial or complete) set */
+    for (int k = 0; k < 2; k++) {
+        CHECK(hry_writer_new(0, 1, &w, &err) == HRY_OK);
+        CHECK(hry_writer_add(w, "w[0]", 4, &d, bufs, 1, &err) == HRY_OK);
+        hry_descriptor d2 = d;
+        if (k == 0) {
+            d2.shard.replica_id = 1;
+        } else {
+            d2.shard.offsets[0] = 3;
+        }
+        CHECK(hry_writer_add(w, "w[1]", 4, &d2, bufs, 1, &err) == HRY_OK);
+        CHECK(hry_writer_save(w, path, HRY_SAVE_NO_FSYNC, &err) == HRY_OK);
+        CHECK(hry_verify_path(path, &err) == HRY_OK);
+        hry_writer_free(w);
+    }
+    /* a plain entry under the sharded tensor's name */
+    hry_descriptor plain = dense(HRY_FLOAT32, 1, s3);
+    CHECK(hry_writer_new(0, 1, &w, &err) == HRY_OK);
+    CHECK(hry_writer_add(w, "w", 1, &plain, bufs, 1, &err) == HRY_OK);
+    CHECK(hry_writer_add(w, "w[0]", 4, &d, bufs, 1, &err) == HRY_OK);
+    CHECK_FIELD(hry_writer_serialize(w, out, sizeof out, &err), err, HRY_E_FORMAT, "name");
+    hry_writer_free(w);
+}
+
+/* Padded sub-byte data is written with its high bits zero (element-types.md section 4.3),
+ * from a masked copy: the source keeps its bytes. */
+static void unit_padded(void)
+{
+    hry_error err;
+    hry_writer *w;
+    uint64_t s3[] = {3};
+    hry_descriptor d = dense(HRY_INT4, 1, s3);
+    d.padded = 1;
+    static uint8_t dirty[3] = {0xff, 0xf1, 0x80};
+    const void *bufs[1] = {dirty};
+    static uint8_t out[8192];
+    CHECK(hry_writer_new(0, 0, &w, &err) == HRY_OK);
+    CHECK(hry_writer_add(w, "q", 1, &d, bufs, 1, &err) == HRY_OK);
+    uint64_t size = hry_writer_file_size(w);
+    CHECK(size == 4096 + 3 && hry_writer_serialize(w, out, sizeof out, &err) == HRY_OK);
+    CHECK(out[4096] == 0x0f && out[4097] == 0x01 && out[4098] == 0x00);
+    CHECK(dirty[0] == 0xff && dirty[1] == 0xf1 && dirty[2] == 0x80);
+    hry_file *f;
+    CHECK(hry_file_open_memory(out, (size_t)size, HRY_OPEN_VERIFY, &f, &err) == HRY_OK);
+    hry_file_close(f);
+    hry_writer_free(w);
+}
+
 static int mode_unit(const char *dir)
 {
+    unit_padded();
     unit_checksums();
     unit_descriptors();
     unit_files(dir);
+    unit_shard_sets(dir);
     printf("%d checks, %d failures\n", checks, failures);
     return failures != 0;
 }

@@ -34,6 +34,8 @@ import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import container, wire
+from tests.hurray_bridge.test_container import assert_data_region_rule
+from tests.hurray_bridge.test_wire import with_index_type
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CDIR = ROOT / "c"
@@ -338,6 +340,31 @@ def test_decoder_agrees_with_python_field_for_field(
     assert 300 < accepted < len(decoder_inputs) - 1000  # both outcomes well exercised
 
 
+def test_an_index_type_too_narrow_is_refused_as_python_refuses_it(
+        driver: tuple[pathlib.Path, dict[str, str]]) -> None:
+    """memory-layout.md §5.1: INDPTR ends at nnz and an index reaches a dimension's size - 1;
+    a type that cannot hold them is refused (field sparse.index_dtype), by both decoders."""
+    exe, env = driver
+    cases = [(hb.Layout.CSR, [2, 2], 200, hb.int8), (hb.Layout.CSR, [2, 2], 127, hb.int8),
+             (hb.Layout.CSC, [2, 2], 256, hb.uint8), (hb.Layout.CSC, [2, 2], 255, hb.uint8),
+             (hb.Layout.CSR, [2, 129], 1, hb.int8), (hb.Layout.CSR, [129, 128], 1, hb.int8),
+             (hb.Layout.CSC, [300, 2], 1, hb.uint8), (hb.Layout.COO, [3, 2**15 + 1], 1, hb.int16),
+             (hb.Layout.COO, [3, 2**15], 1, hb.int16), (hb.Layout.COO, [300], 0, hb.int8),
+             (hb.Layout.COO, [2**63 + 1], 1, hb.int64), (hb.Layout.COO, [2**63 + 1], 1, hb.uint64),
+             (hb.Layout.CSR, [3, hb.DYNAMIC], 2, hb.int8)]
+    inputs = []
+    for layout, shape, nnz, itype in cases:
+        wide = hb.Descriptor(shape, hb.float32, layout, sparse=hb.Sparse(nnz, hb.uint64))
+        inputs.append(with_index_type(wide, itype))  # as a writer that does not check has it
+    got = _ok(_run(exe, "decode", stdin="".join(r.hex() + "\n" for r in inputs),
+                   env=env)).splitlines()
+    want = [_py_decode(r, False) for r in inputs]
+    assert got == want
+    assert [w.split()[0] for w in want] == ["err", "ok", "err", "ok", "err", "ok", "err", "err",
+                                            "ok", "ok", "err", "ok", "ok"]
+    assert {w for w in want if w.startswith("err")} == {"err sparse.index_dtype"}
+
+
 # ------------------------------------------------------------------------------ files
 def _reseal(data: bytes) -> bytes:
     """Recompute the header and index CRCs: the container fuzz target's own resealer."""
@@ -386,6 +413,57 @@ def test_file_parser_agrees_with_python_field_for_field(
         assert not c_line.startswith("mismatch"), (path, c_line)  # path and memory agree
         assert c_line == _py_check(data), (path, c_line)
     assert sum(line == "ok" for line in got) >= 17
+
+
+def _shard_files() -> list[bytes]:
+    """Files of shard entries NAME[k], each written as it is (by a writer that does not check
+    the sets): valid sets and every rule of a set broken."""
+    a = np.arange(48, dtype=np.float32).reshape(6, 8)
+    halves = hb.split(a, hb.grid_boxes(a.shape, (2, 1))).shards
+    top = hb.split(a, [((0, 0), (4, 8)), ((4, 0), (2, 8))]).shards[0]
+    bottom = hb.split(a, [((0, 0), (3, 8)), ((3, 0), (3, 8))]).shards[1]
+    narrow = hb.split(a[:, :4], hb.grid_boxes((6, 4), (2, 1))).shards[1]
+    wide = hb.split(a.astype(np.float64), hb.grid_boxes(a.shape, (2, 1))).shards[1]
+    replicas = hb.split(a, [((0, 0), (6, 8))] * 2).shards
+    empty = hb.split(a, [((0, 0), (6, 8)), ((0, 0), (0, 8)), ((0, 0), (0, 8))]).shards
+    scalar = hb.split(np.float32(3), [((), ())]).shards[0]
+    sets: list[list[tuple[str, hb.Tensor]]] = [
+        [("w[0]", halves[0]), ("w[1]", halves[1])],              # complete
+        [("w[1]", halves[1])],                                    # partial
+        [("w[0]", replicas[0]), ("w[1]", replicas[1])],          # two replica ids
+        [("w[0]", empty[0]), ("w[1]", empty[1]), ("w[2]", empty[2])],  # empty twice
+        [("w[0]", halves[0]), ("w[1]", halves[0])],              # one box twice
+        [("w[0]", scalar), ("w[1]", scalar)],                    # a scalar twice
+        [("w[0]", top), ("w[1]", bottom)],                        # overlap
+        [("w[0]", halves[0]), ("w[1]", narrow)],                  # another global shape
+        [("w[0]", halves[0]), ("w[1]", wide)],                    # another element type
+        [("w", halves[0]), ("w[0]", halves[1])],                  # a name taken twice
+        [("w[01]", halves[0]), ("w[1]", halves[0])],              # w[01] is no shard name
+        [("v[0]", halves[0]), ("w[0]", halves[0]), ("w[1]", halves[1]), ("v[1]", halves[0])],
+        [("x[0][0]", halves[0]), ("x[0][1]", halves[0])],         # the group is x[0]
+    ]
+    out = []
+    for entries in sets:
+        items = [(n, t.descriptor, [t.memoryview()]) for n, t in entries]
+        out.append(container._serialise(container._plan(items, None, 64, True, [])))
+    return out
+
+
+def test_verify_refuses_the_shard_sets_python_refuses(
+        driver: tuple[pathlib.Path, dict[str, str]], tmp_path: pathlib.Path) -> None:
+    exe, env = driver
+    files = _shard_files()
+    paths = []
+    for k, data in enumerate(files):
+        p = tmp_path / f"s{k}.hurray"
+        p.write_bytes(data)
+        paths.append(str(p))
+    got = _ok(_run(exe, "check-files", stdin="".join(p + "\n" for p in paths),
+                   env=env)).splitlines()
+    want = [_py_check(data) for data in files]
+    assert got == want
+    assert want == ["ok"] * 4 + ["err shards"] * 5 + ["err name", "ok", "err shards",
+                                                       "err shards"]
 
 
 def test_every_truncation_is_refused(driver: tuple[pathlib.Path, dict[str, str]],
@@ -488,6 +566,7 @@ def test_c_to_python(driver: tuple[pathlib.Path, dict[str, str]], tmp_path: path
     for spec in manifest["files"]:
         path = tmp_path / spec["file"]
         container.verify(path)
+        assert_data_region_rule(path.read_bytes())
         tf = hb.load(path)
         assert tf.metadata == spec["metadata"]
         assert list(tf) == [e["name"] for e in spec["entries"]]
@@ -518,6 +597,8 @@ def test_c_to_python(driver: tuple[pathlib.Path, dict[str, str]], tmp_path: path
                 raws[0] = bytes(b & 1 for b in raws[0])
             if d.trailing_bits and raws[0]:  # written as zero by the C writer, as by hb.save
                 raws[0] = raws[0][:-1] + bytes([raws[0][-1] & (0xFF >> d.trailing_bits)])
+            if d.padded and raws:  # so are padded elements' high bits (element-types.md §4.3)
+                raws[0] = bytes(b & ((1 << d.dtype.bits) - 1) for b in raws[0])
             assert [bytes(t.memoryview(b.role)) for b in t.buffers] == raws, e["name"]
             expected[e["name"]] = tensor(d, *raws)
             kinds.add((d.layout, d.rank == 0, d.rank == 64, d.is_empty, d.quantization is not None,

@@ -1028,6 +1028,26 @@ def _dirty_bool_file() -> bytes:
     return raw[:at] + b"\xfd"
 
 
+def _dirty_padded_file() -> bytes:
+    """A file holding padded int4 [3] = [-1, 1, 0] as the bytes ff f1 80 (high bits set)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    raw = hb.dumps({"x": np.array([-1, 1, 0], ml_dtypes.int4)}, checksums=False)
+    assert raw[-3:] == b"\x0f\x01\x00"  # hb.dumps writes them as zero
+    return raw[:-3] + b"\xff\xf1\x80"
+
+
+def _one_shard() -> hb.Tensor:
+    """Rows 0-1 of a [4, 3] float32 tensor, as a shard (replica 0)."""
+    return hb.split(np.zeros((4, 3), np.float32), hb.grid_boxes((4, 3), (2, 1))).shards[0]
+
+
+def _narrow_index_bytes() -> bytes:
+    """A [2, 2] CSR descriptor with nnz = 200 and int8 indices, as an unchecking writer has it."""
+    from tests.hurray_bridge.test_wire import with_index_type
+
+    return with_index_type(D([2, 2], F32, _CSR, sparse=hb.Sparse(200, hb.uint64)), hb.int8)
+
+
 CASES += [
     Case("descriptor-sparse-empty-shape-nnz", "Descriptor([0, 5], float32, CSR, Sparse(3))",
          lambda: D([0, 5], F32, _CSR, sparse=hb.Sparse(3)), hb.FormatError,
@@ -1053,6 +1073,24 @@ CASES += [
     Case("encode-offset-float", "wire.encode(float32 [4], offsets=[64.0])",
          lambda: hb.wire.encode(D([4], F32), [64.0]), hb.FormatError,  # type: ignore[list-item]
          ("buffers.offset", "buffers[0]", "must be an integer", "64.0")),
+    Case("descriptor-sparse-index-too-narrow",
+         "Descriptor([2, 2], float32, CSR, Sparse(200, int8))",
+         lambda: D([2, 2], F32, _CSR, sparse=hb.Sparse(200, hb.int8)), hb.FormatError,
+         ("sparse.index_dtype", "int8", "up to 127", "nnz = 200", "wider index type (int16")),
+    Case("descriptor-coo-index-too-narrow", "Descriptor([3, 300], float32, COO, Sparse(1, uint8))",
+         lambda: D([3, 300], F32, hb.Layout.COO, sparse=hb.Sparse(1, hb.uint8)), hb.FormatError,
+         ("sparse.index_dtype", "uint8", "up to 255", "dimension 1 has size 300", "int16")),
+    Case("decode-sparse-index-too-narrow", "from_bytes([2, 2] CSR, nnz 200, int8 indices)",
+         lambda: D.from_bytes(_narrow_index_bytes()), hb.FormatError,
+         ("sparse.index_dtype", "int8", "nnz = 200", "wider index type")),
+    Case("loads-verify-padded-high-bits", "loads(file: padded int4 [3] as ff f1 80, verify=True)",
+         lambda: hb.loads(_dirty_padded_file(), verify=True), hb.FormatError,
+         ("entries[0].buffers[0].high_bits", "element 0", "0xff", "mask 0xf0", "must be zero",
+          "save it again")),
+    Case("dumps-one-shard-box-twice", "hb.dumps({'w[0]': s, 'w[1]': s}), s one shard",
+         lambda: hb.dumps({"w[0]": _one_shard(), "w[1]": _one_shard()}), hb.FormatError,
+         ("shards", "sharded tensor 'w'", "entry 'w[1]' and entry 'w[0]'", "replica 0",
+          "distinct replica ids")),
 ]
 
 

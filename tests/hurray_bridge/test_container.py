@@ -662,3 +662,37 @@ def test_save_into_a_missing_directory_names_the_target(tmp_path: pathlib.Path) 
     with pytest.raises(FileNotFoundError) as e:
         hb.save(target, {"a": np.ones(1)})
     assert e.value.filename == str(target)
+
+
+def assert_data_region_rule(raw: bytes) -> None:
+    """container.md §2.1 and metadata.md §8, one rule: a data region that holds bytes starts
+    at the index end rounded up to max(4096, alignment), a multiple of 64; one of no bytes
+    starts at the index end, which need not be a multiple of 64 (no buffer lives there)."""
+    t_len, m_off, m_len, d_off, d_len = (struct.unpack_from("<Q", raw, at)[0]
+                                         for at in (24, 32, 40, 48, 56))
+    align = struct.unpack_from("<I", raw, 72)[0]
+    index_end = m_off + m_len
+    assert index_end == HEADER_SIZE + t_len + m_len and index_end % 8 == 0
+    if d_len:
+        page = max(4096, align)
+        assert d_off == -(-index_end // page) * page and d_off % 64 == 0
+    else:
+        assert d_off == index_end == len(raw)
+
+
+def test_every_file_written_starts_its_data_region_where_the_spec_says() -> None:
+    np = pytest.importorskip("numpy")
+    cases: list[tuple[dict[str, Any], int]] = [
+        ({}, 64), ({"e": np.zeros((0, 3), np.float32)}, 64),
+        ({"e": np.zeros(0, np.int8), "long name " * 5: np.zeros((2, 0))}, 64),
+        ({"x": np.arange(3, dtype=np.float32)}, 64), ({"x": np.arange(3.0)}, 8192),
+        ({"x": np.zeros(0), "y": np.ones(1000)}, 64),
+    ]
+    unaligned = 0
+    for mapping, alignment in cases:
+        raw = hb.dumps(mapping, alignment=alignment)
+        assert_data_region_rule(raw)
+        unaligned += struct.unpack_from("<Q", raw, 48)[0] % 64 != 0
+    for path in sorted(VECTORS.glob("*.hurray")):
+        assert_data_region_rule(path.read_bytes())
+    assert unaligned  # files without data bytes do have offsets that are no multiple of 64

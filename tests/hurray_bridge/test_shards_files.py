@@ -136,6 +136,59 @@ def test_a_damaged_set_in_one_file_names_its_entries() -> None:
         hb.loads(raw)
 
 
+def _two_shards_of_one_box() -> dict[str, hb.Tensor]:
+    """Entries w[0], w[1]: the same box of the same global tensor, both replica 0."""
+    st = hb.split(A, hb.grid_boxes(A.shape, (2, 1)))
+    return {"w[0]": st.shards[0], "w[1]": st.shards[0]}
+
+
+def test_no_writer_writes_a_shard_set_its_reader_refuses(tmp_path: pathlib.Path) -> None:
+    entries = _two_shards_of_one_box()
+    assert entries["w[1]"].descriptor == entries["w[0]"].descriptor
+    rule = "sharded tensor 'w': entry 'w\\[1\\]' and entry 'w\\[0\\]' both hold box"
+    # what the reader says of such a file (one written without the check)...
+    items = [(n, t.descriptor, [t.memoryview()]) for n, t in entries.items()]
+    raw = container._serialise(container._plan(items, None, 64, True, []))
+    with pytest.raises(hb.FormatError, match=rule) as read:
+        hb.loads(raw)
+    assert read.value.field == "shards"
+    # ... every writer says before it writes a byte
+    with pytest.raises(hb.FormatError, match=rule) as e:
+        hb.dumps(entries)
+    assert e.value.field == "shards" and str(e.value) == str(read.value)
+    out = tmp_path / "w.hurray"
+    with pytest.raises(hb.FormatError, match=rule):
+        hb.save(out, entries, fsync=False)
+    assert not out.exists()
+    # other rules of the set too: another global shape, another element type, an overlap
+    st = hb.split(A, hb.grid_boxes(A.shape, (2, 1)))
+    other = hb.split(A[:, :4], hb.grid_boxes((6, 4), (2, 1))).shards[0]
+    halves = (hb.split(A, [((0, 0), (4, 8)), ((4, 0), (2, 8))]).shards[0],
+              hb.split(A, [((0, 0), (3, 8)), ((3, 0), (3, 8))]).shards[1])
+    wide = hb.split(A.astype(np.float64), hb.grid_boxes(A.shape, (2, 1))).shards[1]
+    for bad, words in (({"w[0]": st.shards[0], "w[1]": other}, "belongs to a global shape"),
+                       ({"w[0]": halves[0], "w[1]": halves[1]}, "overlap"),
+                       ({"w[0]": st.shards[0], "w[1]": wide}, "holds float64")):
+        with pytest.raises(hb.FormatError, match=words) as e:
+            hb.dumps(bad)
+        assert e.value.field == "shards"
+    # replicas (distinct replica ids) and one process's partial set are written
+    rep = hb.split(A, [((0, 0), (6, 8))] * 2)
+    assert len(hb.loads(hb.dumps({"w": rep}))["w"].shards) == 2
+    assert not hb.loads(hb.dumps({"w": _partial(st, [1])}))["w"].is_complete
+
+
+def test_verify_refuses_a_shard_set_the_reader_refuses(tmp_path: pathlib.Path) -> None:
+    entries = _two_shards_of_one_box()
+    items = [(n, t.descriptor, [t.memoryview()]) for n, t in entries.items()]
+    path = tmp_path / "w.hurray"
+    path.write_bytes(container._serialise(container._plan(items, None, 64, True, [])))
+    with pytest.raises(hb.FormatError, match="both hold box") as e:
+        container.verify(path)
+    assert e.value.field == "shards"
+    assert main(["verify", str(path)]) == 2
+
+
 def test_save_refuses_a_sharded_tensor_without_shards() -> None:
     with pytest.raises(hb.UnsupportedError, match="'w' is a sharded tensor without shards"):
         hb.dumps({"w": hb.ShardedTensor(hb.Descriptor([0], hb.float32), [])})

@@ -568,8 +568,9 @@ BAD: dict[str, tuple[Callable[[], hb.Tensor], str, str]] = {
                                          np.array([0, 1, 2, 7])), "indptr", "ends at 7"),
     "csc_row_too_large": (lambda: _raw(CSC, (2, 3), np.ones(1), np.array([2]),
                                        np.array([0, 0, 1, 1])), "indices", "index 2"),
-    # Dimension 1 (300) is beyond uint8: no index can reach it, dimension 0 (3) can.
-    "uint_index_too_large": (lambda: _raw(COO, (3, 300), np.ones(1, np.float32),
+    # Dimension 1's size (256) is beyond uint8 (a check in uint8 would see 0), its last
+    # index 255 is not: uint8 may describe it; dimension 0 (3) is the one 255 exceeds.
+    "uint_index_too_large": (lambda: _raw(COO, (3, 256), np.ones(1, np.float32),
                                           np.array([[255], [254]], np.uint8)), "indices",
                              "index 255 along dimension 0"),
 }
@@ -938,3 +939,22 @@ def test_the_c_decoder_refuses_entries_in_an_empty_shape_too(c_build: Any) -> No
                    stdin="".join(raw.hex() + "\n" for raw in [*cases, ok]))).splitlines()
     assert out[:-1] == ["err sparse.nnz"] * len(cases)
     assert out[-1].startswith("ok ")
+
+
+def test_the_index_type_holds_nnz_and_every_index_at_the_boundary() -> None:
+    # memory-layout.md §5.1: int8 components hold nnz = 127 and column indices up to 127
+    vals = np.ones(127, np.float32)
+    cols = np.arange(127, dtype=np.int8)
+    t = hs.make_sparse("csr", (1, 128), vals, cols, np.array([0, 127], np.int8))
+    assert t.descriptor.sparse is not None and t.descriptor.sparse.index_dtype == hb.int8
+    assert hb.loads(hb.dumps({"m": t}))["m"].descriptor == t.descriptor
+    # one column more and the type cannot hold every index the shape admits
+    with pytest.raises(hb.FormatError, match=r"int8 holds values up to 127.*int16") as e:
+        hs.make_sparse("csr", (1, 129), vals, cols, np.array([0, 127], np.int8))
+    assert e.value.field == "sparse.index_dtype"
+    # SciPy's own objects carry a type that holds them: 128 entries in int32 or int64
+    m = sps.csr_array((np.ones(128), (np.zeros(128, int), np.arange(128))), shape=(1, 300))
+    d = hb.asarray(m).descriptor
+    assert d.sparse is not None and d.sparse.nnz == 128
+    assert d.sparse.index_dtype in (hb.int32, hb.int64)
+    assert hb.loads(hb.dumps({"m": hb.asarray(m)}))["m"].descriptor == d

@@ -505,3 +505,143 @@ def test_placed_pieces_of_one_buffer_are_the_written_pieces(dtype: str, fill: in
         return pieces, at
 
     assert outcome(lambda: placed_pieces(d, [view], [128], "x")) == outcome(general)
+
+
+# ================================= padded sub-byte elements: the high bits are written zero
+# element-types.md §4.3: the bits above an element's `bits` in its byte MUST be written as
+# zero and MUST be ignored on read. The value is the low bits', so zeroing them keeps it.
+P = {"padded": True}
+DIRTY_PADDED = {
+    "int4": (hb.Descriptor([3], hb.int4, **P), [b"\xff\xf1\x80"], [b"\x0f\x01\x00"]),
+    "uint4": (hb.Descriptor([3], hb.uint4, **P), [b"\xff\xf1\x80"], [b"\x0f\x01\x00"]),
+    "int2": (hb.Descriptor([2], hb.int2, **P), [b"\xfe\x07"], [b"\x02\x03"]),
+    "uint2": (hb.Descriptor([2], hb.uint2, **P), [b"\x04\x81"], [b"\x00\x01"]),
+    "float4": (hb.Descriptor([3], hb.float4_e2m1fn, **P), [b"\xf1\x0f\x25"], [b"\x01\x0f\x05"]),
+    # a strided span: the gap byte (1) is masked too, which changes no element
+    "int4-strided": (hb.Descriptor([2], hb.int4, hb.Layout.STRIDED, strides=[-2], **P),
+                     [b"\xf3\x90\x1c"], [b"\x03\x00\x0c"]),
+    "int4-coo-values": (hb.Descriptor([8], hb.int4, hb.Layout.COO, sparse=hb.Sparse(2, hb.int8),
+                                      **P), [b"\x17\xe9", b"\x01\x05"], [b"\x07\x09", b"\x01\x05"]),
+    "clean": (hb.Descriptor([3], hb.int4, **P), [b"\x0f\x01\x08"], [b"\x0f\x01\x08"]),
+}
+
+
+@pytest.mark.parametrize("path", WRITE_PATHS)
+@pytest.mark.parametrize("case", DIRTY_PADDED)
+def test_padded_high_bits_are_written_as_zero(case: str, path: str, tmp_path: Any) -> None:
+    d, source, expected = DIRTY_PADDED[case]
+    t = _dirty(d, *source)
+    assert _written(t, path, tmp_path) == expected
+    assert [bytes(t.memoryview(b.role)) for b in t.buffers] == source  # the source untouched
+
+
+def test_padded_high_bits_are_zeroed_in_a_large_buffer_piece_by_piece() -> None:
+    # 3 MiB, dirty in its second MiB only: the clean pieces are written from the source.
+    from hurray_bridge._trailing import written_pieces
+
+    raw = bytearray(3 << 20)
+    raw[(1 << 20) + 5] = 0xF7
+    d = hb.Descriptor([len(raw)], hb.uint4, padded=True)
+    view = memoryview(bytes(raw))
+    (pieces,) = written_pieces(d, [view])
+    assert b"".join(bytes(p) for p in pieces) == bytes(raw[:(1 << 20) + 5]) + b"\x07" + bytes(
+        len(raw) - (1 << 20) - 6)
+    assert sum(isinstance(p, memoryview) for p in pieces) >= 2  # not one copy of it all
+    assert sum(len(p) for p in pieces if not isinstance(p, memoryview)) <= 1 << 20
+
+
+def test_verify_reports_padded_high_bits(tmp_path: Any) -> None:
+    """A file that carries them (written before this rule) fails verify, by entry and field,
+    in Python and the CLI; a plain load reads it and the low bits are the values."""
+    import subprocess
+    import sys
+
+    from hurray_bridge import container
+
+    a = np.array([-1, 1, 0], ml_dtypes.int4)
+    good = hb.dumps({"z": np.zeros(2, np.float32), "q": a}, checksums=False)
+    fi = container.verify(_put(tmp_path / "good.hurray", good))
+    (q,) = [e for e in fi.entries if e.name == "q"]
+    at = fi.data_offset + q.buffers[0].offset
+    assert good[at:at + 3] == b"\x0f\x01\x00"
+    bad = good[:at] + b"\xff\xf1\x80" + good[at + 3:]
+    p = _put(tmp_path / "bad.hurray", bad)
+    with pytest.raises(hb.FormatError, match="high bits") as e:
+        container.verify(p)
+    assert e.value.field == f"entries[{q.position}].buffers[0].high_bits"
+    assert "'q'" in str(e.value) and "0xff" in str(e.value) and "mask 0xf0" in str(e.value)
+    for load in (lambda: hb.loads(bad, verify=True), lambda: hb.load(p, verify=True)):
+        with pytest.raises(hb.FormatError, match="high bits"):
+            load()
+    back = hb.convert(hb.loads(bad)["q"], "numpy")
+    assert back.tolist() == a.tolist()  # read: only the low bits count
+    out = subprocess.run([sys.executable, "-m", "hurray_bridge", "verify", str(p)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "high bits" in out.stderr + out.stdout
+    # a strided span's gap bytes are no elements: verify looks at the elements only
+    d = hb.Descriptor([2], hb.int4, hb.Layout.STRIDED, strides=[2], padded=True)
+    gaps = hb.dumps({"s": _dirty(d, b"\x03\x00\x0c")}, checksums=False)
+    assert gaps[-3:] == b"\x03\x00\x0c"
+    container.verify(_put(tmp_path / "gap.hurray", gaps[:-2] + b"\xf0" + gaps[-1:]))
+    with pytest.raises(hb.FormatError, match=r"element 1 .*0xfc"):
+        container.verify(_put(tmp_path / "el.hurray", gaps[:-1] + b"\xfc"))
+
+
+def _put(path: Any, data: bytes) -> Any:
+    path.write_bytes(data)
+    return path
+
+
+def test_the_c_library_verifies_and_writes_padded_high_bits_as_python(
+        tmp_path: Any, c_build: Any) -> None:
+    from tests.c.test_c_library import _ok, _run
+
+    a = np.array([-1, 1, 0, 7], ml_dtypes.int4)
+    good = hb.dumps({"q": a}, checksums=False)
+    assert good[-4:] == b"\x0f\x01\x00\x07"
+    d = hb.Descriptor([2], hb.int4, hb.Layout.STRIDED, strides=[2], padded=True)
+    gaps = hb.dumps({"s": _dirty(d, b"\x03\x00\x0c")}, checksums=False)
+    files = [good, good[:-4] + b"\xff\xf1\x80\x07", good[:-1] + b"\x17",
+             gaps[:-2] + b"\xf0" + gaps[-1:], gaps[:-1] + b"\xfc"]
+    paths = [str(_put(tmp_path / f"f{k}.hurray", data)) for k, data in enumerate(files)]
+    out = _ok(_run(c_build / "test_hurray", "check-files",
+                   stdin="".join(p + "\n" for p in paths))).splitlines()
+    want = ["ok", "err entries[0].buffers[0].high_bits", "err entries[0].buffers[0].high_bits",
+            "ok", "err entries[0].buffers[0].high_bits"]
+    assert out == want
+    for data, line in zip(files, out, strict=True):  # Python agrees
+        try:
+            hb.loads(data, verify=True)
+            py = "ok"
+        except hb.FormatError as exc:
+            py = f"err {exc.field}"
+        assert py == line
+    # (the C writer's zeroing is checked by its unit test: test_hurray.c unit_padded)
+
+
+def test_hurray_convert_of_a_file_with_padded_high_bits(tmp_path: Any) -> None:
+    """Verified, it is refused as verify refuses it (not as damage: its checksum is right);
+    unverified, it is written with the high bits zero."""
+    import struct
+    import zlib
+
+    from hurray_bridge import container
+    from tests.c.test_c_library import _reseal
+
+    a = np.array([-1, 1, 0], ml_dtypes.int4)
+    good = hb.dumps({"q": a})
+    assert good[-3:] == b"\x0f\x01\x00"
+    # the file an older writer wrote: the dirty bytes and their checksum
+    raw = bytearray(good)
+    raw[-3:] = b"\xff\xf1\x80"
+    struct.pack_into("<I", raw, 128 + 8, zlib.crc32(b"\xff\xf1\x80"))  # entry 0's data_crc32
+    src = _put(tmp_path / "old.hurray", _reseal(bytes(raw)))
+    out = tmp_path / "out.hurray"
+    for check in (lambda: container.verify(src),
+                  lambda: container.rewrite(src, out, fsync=False)):
+        with pytest.raises(hb.FormatError) as e:
+            check()
+        assert e.value.field == "entries[0].buffers[0].high_bits"
+    assert not out.exists()
+    container.rewrite(src, out, fsync=False, verify=False)
+    assert out.read_bytes() == good

@@ -386,3 +386,66 @@ def test_checks_run_section_by_section_as_the_spec_says() -> None:
     assert field(_patched(sharded, (32 + 8 + 16, struct.pack("<Q", hb.DYNAMIC)))) == (
         "shard.global_shape")
     assert field(_patched(sharded, (32 + 8 + 12, struct.pack("<i", -1)))) == "shard.device_id"
+
+
+def with_index_type(d: hb.Descriptor, itype: hb.DType) -> bytes:
+    """``d``'s encoding with its sparse index type replaced by ``itype`` (and the index
+    buffers' lengths with it), whether or not ``itype`` may describe it."""
+    assert d.sparse is not None
+    raw = bytearray(d.to_bytes())
+    raw[32 + 8 * d.rank + 8] = itype.tag
+    n = 0 if d.is_dynamic else len(d.buffer_layout())
+    for j in range(n):
+        at = len(raw) - 24 * (n - j)
+        if raw[at] in (hb.BufferRole.INDICES, hb.BufferRole.INDPTR):
+            length = struct.unpack_from("<Q", raw, at + 16)[0]
+            struct.pack_into("<Q", raw, at + 16, length // d.sparse.index_dtype.itemsize
+                             * itype.itemsize)
+    return bytes(raw)
+
+
+# memory-layout.md §5.1: the index type holds nnz (CSR/CSC) and every index a dimension admits
+@pytest.mark.parametrize("layout,shape,nnz,itype,limit", [
+    (hb.Layout.CSR, [2, 2], 200, hb.int8, "nnz = 200"),      # INDPTR ends at nnz
+    (hb.Layout.CSC, [2, 2], 256, hb.uint8, "nnz = 256"),
+    (hb.Layout.CSR, [2, 129], 1, hb.int8, "dimension 1 has size 129"),  # column indices
+    (hb.Layout.CSC, [300, 2], 1, hb.uint8, "dimension 0 has size 300"),  # row indices
+    (hb.Layout.COO, [4, 2**15 + 1], 1, hb.int16, "dimension 1 has size 32769"),
+    (hb.Layout.COO, [2**31 + 1], 1, hb.int32, "dimension 0 has size 2147483649"),
+])
+def test_an_index_type_too_narrow_is_refused_built_and_decoded(
+        layout: hb.Layout, shape: list[int], nnz: int, itype: hb.DType, limit: str) -> None:
+    def build(t: hb.DType) -> hb.Descriptor:
+        return hb.Descriptor(shape, hb.float32, layout, sparse=hb.Sparse(nnz, t))
+
+    with pytest.raises(hb.FormatError, match=f"{limit}.*wider index type") as e:
+        build(itype)
+    assert e.value.field == "sparse.index_dtype" and itype.name in str(e.value)
+    # The bytes a writer that does not check would emit: the decoder refuses them.
+    with pytest.raises(hb.FormatError) as e:
+        decode_prefix(with_index_type(build(hb.uint64), itype))
+    assert e.value.field == "sparse.index_dtype"
+
+
+@pytest.mark.parametrize("layout,shape,nnz,itype", [
+    (hb.Layout.CSR, [2, 2], 127, hb.int8),     # the largest nnz int8 holds
+    (hb.Layout.CSR, [3, 128], 4, hb.int8),      # column indices 0 ... 127
+    (hb.Layout.CSC, [256, 3], 255, hb.uint8),
+    (hb.Layout.COO, [128, 128], 5, hb.int8),    # COO stores no nnz: any count
+    (hb.Layout.COO, [300], 0, hb.int8),          # nnz = 0 stores no index at all
+    (hb.Layout.CSR, [3, hb.DYNAMIC], 2, hb.int8),  # unknown until resolved
+])
+def test_an_index_type_that_just_fits_is_accepted(
+        layout: hb.Layout, shape: list[int], nnz: int, itype: hb.DType) -> None:
+    d = hb.Descriptor(shape, hb.float32, layout, sparse=hb.Sparse(nnz, itype))
+    assert hb.Descriptor.from_bytes(d.to_bytes()) == d
+    if hb.DYNAMIC not in shape:  # the helper above makes what the encoder makes
+        wide = hb.Descriptor(shape, hb.float32, layout, sparse=hb.Sparse(nnz, hb.uint64))
+        assert with_index_type(wide, itype) == d.to_bytes()
+
+
+def test_resolving_a_dimension_too_large_for_the_index_type_is_refused() -> None:
+    d = hb.Descriptor([3, hb.DYNAMIC], hb.float32, hb.Layout.CSR, sparse=hb.Sparse(2, hb.int8))
+    assert d.resolve([128]).shape == (3, 128)
+    with pytest.raises(hb.FormatError, match="dimension 1 has size 129"):
+        d.resolve([129])
