@@ -41,11 +41,12 @@ from hurray_bridge.tensor import CPU, Tensor, from_dlpack, host_copy
 __all__ = ["KINDS", "NAME", "dtype_of", "from_hurray", "native_type", "to_hurray"]
 
 NAME = "arrow"
+"""The target name: ``hb.convert(x, "arrow")``."""
 # pa.Tensor.__dlpack__ came in pyarrow 21 (versioned capsules in 26), pa.Tensor.from_dlpack in 26.
 _TENSOR_EXPORTS_DLPACK = hasattr(pa.Tensor, "__dlpack__")
 _TENSOR_IMPORTS_DLPACK = hasattr(pa.Tensor, "from_dlpack")
-# What from_hurray can build: a flat Array, an N-D Tensor, or a batch of tensors.
 KINDS = ("array", "tensor", "fixed_shape_tensor")
+"""What ``from_hurray(..., kind=)`` builds: a flat Array, an N-D Tensor, or a batch of tensors."""
 
 _FILL_HINT = (
     "fill them first: arr.fill_null(value) (pyarrow.compute.fill_null), "

@@ -40,6 +40,7 @@ from hurray_bridge.tensor import Device, Tensor, from_dlpack
 __all__ = ["NAME", "device_id_of", "dtype_of", "from_hurray", "native_dtype", "to_hurray"]
 
 NAME = "cupy"
+"""The target name: ``hb.convert(x, "cupy")``."""
 
 _CUDA = 2  # kDLCUDA
 _CUDA_MANAGED = 13  # kDLCUDAManaged: CuPy imports it directly (cupy/_core/dlpack.pyx)

@@ -255,7 +255,9 @@ def raw_import_types() -> frozenset[DType]:
 
 
 STRIDES = "strides"
+"""What :func:`import_obstacle` returns when the strides keep JAX from aliasing memory."""
 ALIGNMENT = "alignment"
+"""What :func:`import_obstacle` returns when the address is below JAX's CPU alignment."""
 
 
 def import_obstacle(shape: tuple[int, ...], strides: tuple[int, ...] | None,
