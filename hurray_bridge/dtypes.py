@@ -54,6 +54,8 @@ __all__ = [
 
 
 class Kind(IntEnum):
+    """The family of an element type: boolean, signed or unsigned integer, float, complex."""
+
     BOOL = 0
     INT = 1
     UINT = 2
@@ -69,6 +71,8 @@ class Tier(IntEnum):
 
 
 class DLPACK_CODE(IntEnum):
+    """DLPack's ``DLDataTypeCode`` values, as dlpack.h numbers them."""
+
     kDLInt = 0
     kDLUInt = 1
     kDLFloat = 2
@@ -196,6 +200,7 @@ def native_types(column: str, resolve: Callable[[str], Any]) -> dict[DType, Any]
 
 
 def dtype_from_tag(tag: int) -> DType:
+    """The element type with wire tag ``tag``; an unknown tag is a FormatError (field ``type_tag``)."""
     try:
         return _BY_TAG[tag]
     except KeyError:
@@ -205,6 +210,7 @@ def dtype_from_tag(tag: int) -> DType:
 
 
 def dtype_from_name(name: str) -> DType:
+    """The element type called ``name`` (or one of its aliases); an unknown name is an UnsupportedError."""
     try:
         return _BY_NAME[_ALIASES.get(name, name)]
     except KeyError:
@@ -232,28 +238,54 @@ def dtype_from_dlpack(code: int, bits: int, lanes: int = 1) -> DType:
 
 # Module-level constants (``hb.float32`` ...); ``bool_`` is exported as ``hb.bool``.
 bool_ = _BY_NAME["bool"]
+"""1-bit boolean, bit-packed LSB-first (ADR-009); exported as ``hb.bool``."""
 bool8 = _BY_NAME["bool8"]
+"""Boolean stored in one byte (0 or 1): DLPack's and NumPy's ``bool``."""
 int8 = _BY_NAME["int8"]
+"""8-bit signed integer."""
 int16 = _BY_NAME["int16"]
+"""16-bit signed integer."""
 int32 = _BY_NAME["int32"]
+"""32-bit signed integer."""
 int64 = _BY_NAME["int64"]
+"""64-bit signed integer."""
 uint8 = _BY_NAME["uint8"]
+"""8-bit unsigned integer."""
 uint16 = _BY_NAME["uint16"]
+"""16-bit unsigned integer."""
 uint32 = _BY_NAME["uint32"]
+"""32-bit unsigned integer."""
 uint64 = _BY_NAME["uint64"]
+"""64-bit unsigned integer."""
 float16 = _BY_NAME["float16"]
+"""IEEE 754 half precision: 1 sign, 5 exponent, 10 mantissa bits."""
 bfloat16 = _BY_NAME["bfloat16"]
+"""Brain float: 1 sign, 8 exponent, 7 mantissa bits (float32's range)."""
 float32 = _BY_NAME["float32"]
+"""IEEE 754 single precision."""
 float64 = _BY_NAME["float64"]
+"""IEEE 754 double precision."""
 complex64 = _BY_NAME["complex64"]
+"""Complex number of two float32 (real, then imaginary)."""
 complex128 = _BY_NAME["complex128"]
+"""Complex number of two float64 (real, then imaginary)."""
 float8_e4m3fn = _BY_NAME["float8_e4m3fn"]
+"""8-bit float, 4 exponent and 3 mantissa bits; finite only (NaN, no infinity)."""
 float8_e5m2 = _BY_NAME["float8_e5m2"]
+"""8-bit float, 5 exponent and 2 mantissa bits, with infinities and NaNs."""
 float8_e4m3fnuz = _BY_NAME["float8_e4m3fnuz"]
+"""8-bit float, 4 exponent and 3 mantissa bits; finite, no negative zero (NaN is 0x80)."""
 float8_e5m2fnuz = _BY_NAME["float8_e5m2fnuz"]
+"""8-bit float, 5 exponent and 2 mantissa bits; finite, no negative zero (NaN is 0x80)."""
 float8_e8m0fnu = _BY_NAME["float8_e8m0fnu"]
+"""8-bit power of two (exponent only, unsigned): the scale type of MX block formats."""
 float4_e2m1fn = _BY_NAME["float4_e2m1fn"]
+"""4-bit float, 2 exponent and 1 mantissa bit; finite only. Packed two per byte LSB-first (ADR-011)."""
 int4 = _BY_NAME["int4"]
+"""4-bit signed integer, packed two per byte LSB-first (ADR-011)."""
 uint4 = _BY_NAME["uint4"]
+"""4-bit unsigned integer, packed two per byte LSB-first (ADR-011)."""
 int2 = _BY_NAME["int2"]
+"""2-bit signed integer, packed four per byte LSB-first (ADR-011)."""
 uint2 = _BY_NAME["uint2"]
+"""2-bit unsigned integer, packed four per byte LSB-first (ADR-011)."""

@@ -46,7 +46,9 @@ __all__ = [
 ]
 
 STREAM_MAGIC = b"HRYS"
+"""The four bytes a Hurray stream starts with."""
 MESSAGE_MAGIC = b"HRYM"
+"""The four bytes each message of a stream starts with."""
 STREAM_VERSION = (1, 0)
 ALIGNMENT = 64
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 32

@@ -61,6 +61,7 @@ class Device(NamedTuple):
 
 
 CPU = Device(1, 0)
+"""The host: DLPack device type 1 (``kDLCPU``), id 0."""
 _I64_MAX = 2**63 - 1
 _new = object.__new__
 

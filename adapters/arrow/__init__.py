@@ -42,15 +42,18 @@ __all__ = ["KINDS", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of", "from_hurray",
            "to_hurray"]
 
 NAME = "arrow"
+"""The target name: ``hb.convert(x, "arrow")``."""
 # A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
 # the producer's adapter says otherwise here. Arrow arrays are immutable (pyarrow 26
 # answers a legacy request for them; a mutable pa.Tensor is told apart in _from_tensor).
 LEGACY_EXPORTS_MUTABLE = False
+"""Whether Arrow's legacy DLPack capsules carry mutable memory (the comment above
+says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 # pa.Tensor.__dlpack__ came in pyarrow 21 (versioned capsules in 26), pa.Tensor.from_dlpack in 26.
 _TENSOR_EXPORTS_DLPACK = hasattr(pa.Tensor, "__dlpack__")
 _TENSOR_IMPORTS_DLPACK = hasattr(pa.Tensor, "from_dlpack")
-# What from_hurray can build: a flat Array, an N-D Tensor, or a batch of tensors.
 KINDS = ("array", "tensor", "fixed_shape_tensor")
+"""What ``from_hurray(..., kind=)`` builds: a flat Array, an N-D Tensor, or a batch of tensors."""
 
 _FILL_HINT = (
     "fill them first: arr.fill_null(value) (pyarrow.compute.fill_null), "

@@ -41,9 +41,12 @@ __all__ = ["LEGACY_EXPORTS_MUTABLE", "NAME", "device_id_of", "dtype_of", "from_h
            "native_dtype", "to_hurray"]
 
 NAME = "cupy"
+"""The target name: ``hb.convert(x, "cupy")``."""
 # A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
 # the producer's adapter says otherwise here. CuPy arrays have no read-only flag.
 LEGACY_EXPORTS_MUTABLE = True
+"""Whether CuPy's legacy DLPack capsules carry mutable memory (the comment above
+says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 
 _CUDA = 2  # kDLCUDA
 _CUDA_MANAGED = 13  # kDLCUDAManaged: CuPy imports it directly (cupy/_core/dlpack.pyx)

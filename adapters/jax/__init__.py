@@ -96,6 +96,8 @@ NAME = "jax"
 # the producer's adapter says otherwise here. JAX arrays are immutable (and JAX answers
 # legacy capsules only).
 LEGACY_EXPORTS_MUTABLE = False
+"""Whether JAX's legacy DLPack capsules carry mutable memory (the comment above
+says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 
 # Element types the Python buffer protocol of a jax.Array accepts (jaxlib refuses
 # BF16, F8*, F4 and S4/U4/S2/U2 with "not supported by the Python buffer protocol").
@@ -264,7 +266,9 @@ def raw_import_types() -> frozenset[DType]:
 
 
 STRIDES = "strides"
+"""What :func:`import_obstacle` returns when the strides keep JAX from aliasing memory."""
 ALIGNMENT = "alignment"
+"""What :func:`import_obstacle` returns when the address is below JAX's CPU alignment."""
 
 
 def import_obstacle(shape: tuple[int, ...], strides: tuple[int, ...] | None,

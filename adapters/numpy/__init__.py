@@ -35,6 +35,8 @@ NAME = "numpy"
 # the producer's adapter says otherwise here. NumPy refuses a legacy export of a
 # read-only array (BufferError, numpy 2.4), so every legacy capsule it makes is writable.
 LEGACY_EXPORTS_MUTABLE = True
+"""Whether NumPy's legacy DLPack capsules carry mutable memory (the comment above
+says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 
 
 def _resolve(entry: str) -> Any:

@@ -42,6 +42,8 @@ NAME = "torch"
 # the producer's adapter says otherwise here. torch has no read-only tensors: its
 # memory is the caller's to write.
 LEGACY_EXPORTS_MUTABLE = True
+"""Whether torch's legacy DLPack capsules carry mutable memory (the comment above
+says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 
 _LATER = ("the dense torch adapter takes strided tensors only; sparse and quantized tensors "
           "go through hb.asarray / hb.convert (hurray_bridge.sparse, hurray_bridge.quant)")
@@ -54,16 +56,18 @@ _readonly_warned = False  # torch.from_numpy warns once per process too (TORCH_W
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_ROCM, _KDL_ROCM_HOST = 1, 2, 3, 10, 11
 _KDL_ONEAPI = 14
 _IS_HIP = torch.version.hip is not None
-# The DLPack device type of this torch's GPU memory: kDLCUDA, or kDLROCM under ROCm.
 GPU_DEVICE_TYPE = _KDL_ROCM if _IS_HIP else _KDL_CUDA
+"""The DLPack device type of this torch's GPU memory: kDLCUDA (2), or kDLROCM (10) under ROCm."""
 _PINNED_TYPE = _KDL_ROCM_HOST if _IS_HIP else _KDL_CUDA_HOST
 _CPU_DEVICE = torch.device("cpu")
 _STRIDED = torch.strided
 _COMPLEX = Kind.COMPLEX
-# Only a build with an accelerator can pin host memory: on the CPU-only wheels every
-# is_pinned() answers False, and the call costs a fifth of an export.
+# On the CPU-only wheels every is_pinned() answers False, and the call costs a fifth of
+# an export: it is skipped there.
 CAN_PIN = (torch.version.cuda is not None or torch.version.hip is not None
            or not torch.__version__.endswith("+cpu"))
+"""Whether this torch build can pin host memory (one with CUDA or ROCm): only then does
+``to_hurray`` ask a CPU tensor whether it is pinned."""
 
 
 def _resolve(name: str) -> Any:
@@ -76,9 +80,11 @@ def _tables() -> tuple[dict[DType, torch.dtype], dict[torch.dtype, DType]]:
     return to_torch, {v: k for k, v in to_torch.items()}
 
 
-# Hurray element type -> torch dtype, for every type this torch holds (float4_e2m1fn ->
-# the x2 container). Read it, never change it.
-DTYPES, _FROM_TORCH = _tables()
+# Unpacked to a private name first: a docstring documents a plain assignment only.
+_DTYPES, _FROM_TORCH = _tables()
+DTYPES = _DTYPES
+"""Hurray element type -> torch dtype, for every type this torch holds (float4_e2m1fn ->
+the ``float4_e2m1fn_x2`` container). Read it, never change it."""
 _TO_TORCH = DTYPES  # the adapter's own (and its tests') name
 # By tag: hashing a DType hashes every field (two enums with a Python-level __hash__).
 _BY_TAG = {d.tag: v for d, v in _TO_TORCH.items()}
