@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 __all__ = ["compiled", "front", "import_exchange", "install", "live_exports", "numpy_entry",
            "register"]
@@ -39,6 +39,8 @@ if _c is not None and not hasattr(_c, "exchange_setup"):
     _c = None  # a build from before the exchange API: its other parts still serve
 
 compiled = _c is not None
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # hb.Tensor's slots in the order of the HB_S_* constants of _speedups_c/speedups.h.
 SLOTS = ("_base0", "_buffers", "_copied", "_data", "_desc", "_device", "_dtype", "_nbytes",
@@ -84,14 +86,14 @@ def install(tensor_type: type, *, device_type: type, cpu: Any, cpu_dl: tuple[Any
     return True
 
 
-def front(general: Callable[..., Any], *, positional_copy: bool = False,
-          name: str | None = None) -> Callable[..., Any]:
+def front(general: F, *, positional_copy: bool = False, name: str | None = None) -> F:
     """``general(obj, copy=None)`` with the compiled import of registered types in front
     (``general`` itself without the compiled module).
 
     The front serves ``f(obj)`` and ``f(obj, copy=None / False)`` (``f(obj, None)`` too
     with ``positional_copy``) for an object of a registered type, and calls ``general``
-    with the same arguments for everything else and whatever it declines.
+    with the same arguments for everything else and whatever it declines. Type checkers
+    see ``general``'s type: the front takes the same arguments and gives the same answers.
     """
     if _c is None:
         return general
@@ -99,7 +101,7 @@ def front(general: Callable[..., Any], *, positional_copy: bool = False,
     functools.update_wrapper(out, general)
     if name is not None:
         out.__name__ = out.__qualname__ = name
-    return out
+    return cast(F, out)
 
 
 def register(tp: type, *, samples: list[tuple[Any, Any, Any]], probe: tuple[Any, tuple[int, ...]],

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from ._registry import get_adapter_module
 
@@ -141,16 +141,18 @@ except ImportError:  # not compiled (no C compiler at install time): same steps 
 
 compiled = _Dispatcher is not None
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 _FRONTS: list[Any] = []
 
 
-def front(general: Callable[..., Any], *, use_compiled: bool = True,
-          name: str | None = None) -> Callable[..., Any]:
+def front(general: F, *, use_compiled: bool = True, name: str | None = None) -> F:
     """``general`` with the shortcut table in front of it, compiled when available.
 
     The front takes ``general``'s docstring and signature, and ``name`` (default:
-    ``general``'s) as its ``__name__``."""
+    ``general``'s) as its ``__name__``; type checkers see ``general``'s type, which
+    the front accepts and answers exactly."""
     if use_compiled and _Dispatcher is not None:
         out: Callable[..., Any] = _Dispatcher(general, TABLE)
     else:
@@ -159,7 +161,7 @@ def front(general: Callable[..., Any], *, use_compiled: bool = True,
     if name is not None:
         out.__name__ = out.__qualname__ = name
     _FRONTS.append(out)
-    return out
+    return cast(F, out)
 
 
 class _Declined(Exception):

@@ -845,7 +845,8 @@ def verify(path: str | os.PathLike[str]) -> FileIndex:
     return _index_from(h, entries, meta)
 
 
-def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = False) -> TensorFile:
+def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], mmap: bool = True, *,
+         verify: bool = False) -> TensorFile:
     """Load a Hurray file as ``{name: hb.Tensor}`` (a :class:`TensorFile`, with ``.metadata``).
 
     With ``mmap=True`` (the default) every tensor points into one copy-on-write
@@ -870,15 +871,21 @@ def load(path: str | os.PathLike[str], mmap: bool = True, *, verify: bool = Fals
     ``hb.ShardedTensor`` under ``NAME``, its shards zero-copy views like any
     entry. One file may hold some of the boxes only (one process's shards): the
     set is then ``partial`` (``is_complete`` is False). ``path`` may also be a
-    list (or tuple) of files, such as every rank's file of one checkpoint: their
+    sequence (list, tuple ...) of files, such as every rank's file of one checkpoint: their
     entries are merged, each sharded tensor's shards from all files together
     must tile its global shape (a missing or overlapping box is a
     :class:`FormatError` naming it and the files), an unsharded name may be in
     one file only, and ``metadata`` keeps the items on which every file agrees.
     """
-    if isinstance(path, (list, tuple)):
+    # Any Sequence, as annotated (a list[Path] is no list[str | PathLike[str]] to a type
+    # checker, so the annotation must be Sequence); str and bytes are Sequences too, but one
+    # path each, and byte buffers are no paths at all (os.fspath refuses them by name).
+    if isinstance(path, (list, tuple)) or (
+            not isinstance(path, (str, bytes, bytearray, memoryview, os.PathLike))
+            and isinstance(path, Sequence)):
         return _load_files(path, mmap, verify)
-    return _grouped(_load_file(path, mmap, verify))
+    # (a byte buffer, outside the annotation, reaches os.fspath, whose TypeError names it)
+    return _grouped(_load_file(path, mmap, verify))  # type: ignore[arg-type]
 
 
 def _load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> TensorFile:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from functools import cache, lru_cache
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import _shortcuts, sparse
 from ._copy_policy import check_copy, require_copy, warn_copy
@@ -227,8 +227,33 @@ def convert_sharded(
         return target.from_hurray(whole, device=device, copy=copy)
 
 
-# What ``hb.convert`` is: the plain two-argument call first tries a shortcut learned from
-# an earlier call of the same (type, target) pair - in C when _speedups was built, else in
-# Python, same steps - and every other call, or a shortcut that declines, runs
-# ``convert_full`` above (see _shortcuts.py for the rules a shortcut must keep).
-convert = _shortcuts.front(convert_full, name="convert")
+if TYPE_CHECKING:
+    # What type checkers see: the target name picks the result's type, that of its adapter's
+    # from_hurray for a dense tensor (docs/typing.md says what else a target may give).
+    # Never run, so nothing is imported. CuPy and pyarrow ship no type information: their
+    # arrays would be Unknown to pyright, and a partly Unknown overload makes every
+    # hb.convert call an error under its strict mode, so those targets give Any.
+    import jax
+    import numpy.typing as npt
+    import torch
+
+    @overload
+    def convert(obj: Any, to: Literal["torch", "pytorch"], device: Any = None,
+                copy: bool | None = None, *, densify: bool = False) -> torch.Tensor: ...
+    @overload
+    def convert(obj: Any, to: Literal["jax"], device: Any = None,
+                copy: bool | None = None, *, densify: bool = False) -> jax.Array: ...
+    @overload
+    def convert(obj: Any, to: Literal["numpy", "np"], device: Any = None,
+                copy: bool | None = None, *, densify: bool = False) -> npt.NDArray[Any]: ...
+    @overload
+    def convert(obj: Any, to: str, device: Any = None,
+                copy: bool | None = None, *, densify: bool = False) -> Any: ...
+    def convert(obj: Any, to: str, device: Any = None,
+                copy: bool | None = None, *, densify: bool = False) -> Any: ...
+else:
+    # What ``hb.convert`` is: the plain two-argument call first tries a shortcut learned
+    # from an earlier call of the same (type, target) pair - in C when _speedups was built,
+    # else in Python, same steps - and every other call, or a shortcut that declines, runs
+    # ``convert_full`` above (see _shortcuts.py for the rules a shortcut must keep).
+    convert = _shortcuts.front(convert_full, name="convert")

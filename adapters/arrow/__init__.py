@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ctypes
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal, overload
 
 import pyarrow as pa
 
@@ -469,6 +469,20 @@ def _to_fixed_shape(t: Tensor, copy: bool | None) -> pa.ExtensionArray:
     return pa.ExtensionArray.from_storage(ext, storage)
 
 
+# The result's type follows ``kind`` (FixedShapeTensorArray is an Array); without it, the
+# tensor's rank decides, which no type says.
+@overload
+def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None,
+                kind: Literal["array"]) -> pa.Array: ...
+@overload
+def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None,
+                kind: Literal["tensor"]) -> pa.Tensor: ...
+@overload
+def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None,
+                kind: Literal["fixed_shape_tensor"]) -> pa.FixedShapeTensorArray: ...
+@overload
+def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None,
+                kind: str | None = None) -> pa.Array | pa.Tensor: ...
 def from_hurray(
     t: Tensor, *, device: Any = None, copy: bool | None = None, kind: str | None = None
 ) -> pa.Array | pa.Tensor:

@@ -533,6 +533,9 @@ CASES += [
          ("/nonexistent/dir/x.hurray",), builtin=True),
     Case("load-path-none", "hb.load(None)", lambda: hb.load(None), TypeError,
          ("NoneType",), builtin=True),
+    Case("load-path-bytearray", "hb.load(bytearray(b'x.hurray'))",
+         lambda: hb.load(bytearray(b"x.hurray")), TypeError,  # a Sequence, but no paths
+         ("bytearray",), builtin=True),
     Case("load-missing", "hb.load('/nonexistent.hurray')",
          lambda: hb.load("/nonexistent.hurray"), FileNotFoundError,
          ("/nonexistent.hurray",), builtin=True),

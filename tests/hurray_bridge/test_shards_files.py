@@ -8,6 +8,7 @@ merges every rank's file and refuses a missing or overlapping box by name.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import pathlib
 import pickle
@@ -250,6 +251,21 @@ def test_files_must_agree_on_the_tensor(tmp_path: pathlib.Path) -> None:
         hb.load([a, c][::-1])
     with pytest.raises(hb.UnsupportedError, match="at least one path"):
         hb.load([])
+
+
+
+def test_any_sequence_of_paths_is_many_files(tmp_path: pathlib.Path) -> None:
+    # What the annotation promises (a Sequence of paths, so that a list[str] or a
+    # list[Path] type-checks), not only list and tuple; a str, bytes or PathLike is one path.
+    st = hb.split(A, hb.grid_boxes(A.shape, (2, 1)))
+    paths = _rank_files(tmp_path, st, [[0], [1]])
+    merged = hb.load(collections.deque(paths))
+    assert np.array_equal(hb.assemble(merged["w"]), A)
+    one = hb.load(bytes(paths[0]))  # a bytes path is still one file: its partial set
+    assert not one["w"].is_complete
+    for bad in (bytearray(bytes(paths[0])), memoryview(bytes(paths[0]))):
+        with pytest.raises(TypeError, match=r"expected str, bytes or os\.PathLike"):
+            hb.load(bad)  # a byte buffer is no list of paths
 
 
 # ------------------------------------------------------- other consumers
