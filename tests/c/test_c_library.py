@@ -661,6 +661,48 @@ def test_example_prints_a_tensor_saved_by_hb_save(c_build: pathlib.Path,
     assert "data = NULL" in out.splitlines()[-1]
 
 
+def _printed_numbers(line: str) -> list[float]:
+    """The numbers of print_tensor's nested-list line, as Python floats (exact: the C side
+    prints each value with enough digits to round-trip)."""
+    return [float(tok) for tok in re.findall(r"-?inf|nan|-?[0-9][0-9.eE+-]*", line)]
+
+
+def test_example_prints_one_entry_and_narrow_floats_as_decimals(c_build: pathlib.Path,
+                                                                 tmp_path: pathlib.Path) -> None:
+    """`print_tensor FILE NAME` looks the entry up: no line for the entries before it; and
+    bfloat16, float16 and the float8 types print as the decimal values Python reads."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bits16 = np.array([0x0000, 0x8000, 0x3F80, 0xBDCD, 0x7F7F, 0x0001, 0x807F, 0x7F80,
+                       0xFF80, 0x4049, 0x3EAB, 0x0080], dtype=np.uint16).reshape(2, 6)
+    tensors = {"first": np.arange(3, dtype=np.int32), "second": np.ones(2, np.float32),
+               "bf": bits16.view(ml_dtypes.bfloat16),
+               "f16": np.array([0x0001, 0x03FF, 0x3C00, 0xC000, 0x7BFF, 0x7C00, 0x3555],
+                               np.uint16).view(np.float16)}
+    all8 = np.arange(256, dtype=np.uint8)
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                 "float8_e8m0fnu"):
+        # every bit pattern: 32 rows of 8 (print_tensor elides rows past 8, so shape 8 x 32
+        # would hide some; 32 x 8 keeps every element of the first 6 and last 2 rows)
+        tensors[f"t_{name}"] = all8.view(getattr(ml_dtypes, name)).reshape(32, 8)
+    path = tmp_path / "narrow.hurray"
+    hb.save(path, tensors)
+    for name, array in tensors.items():
+        out = _ok(_run(c_build / "print_tensor", str(path), name)).splitlines()
+        others = [n for n in tensors if n != name]
+        assert not [ln for ln in out for n in others if re.search(rf"\b{n}\b", ln)], out
+        assert out[0].startswith(f"{name} [") and len(out) == 2, out
+        printed = _printed_numbers(out[1])
+        expected = [float(v) for v in np.asarray(array, dtype=np.float64).ravel()]
+        if array.shape[0] > 8:  # the rows print_tensor shows: 0..5 and the last two
+            rows = [*range(6), array.shape[0] - 2, array.shape[0] - 1]
+            expected = [float(v) for r in rows for v in np.asarray(array[r], np.float64)]
+        assert len(printed) == len(expected), (name, out[1][:200])
+        for got, want in zip(printed, expected, strict=True):
+            assert (got == want and str(got)[0] == str(want)[0]) or (got != got and
+                                                                     want != want), \
+                (name, got, want)
+
+
 # ------------------------------------------------------------------------------ fuzzing
 @pytest.fixture(scope="module")
 def fuzz_build(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
