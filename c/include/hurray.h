@@ -279,9 +279,20 @@ void hry_sha256_update(hry_sha256 *s, const void *data, size_t len);
 void hry_sha256_final(hry_sha256 *s, uint8_t digest[32]);
 
 /* ------------------------------------------------------------------------------------
- * DLPack (1.x) — the struct definitions, unless <dlpack/dlpack.h> was included first
+ * DLPack (1.1 or later) — the struct definitions of DLPack 1.3, unless a dlpack.h was
+ * included first. The library hands out the float8/float4 type codes and the
+ * IS_SUBBYTE_TYPE_PADDED flag of DLPack 1.1, so an earlier dlpack.h is refused here rather
+ * than silently used; a later 1.x one is used (its structs keep their layout).
  * ------------------------------------------------------------------------------------ */
-#ifndef DLPACK_DLPACK_H_
+#if defined(DLPACK_DLPACK_H_) || defined(DLPACK_MAJOR_VERSION)
+#if !defined(DLPACK_MAJOR_VERSION) || !defined(DLPACK_MINOR_VERSION)
+#error "hurray.h needs DLPack 1.1 or later (it carries 1.3), but the dlpack.h included before it is older than 1.0 (no DLPACK_MAJOR_VERSION): include a dlpack.h of version 1.1 or later before hurray.h, or none"
+#elif DLPACK_MAJOR_VERSION > 1
+#error "hurray.h needs DLPack 1.1 or later within major version 1 (it carries 1.3), but the dlpack.h included before it has a major version above 1, whose structs may differ: include a dlpack.h of version 1.1 or later (1.x) before hurray.h, or none"
+#elif DLPACK_MAJOR_VERSION < 1 || DLPACK_MINOR_VERSION < 1
+#error "hurray.h needs DLPack 1.1 or later (it carries 1.3), but the dlpack.h included before it is DLPack 1.0 (or older): include a dlpack.h of version 1.1 or later before hurray.h, or none"
+#endif
+#else
 #define DLPACK_DLPACK_H_
 #define DLPACK_MAJOR_VERSION 1
 #define DLPACK_MINOR_VERSION 3

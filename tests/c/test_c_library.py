@@ -703,6 +703,71 @@ def test_example_prints_one_entry_and_narrow_floats_as_decimals(c_build: pathlib
                 (name, got, want)
 
 
+# ------------------------------------------------------------------------------ dlpack.h
+def _dlpack_block() -> str:
+    """The DLPack struct definitions hurray.h carries (between its guard lines)."""
+    text = (CDIR / "include" / "hurray.h").read_text()
+    m = re.search(r"#define DLPACK_MINOR_VERSION \d+\n(.*?)\n#endif /\* DLPACK_DLPACK_H_ \*/",
+                  text, re.S)
+    assert m is not None, "hurray.h no longer carries its DLPack definitions"
+    return m.group(1)
+
+
+def _compile_with_dlpack_first(tmp_path: pathlib.Path, dlpack_h: str) -> subprocess.CompletedProcess:
+    (tmp_path / "dlpack").mkdir(exist_ok=True)
+    (tmp_path / "dlpack" / "dlpack.h").write_text(dlpack_h)
+    src = tmp_path / "tu.c"
+    src.write_text("#include <dlpack/dlpack.h>\n#include \"hurray.h\"\n"
+                   "int main(void) { DLManagedTensorVersioned *m = 0; return m != 0; }\n")
+    return subprocess.run([CC or "cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic",
+                           f"-I{tmp_path}", f"-I{CDIR / 'include'}", "-fsyntax-only", str(src)],
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("version,found", [
+    ("#define DLPACK_VERSION 80\n#define DLPACK_ABI_VERSION 1\n", "older than 1.0"),
+    ("#define DLPACK_MAJOR_VERSION 1\n#define DLPACK_MINOR_VERSION 0\n", "is DLPack 1.0"),
+    ("#define DLPACK_MAJOR_VERSION 2\n#define DLPACK_MINOR_VERSION 0\n", "major version above 1"),
+])
+def test_an_older_dlpack_h_included_first_is_a_compile_error(
+        tmp_path: pathlib.Path, version: str, found: str) -> None:
+    """hurray.h hands out DLPack 1.1 type codes and flags: a dlpack.h without them, included
+    first, must stop the build with both versions named, not silently replace its own."""
+    # 1.0 has the structs hurray.h declares with: only the check can refuse it
+    structs = _dlpack_block() if "MAJOR" in version else ""
+    proc = _compile_with_dlpack_first(
+        tmp_path, f"#ifndef DLPACK_DLPACK_H_\n#define DLPACK_DLPACK_H_\n#include <stdint.h>\n"
+                  f"{version}{structs}\n#endif\n")
+    assert proc.returncode != 0
+    assert "needs DLPack 1.1 or later" in proc.stderr and found in proc.stderr, proc.stderr
+    assert "include a dlpack.h of version 1.1 or later" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("minor", [1, 3, 9])
+def test_a_compatible_dlpack_h_included_first_is_used(tmp_path: pathlib.Path, minor: int) -> None:
+    header = ("#ifndef DLPACK_DLPACK_H_\n#define DLPACK_DLPACK_H_\n"
+              f"#include <stdint.h>\n#define DLPACK_MAJOR_VERSION 1\n"
+              f"#define DLPACK_MINOR_VERSION {minor}\n{_dlpack_block()}\n#endif\n")
+    proc = _compile_with_dlpack_first(tmp_path, header)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_upstream_dlpack_h_works_before_and_after_hurray_h(tmp_path: pathlib.Path) -> None:
+    found = sorted(pathlib.Path(sys.prefix).glob("lib/python*/site-packages/*/include/dlpack"))
+    if not found:
+        pytest.skip("no upstream dlpack/dlpack.h installed (tvm_ffi and torch ship one)")
+    for order in ("#include <dlpack/dlpack.h>\n#include \"hurray.h\"\n",
+                  "#include \"hurray.h\"\n#include <dlpack/dlpack.h>\n"):
+        src = tmp_path / "tu.c"
+        src.write_text(order + "int main(void) { return (int)sizeof(DLManagedTensorVersioned)"
+                       " != 8 + 2 * (int)sizeof(void *) + 8 + (int)sizeof(DLTensor); }\n")
+        proc = subprocess.run([CC or "cc", "-std=c11", "-Wall", "-Wextra", "-Werror",
+                               f"-I{found[0].parent}", f"-I{CDIR / 'include'}", str(src), "-o",
+                               str(tmp_path / "tu")], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert subprocess.run([str(tmp_path / "tu")]).returncode == 0
+
+
 # ------------------------------------------------------------------------------ fuzzing
 @pytest.fixture(scope="module")
 def fuzz_build(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
