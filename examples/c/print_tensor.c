@@ -209,7 +209,7 @@ static void print_dims(const DLTensor *t, int dim, const uint8_t *p, size_t item
 static void print_entry_line(const hry_entry *e)
 {
     hry_descriptor d;
-    memset(&d, 0, sizeof d);
+    hry_descriptor_init(&d);
     if (hry_entry_descriptor(e, &d, NULL) != HRY_OK) { /* checked at open: cannot happen */
         printf("%s (unreadable descriptor)\n", e->name);
         return;
@@ -227,6 +227,12 @@ int main(int argc, char **argv)
     if (argc < 2 || argc > 3) {
         fprintf(stderr, "usage: %s FILE [NAME]\n", argv[0]);
         return 1;
+    }
+    if (!hry_version_check()) {
+        fprintf(stderr, "%s: built against hurray.h %d.%d, but the library linked is %#x\n",
+                argv[0], HRY_LIB_VERSION_MAJOR, HRY_LIB_VERSION_MINOR,
+                (unsigned)hry_library_version());
+        return 2;
     }
     hry_error err;
     hry_file *f;

@@ -114,7 +114,7 @@ def test_make_builds_the_library_the_shared_library_and_the_tool(c_build: pathli
         assert (c_build / name).exists(), name
     lib = ctypes.CDLL(str(c_build / "libhurray.so"))
     lib.hry_library_version.restype = ctypes.c_uint32
-    assert lib.hry_library_version() == 0x010000
+    assert lib.hry_library_version() == 0x020000
     # the C CRC-32 is zlib's
     lib.hry_crc32.restype = ctypes.c_uint32
     lib.hry_crc32.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t]
@@ -713,7 +713,8 @@ def _dlpack_block() -> str:
     return m.group(1)
 
 
-def _compile_with_dlpack_first(tmp_path: pathlib.Path, dlpack_h: str) -> subprocess.CompletedProcess:
+def _compile_with_dlpack_first(tmp_path: pathlib.Path,
+                               dlpack_h: str) -> subprocess.CompletedProcess:
     (tmp_path / "dlpack").mkdir(exist_ok=True)
     (tmp_path / "dlpack" / "dlpack.h").write_text(dlpack_h)
     src = tmp_path / "tu.c"
@@ -766,6 +767,200 @@ def test_the_upstream_dlpack_h_works_before_and_after_hurray_h(tmp_path: pathlib
                                str(tmp_path / "tu")], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         assert subprocess.run([str(tmp_path / "tu")]).returncode == 0
+
+
+# ------------------------------------------------------------------------------ ABI growth
+ABI_CALLER = r"""
+#include "hurray.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A 2.x caller: reads every entry of argv[1] through the descriptor API, writes them again
+ * through the writer into argv[2]. Built against the header of its time (GROWN: a later
+ * 2.1 whose hry_descriptor and hry_file_info have one more field). */
+static int fail(const char *what, const hry_error *e)
+{
+    printf("%s: %s: %s: %s\n", what, hry_status_name(e->status), e->field, e->message);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    hry_error err;
+    hry_file *f;
+    printf("version_check=%d\n", hry_version_check());
+    if (argc != 3 || hry_file_open(argv[1], HRY_OPEN_VERIFY, &f, &err) != HRY_OK) {
+        return argc != 3 ? 1 : fail("open", &err);
+    }
+    hry_file_info info;
+    hry_file_info_init(&info);
+    if (hry_file_get_info(f, &info, &err) != HRY_OK) {
+        return fail("info", &err);
+    }
+    printf("info: struct_size %s, %u entries, alignment %u, %llu bytes\n",
+           info.struct_size == sizeof info ? "kept" : "CHANGED", info.n_entries,
+           info.alignment, (unsigned long long)info.file_size);
+    hry_writer *w;
+    if (hry_writer_new(info.alignment, (info.flags & HRY_FILE_FLAG_DATA_CHECKSUMS) != 0, &w,
+                       &err) != HRY_OK) {
+        return fail("writer", &err);
+    }
+    for (uint32_t i = 0; i < hry_file_entry_count(f); i++) {
+        const hry_entry *e = hry_file_entry(f, i);
+        hry_descriptor d;
+        hry_descriptor_init(&d);
+#ifdef GROWN
+        d.grown_field = 0x5555; /* a decoder must clear what its library does not know */
+#endif
+        uint64_t nbytes = 0;
+        uint8_t enc[HRY_MAX_DESCRIPTOR_SIZE];
+        size_t n = 0;
+        if (hry_entry_descriptor(e, &d, &err) != HRY_OK ||
+            hry_descriptor_nbytes(&d, &nbytes, &err) != HRY_OK ||
+            hry_encode(&d, NULL, 0, enc, sizeof enc, &n, &err) != HRY_OK) {
+            return fail(e->name, &err);
+        }
+        hry_descriptor again;
+        hry_descriptor_init(&again);
+        if (hry_decode(enc, n, &again, NULL, &err) != HRY_OK) {
+            return fail("decode", &err);
+        }
+        printf("%s: rank %u %s, %llu bytes, flags %u, encoded %zu, equal %d, struct_size %s\n",
+               e->name, d.rank, hry_dtype(d.dtype)->name, (unsigned long long)nbytes,
+               hry_descriptor_flags(&d), n, hry_descriptor_equal(&d, &again),
+               d.struct_size == sizeof d ? "kept" : "CHANGED");
+#ifdef GROWN
+        printf("grown_field after decode: %llu\n", (unsigned long long)d.grown_field);
+#endif
+        const void *bufs[HRY_MAX_BUFFERS];
+        for (uint32_t j = 0; j < e->buffers.count; j++) {
+            bufs[j] = hry_file_buffer(f, e, j);
+        }
+        if (hry_writer_add(w, e->name, e->name_length, &d, bufs, e->buffers.count, &err) !=
+            HRY_OK) {
+            return fail("add", &err);
+        }
+    }
+    if (hry_writer_save(w, argv[2], HRY_SAVE_NO_FSYNC, &err) != HRY_OK) {
+        return fail("save", &err);
+    }
+    hry_writer_free(w);
+    hry_file_close(f);
+    /* refusals: a size below 2.0's; a newer caller's field that this library lacks */
+    hry_descriptor d;
+    hry_descriptor_init(&d);
+    d.dtype = HRY_FLOAT32;
+    d.layout = HRY_ROW_MAJOR;
+    d.struct_size = 8;
+    hry_status s = hry_descriptor_check(&d, &err);
+    printf("struct_size 8: %s: %s: %s\n", hry_status_name(s), err.field, err.message);
+    hry_file_info_init(&info);
+    info.struct_size = 4;
+    hry_file_open(argv[2], 0, &f, NULL);
+    s = hry_file_get_info(f, &info, &err);
+    printf("info struct_size 4: %s: %s: %s\n", hry_status_name(s), err.field, err.message);
+    hry_file_close(f);
+#ifdef GROWN
+    hry_descriptor_init(&d);
+    d.dtype = HRY_FLOAT32;
+    d.layout = HRY_ROW_MAJOR;
+    d.grown_field = 1;
+    s = hry_descriptor_check(&d, &err);
+    printf("grown_field set: %s: %s: %s\n", hry_status_name(s), err.field, err.message);
+#endif
+    return 0;
+}
+"""
+
+
+def _grown_copy(tmp: pathlib.Path) -> pathlib.Path:
+    """c/include and c/src as a later 2.1 would have them: one field appended to
+    hry_descriptor and to hry_file_info, the minor version bumped; the code unchanged."""
+    root = tmp / "grown"
+    shutil.copytree(CDIR / "src", root / "src")
+    shutil.copytree(CDIR / "include", root / "include")
+    header = root / "include" / "hurray.h"
+    text = header.read_text()
+    for name in ("hry_descriptor", "hry_file_info"):
+        end = f"\n}} {name};\n"
+        assert text.count(end) == 1, name
+        text = text.replace(end, f"\n    uint64_t grown_field;\n}} {name};\n")
+    text, n = re.subn(r"#define HRY_LIB_VERSION_MINOR \d+", "#define HRY_LIB_VERSION_MINOR 1",
+                      text)
+    assert n == 1
+    header.write_text(text)
+    return root
+
+
+def test_a_caller_built_against_another_struct_size_works(tmp_path: pathlib.Path) -> None:
+    """struct_size lets the structs grow: a caller compiled against the 2.0 header runs on a
+    2.1 library whose hry_descriptor and hry_file_info are longer (and the other way round),
+    with the same results, nothing read or written past the caller's struct (ASan), and the
+    refusals naming struct_size."""
+    grown = _grown_copy(tmp_path)
+    flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-g", "-O1"]
+    env = dict(os.environ)
+    if _sanitizers_available(tmp_path):
+        flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+        env.update(SAN_ENV)
+    (tmp_path / "caller.c").write_text(ABI_CALLER)
+    libs = {"2.0": (CDIR / "include", CDIR / "src"), "2.1": (grown / "include", grown / "src")}
+
+    def build(name: str, header: str, library: str, *defines: str) -> pathlib.Path:
+        inc, src = libs[library]
+        lib_objs = []
+        for c in sorted(src.glob("*.c")):  # the library, compiled with its own header
+            obj = tmp_path / f"{library}-{c.stem}.o"
+            if not obj.exists():
+                proc = subprocess.run([CC or "cc", *flags, "-fvisibility=hidden", f"-I{inc}",
+                                       f"-I{src}", "-c", str(c), "-o", str(obj)],
+                                      capture_output=True, text=True)
+                assert proc.returncode == 0, proc.stderr
+            lib_objs.append(str(obj))
+        exe = tmp_path / name
+        proc = subprocess.run([CC or "cc", *flags, *defines, f"-I{libs[header][0]}",
+                               str(tmp_path / "caller.c"), *lib_objs, "-lpthread", "-o",
+                               str(exe)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return exe
+
+    src = tmp_path / "in.hurray"
+    hb.save(src, {"w": np.arange(12, dtype=np.float32).reshape(3, 4),
+                  "t": np.arange(12, dtype=np.int16).reshape(3, 4).T,
+                  "s": np.float64(2.5), "e": np.zeros((0, 3), np.uint8)})
+
+    def run(exe: pathlib.Path) -> list[str]:
+        out = tmp_path / f"{exe.name}.hurray"
+        proc = _run(exe, str(src), str(out), env=env)
+        assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, \
+            proc.stderr
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert out.read_bytes() == src.read_bytes(), exe.name
+        return proc.stdout.splitlines()
+
+    same = run(build("old_on_old", "2.0", "2.0"))
+    old_caller = run(build("old_on_new", "2.0", "2.1"))
+    new_caller = run(build("new_on_old", "2.1", "2.0", "-DGROWN"))
+    assert same[0] == "version_check=1" and old_caller[0] == "version_check=1"
+    assert new_caller[0] == "version_check=0"  # built for 2.1, linked with 2.0: it says so
+    assert old_caller == same, (old_caller, same)
+    entries = [ln for ln in same if ln.startswith(("w:", "t:", "s:", "e:"))]
+    assert len(entries) == 4 and all("equal 1, struct_size kept" in ln for ln in entries)
+    assert "info: struct_size kept, 4 entries" in same[1]
+    # a newer caller on the older library: what the library fills is the same, and the
+    # field it does not know reads as zero after a decode
+    assert [ln for ln in new_caller if ln in entries] == entries
+    assert new_caller.count("grown_field after decode: 0") == 4
+    for out in (same, new_caller):
+        small = next(ln for ln in out if ln.startswith("struct_size 8:"))
+        assert "argument" in small and ": struct_size: hry_descriptor.struct_size is 8" in small
+        assert "hry_descriptor_init" in small
+        info = next(ln for ln in out if ln.startswith("info struct_size 4:"))
+        assert ": struct_size: hry_file_info.struct_size is 4" in info
+    grown_set = next(ln for ln in new_caller if ln.startswith("grown_field set:"))
+    assert "unsupported" in grown_set and ": struct_size: " in grown_set
+    assert "hry_version_check" in grown_set and "2.0.0" in grown_set
 
 
 # ------------------------------------------------------------------------------ fuzzing
