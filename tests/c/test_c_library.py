@@ -963,6 +963,98 @@ def test_a_caller_built_against_another_struct_size_works(tmp_path: pathlib.Path
     assert "hry_version_check" in grown_set and "2.0.0" in grown_set
 
 
+# ------------------------------------------------------------------------------ install
+PKG_CONFIG = shutil.which("pkg-config")
+INSTALLED = ["include/hurray.h", "lib/libhurray.so.2.0.0", "lib/libhurray.so.2",
+             "lib/libhurray.so", "lib/libhurray.a", "lib/pkgconfig/hurray.pc", "bin/hurray-c"]
+
+
+def _pkg_config(prefix: pathlib.Path, *args: str) -> list[str]:
+    env = {**os.environ, "PKG_CONFIG_PATH": str(prefix / "lib" / "pkgconfig"),
+           "PKG_CONFIG_LIBDIR": str(prefix / "lib" / "pkgconfig")}
+    proc = subprocess.run([PKG_CONFIG or "pkg-config", *args, "hurray"], capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def _needed(exe: pathlib.Path) -> list[str]:
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return []
+    out = subprocess.run([readelf, "-d", str(exe)], capture_output=True, text=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^]]+)\]", out)
+
+
+@pytest.mark.skipif(PKG_CONFIG is None, reason="pkg-config is not installed")
+def test_make_install_gives_a_library_programs_build_against(c_build: pathlib.Path,
+                                                             tmp_path: pathlib.Path) -> None:
+    """`make install PREFIX=...`: the header, the versioned shared library with its soname
+    links, the static library, a pkg-config file naming that prefix and the tool; a program
+    built with `pkg-config --cflags --libs hurray` against that copy (shared and static)
+    prints what the in-tree build prints and what Python reads; `make uninstall` removes it
+    all; DESTDIR stages without changing the prefix the files name."""
+    prefix = tmp_path / "prefix"
+    _make(tmp_path / "build", "install", PREFIX=str(prefix))
+    got = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*") if not p.is_dir())
+    assert got == sorted(INSTALLED)
+    lib = prefix / "lib"
+    assert os.readlink(lib / "libhurray.so") == "libhurray.so.2"
+    assert os.readlink(lib / "libhurray.so.2") == "libhurray.so.2.0.0"
+    assert _pkg_config(prefix, "--modversion") == ["2.0.0"]
+    assert _pkg_config(prefix, "--variable=prefix") == [str(prefix)]
+    cflags_libs = _pkg_config(prefix, "--cflags", "--libs")
+    assert f"-I{prefix}/include" in cflags_libs and "-lhurray" in cflags_libs
+
+    data = tmp_path / "w.hurray"
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    hb.save(data, {"w": np.arange(6, dtype=np.float32).reshape(2, 3) / 4,
+                   "bf": np.array([1.5, -0.1, 3e38, 1e-40], ml_dtypes.bfloat16)})
+    program = ROOT / "examples" / "c" / "print_tensor.c"
+    warn = ["-std=c11", "-Wall", "-Wextra", "-Werror"]
+    shared = tmp_path / "print_shared"
+    static = tmp_path / "print_static"
+    for exe, link in ((shared, [*cflags_libs, f"-Wl,-rpath,{lib}"]),
+                      (static, [*_pkg_config(prefix, "--cflags"), f"-L{lib}", "-Wl,-Bstatic",
+                                "-lhurray", "-Wl,-Bdynamic",
+                                *[f for f in _pkg_config(prefix, "--static", "--libs-only-l")
+                                  if f != "-lhurray"]])):
+        proc = subprocess.run([CC or "cc", *warn, str(program), *link, "-o", str(exe)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    if shutil.which("readelf"):
+        assert "libhurray.so.2" in _needed(shared)
+        assert not [n for n in _needed(static) if "hurray" in n]
+    for name, values in (("w", np.arange(6, dtype=np.float64) / 4),
+                         ("bf", np.array([1.5, -0.1, 3e38, 1e-40], ml_dtypes.bfloat16))):
+        outs = {str(exe.name): _ok(_run(exe, str(data), name)) for exe in (shared, static)}
+        outs["in-tree"] = _ok(_run(c_build / "print_tensor", str(data), name))
+        assert len(set(outs.values())) == 1, outs
+        printed = _printed_numbers(outs["print_shared"].splitlines()[1])
+        assert printed == [float(v) for v in np.asarray(values, np.float64).ravel()]
+    # without an rpath, from LD_LIBRARY_PATH alone, as a system install is found
+    plain = tmp_path / "print_env"
+    proc = subprocess.run([CC or "cc", *warn, str(program), *cflags_libs, "-o", str(plain)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    env = {**os.environ, "LD_LIBRARY_PATH": str(lib)}
+    assert _ok(_run(plain, str(data), "bf", env=env)) == _ok(_run(shared, str(data), "bf"))
+    assert _run(plain, str(data), "bf", env={**os.environ, "LD_LIBRARY_PATH": ""}).returncode \
+        != 0  # it does load the installed copy
+    assert "OK" in _ok(_run(prefix / "bin" / "hurray-c", "verify", str(data)))
+
+    _make(tmp_path / "build", "uninstall", PREFIX=str(prefix))
+    assert not [p for p in prefix.rglob("*") if not p.is_dir()]
+
+    stage = tmp_path / "stage"
+    _make(tmp_path / "build", "install", PREFIX="/opt/hurray", DESTDIR=str(stage))
+    got = sorted(str(p.relative_to(stage / "opt" / "hurray"))
+                 for p in stage.rglob("*") if not p.is_dir())
+    assert got == sorted(INSTALLED)
+    pc = (stage / "opt" / "hurray" / "lib" / "pkgconfig" / "hurray.pc").read_text()
+    assert "prefix=/opt/hurray\n" in pc and str(stage) not in pc
+
+
 # ------------------------------------------------------------------------------ fuzzing
 @pytest.fixture(scope="module")
 def fuzz_build(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
