@@ -26,6 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     hry_descriptor d, again;
+    hry_descriptor_init(&d);
+    hry_descriptor_init(&again);
     hry_buffer_table t, t2;
     hry_error err;
     size_t used = 0;

@@ -48,7 +48,8 @@ static void check_accepted(hry_file *f, const uint8_t *data, size_t size)
 {
     hry_error err;
     hry_file_info info;
-    hry_file_get_info(f, &info);
+    hry_file_info_init(&info);
+    hry_file_get_info(f, &info, NULL);
     REQUIRE(info.file_size == size && info.data_offset + info.data_length == size);
     hry_writer *w;
     REQUIRE(hry_writer_new(info.alignment, info.flags & HRY_FILE_FLAG_DATA_CHECKSUMS, &w, &err) ==
@@ -63,6 +64,7 @@ static void check_accepted(hry_file *f, const uint8_t *data, size_t size)
     for (uint32_t i = 0; i < hry_file_entry_count(f); i++) {
         const hry_entry *e = hry_file_entry(f, i);
         hry_descriptor d;
+        hry_descriptor_init(&d);
         REQUIRE(hry_entry_descriptor(e, &d, &err) == HRY_OK);
         REQUIRE(hry_file_find(f, e->name, e->name_length) == e);
         const void *bufs[HRY_MAX_BUFFERS];

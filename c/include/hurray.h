@@ -31,6 +31,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h> /* memset, for the inline hry_descriptor_init */
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,10 +47,15 @@ extern "C" {
  * Versions
  * ------------------------------------------------------------------------------------ */
 
-/* The library's own version (semantic versioning of this API and ABI). */
-#define HRY_LIB_VERSION_MAJOR 1
+/* The library's own version (semantic versioning of this API and ABI; docs/impl/c-api.md
+ * "ABI stability"). 2.0 gave hry_descriptor and hry_file_info a leading struct_size, so that
+ * later minor versions can append fields without breaking compiled callers. */
+#define HRY_LIB_VERSION_MAJOR 2
 #define HRY_LIB_VERSION_MINOR 0
 #define HRY_LIB_VERSION_PATCH 0
+/* The header's version in hry_library_version()'s encoding. */
+#define HRY_LIB_VERSION ((HRY_LIB_VERSION_MAJOR << 16) | (HRY_LIB_VERSION_MINOR << 8) | \
+                         HRY_LIB_VERSION_PATCH)
 
 /* The descriptor encoding (metadata.md) and file format (container.md) versions written.
  * A reader accepts major version 1 with any minor version. */
@@ -60,6 +66,17 @@ extern "C" {
 
 /* The version of the library actually linked: (major << 16) | (minor << 8) | patch. */
 uint32_t hry_library_version(void);
+
+/* 1 when the linked library serves a program compiled against this header: the same major
+ * version and at least this minor version (an older library lacks the newer functions and
+ * refuses the newer struct fields). Call it once at start-up; it is inline, so it compares
+ * the header the caller was compiled with, not the library's own. */
+static inline int hry_version_check(void)
+{
+    uint32_t v = hry_library_version();
+    /* + 1 > rather than >=: no "always true" warning while the header's minor is 0 */
+    return (v >> 16) == HRY_LIB_VERSION_MAJOR && ((v >> 8) & 0xFFu) + 1u > HRY_LIB_VERSION_MINOR;
+}
 
 /* ------------------------------------------------------------------------------------
  * Errors
@@ -79,6 +96,9 @@ typedef enum hry_status {
 #define HRY_FIELD_MAX 80
 #define HRY_MESSAGE_MAX 320
 
+/* The one caller-allocated struct without struct_size: it is passed uninitialised to every
+ * call and filled on failure paths that could not report a bad size. Its layout is fixed for
+ * the major version; new information comes as new status codes and functions. */
 typedef struct hry_error {
     hry_status status;
     int os_errno;                 /* for HRY_E_IO, else 0 */
@@ -119,6 +139,8 @@ enum {
 typedef enum hry_kind { HRY_KIND_BOOL = 0, HRY_KIND_INT = 1, HRY_KIND_UINT = 2,
                         HRY_KIND_FLOAT = 3, HRY_KIND_COMPLEX = 4 } hry_kind;
 
+/* Library-owned (hry_dtype returns a pointer into a static table): fields are only
+ * appended, so never copy one by value or take its sizeof. */
 typedef struct hry_dtype_info {
     uint8_t tag;
     const char *name;       /* the element-types.md name: "float32", "bfloat16", "int4" ... */
@@ -161,10 +183,20 @@ const char *hry_role_name(unsigned role);
  * ------------------------------------------------------------------------------------ */
 
 /* A descriptor as plain values: the fields of the wire encoding, nothing allocated.
- * Zero it (memset or = {0}) and fill what the layout and sections need; array entries past
- * the rank (n_tile) and the fields of absent sections are ignored, and a decoder does not
- * write them. hry_descriptor_check() applies every rule of the data model. */
+ * Start with hry_descriptor_init(&d) (zeroes it and sets struct_size), then fill what the
+ * layout and sections need; array entries past the rank (n_tile) and the fields of absent
+ * sections are ignored, and a decoder does not write them. hry_descriptor_check() applies
+ * every rule of the data model.
+ *
+ * struct_size is the caller's sizeof(hry_descriptor): every function that takes one reads
+ * it first. Later 2.x versions append fields after `shard` only; the library reads and
+ * writes only the bytes the caller's struct_size covers (missing fields count as zero), so
+ * a program compiled against an older 2.x header keeps working with a newer library.
+ * HRY_E_ARGUMENT (field "struct_size") when it is below the 2.0 size, HRY_E_UNSUPPORTED
+ * when a newer caller set a field this library does not know (a non-zero byte past its
+ * own size). The functions that return no status return 0 then. */
 typedef struct hry_descriptor {
+    uint32_t struct_size;               /* sizeof(hry_descriptor) as the caller compiled it */
     uint32_t rank;                      /* 0 .. 64 */
     uint8_t dtype;                      /* element type tag */
     uint8_t layout;                     /* hry_layout */
@@ -194,7 +226,19 @@ typedef struct hry_descriptor {
         uint64_t offsets[HRY_MAX_RANK];
         uint64_t global_shape[HRY_MAX_RANK];
     } shard;
+    /* fields of later 2.x versions are appended here */
 } hry_descriptor;
+
+/* Zero *d and set its struct_size to this header's size. Inline on purpose: the size must be
+ * the caller's, not the library's. */
+static inline void hry_descriptor_init(hry_descriptor *d)
+{
+    memset(d, 0, sizeof *d);
+    d->struct_size = (uint32_t)sizeof *d;
+}
+
+/* The buffer structs below mirror the wire format's buffer table (docs/spec/metadata.md):
+ * their layout is fixed for the major version and changes only with the format's. */
 
 /* One buffer a descriptor calls for: its role and exact byte length. */
 typedef struct hry_buffer_spec {
@@ -268,6 +312,7 @@ void hry_canonical_offsets(const uint64_t *lengths, uint32_t n, uint64_t *offset
 /* crc = hry_crc32(0, a, n); crc = hry_crc32(crc, b, m) ... equals zlib.crc32. */
 uint32_t hry_crc32(uint32_t crc, const void *data, size_t len);
 
+/* SHA-256's running state, caller-allocated; fixed by the algorithm, so it never grows. */
 typedef struct hry_sha256 {
     uint32_t state[8];
     uint64_t length;
@@ -279,9 +324,20 @@ void hry_sha256_update(hry_sha256 *s, const void *data, size_t len);
 void hry_sha256_final(hry_sha256 *s, uint8_t digest[32]);
 
 /* ------------------------------------------------------------------------------------
- * DLPack (1.x) — the struct definitions, unless <dlpack/dlpack.h> was included first
+ * DLPack (1.1 or later) — the struct definitions of DLPack 1.3, unless a dlpack.h was
+ * included first. The library hands out the float8/float4 type codes and the
+ * IS_SUBBYTE_TYPE_PADDED flag of DLPack 1.1, so an earlier dlpack.h is refused here rather
+ * than silently used; a later 1.x one is used (its structs keep their layout).
  * ------------------------------------------------------------------------------------ */
-#ifndef DLPACK_DLPACK_H_
+#if defined(DLPACK_DLPACK_H_) || defined(DLPACK_MAJOR_VERSION)
+#if !defined(DLPACK_MAJOR_VERSION) || !defined(DLPACK_MINOR_VERSION)
+#error "hurray.h needs DLPack 1.1 or later (it carries 1.3), but the dlpack.h included before it is older than 1.0 (no DLPACK_MAJOR_VERSION): include a dlpack.h of version 1.1 or later before hurray.h, or none"
+#elif DLPACK_MAJOR_VERSION > 1
+#error "hurray.h needs DLPack 1.1 or later within major version 1 (it carries 1.3), but the dlpack.h included before it has a major version above 1, whose structs may differ: include a dlpack.h of version 1.1 or later (1.x) before hurray.h, or none"
+#elif DLPACK_MAJOR_VERSION < 1 || DLPACK_MINOR_VERSION < 1
+#error "hurray.h needs DLPack 1.1 or later (it carries 1.3), but the dlpack.h included before it is DLPack 1.0 (or older): include a dlpack.h of version 1.1 or later before hurray.h, or none"
+#endif
+#else
 #define DLPACK_DLPACK_H_
 #define DLPACK_MAJOR_VERSION 1
 #define DLPACK_MINOR_VERSION 3
@@ -362,17 +418,30 @@ void hry_file_retain(hry_file *f);
 void hry_file_release(hry_file *f);   /* the last release unmaps the file and frees it */
 void hry_file_close(hry_file *f);     /* = hry_file_release; NULL is allowed */
 
+/* Set struct_size = sizeof(hry_file_info) before hry_file_get_info (the rules of
+ * hry_descriptor.struct_size: later versions append fields, the library fills only what the
+ * caller's size covers and zeroes what it does not know of a larger one). */
 typedef struct hry_file_info {
+    uint32_t struct_size;             /* sizeof(hry_file_info) as the caller compiled it */
     uint8_t version_major, version_minor;
     uint16_t flags;                   /* HRY_FILE_FLAG_DATA_CHECKSUMS */
     uint32_t n_entries, n_metadata;
     uint32_t alignment;               /* every non-empty buffer's file offset is a multiple */
     uint64_t data_offset, data_length, file_size;
     const uint8_t *base;              /* the first byte of the file in memory */
+    /* fields of later 2.x versions are appended here */
 } hry_file_info;
-void hry_file_get_info(const hry_file *f, hry_file_info *info);
+/* Zero *info and set its struct_size to this header's size (inline: the caller's size). */
+static inline void hry_file_info_init(hry_file_info *info)
+{
+    memset(info, 0, sizeof *info);
+    info->struct_size = (uint32_t)sizeof *info;
+}
+/* HRY_E_ARGUMENT (field "struct_size") when info->struct_size is below the 2.0 size. */
+hry_status hry_file_get_info(const hry_file *f, hry_file_info *info, hry_error *err);
 
-/* One entry. Pointers are valid while the file is open (a reference is held). */
+/* One entry. Pointers are valid while the file is open (a reference is held).
+ * Library-owned: fields are only appended, so never copy one by value or take its sizeof. */
 typedef struct hry_entry {
     uint32_t position;                /* the i of entries[i] */
     const char *name;                 /* UTF-8, NUL-terminated (a name never contains NUL) */

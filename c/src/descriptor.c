@@ -13,6 +13,7 @@
 #include "internal.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -157,10 +158,93 @@ static uint64_t itemsize(const hry_dtype_info *t)
     return t->bits >= 8 ? (uint64_t)t->bits / 8 : 1;
 }
 
+/* ------------------------------------------------------------------- struct_size */
+
+/* The hry_descriptor of 2.0, the first with struct_size: later versions append after shard. */
+#define DESCRIPTOR_MIN_SIZE (offsetof(hry_descriptor, shard) + sizeof(((hry_descriptor *)0)->shard))
+
+hry_status hry__struct_size(uint32_t size, size_t min, const char *what, hry_error *err)
+{
+    if (size < min) {
+        return hry__fail(err, HRY_E_ARGUMENT, "struct_size",
+                         "%s.struct_size is %u, below %zu, the size of the first %s with "
+                         "struct_size (library 2.0): set it to sizeof(%s) before the call%s",
+                         what, size, min, what, what,
+                         min == DESCRIPTOR_MIN_SIZE ? " (hry_descriptor_init does)" : "");
+    }
+    return HRY_OK;
+}
+
+hry_status hry__desc_in(const hry_descriptor **d, hry_descriptor *local, hry_error *err)
+{
+    const hry_descriptor *in = *d;
+    if (in == NULL || in->struct_size == sizeof *in) { /* NULL: the caller refuses it */
+        return HRY_OK;
+    }
+    hry_status s = hry__struct_size(in->struct_size, DESCRIPTOR_MIN_SIZE, "hry_descriptor", err);
+    if (s != HRY_OK) {
+        return s;
+    }
+    /* a newer caller's struct: the fields this library does not know must be unset */
+    const uint8_t *bytes = (const uint8_t *)in;
+    for (size_t i = sizeof *in; i < in->struct_size; i++) {
+        if (bytes[i] != 0) {
+            return hry__fail(err, HRY_E_UNSUPPORTED, "struct_size",
+                             "hry_descriptor.struct_size is %u and its byte %zu is not zero, "
+                             "but this library (version %u.%u.%u) knows only its first %zu "
+                             "bytes: the caller sets a field of a later version; link the "
+                             "library version it was built against (hry_version_check())",
+                             in->struct_size, i, HRY_LIB_VERSION_MAJOR, HRY_LIB_VERSION_MINOR,
+                             HRY_LIB_VERSION_PATCH, sizeof *in);
+        }
+    }
+    memset(local, 0, sizeof *local);
+    memcpy(local, in, in->struct_size < sizeof *in ? in->struct_size : sizeof *in);
+    local->struct_size = (uint32_t)sizeof *local;
+    *d = local;
+    return HRY_OK;
+}
+
+/* An output descriptor: *d itself when its size is this library's, else `local` holding a
+ * copy of the caller's fields, to be copied back by desc_out_done. */
+static hry_status desc_out(hry_descriptor **d, hry_descriptor *local, hry_error *err)
+{
+    hry_descriptor *out = *d;
+    if (out == NULL || out->struct_size == sizeof *out) {
+        return HRY_OK;
+    }
+    hry_status s = hry__struct_size(out->struct_size, DESCRIPTOR_MIN_SIZE, "hry_descriptor",
+                                    err);
+    if (s != HRY_OK) {
+        return s;
+    }
+    memset(local, 0, sizeof *local);
+    memcpy(local, out, out->struct_size < sizeof *out ? out->struct_size : sizeof *out);
+    local->struct_size = (uint32_t)sizeof *local;
+    *d = local;
+    return HRY_OK;
+}
+
+/* What the caller's struct_size covers of `local`; fields it has and this library does not
+ * know read as zero (absent). */
+static void desc_out_done(hry_descriptor *out, const hry_descriptor *local)
+{
+    uint32_t size = out->struct_size;
+    memcpy(out, local, size < sizeof *local ? size : sizeof *local);
+    if (size > sizeof *local) {
+        memset((uint8_t *)out + sizeof *local, 0, size - sizeof *local);
+    }
+    out->struct_size = size;
+}
+
 /* ------------------------------------------------------------------- basics */
 
 int hry_descriptor_is_dynamic(const hry_descriptor *d)
 {
+    hry_descriptor local;
+    if (hry__desc_in(&d, &local, NULL) != HRY_OK) {
+        return 0;
+    }
     for (uint32_t i = 0; i < d->rank && i < HRY_MAX_RANK; i++) {
         if (d->shape[i] == HRY_DYNAMIC) {
             return 1;
@@ -171,6 +255,10 @@ int hry_descriptor_is_dynamic(const hry_descriptor *d)
 
 int hry_descriptor_is_empty(const hry_descriptor *d)
 {
+    hry_descriptor local;
+    if (hry__desc_in(&d, &local, NULL) != HRY_OK) {
+        return 0;
+    }
     for (uint32_t i = 0; i < d->rank && i < HRY_MAX_RANK; i++) {
         if (d->shape[i] == 0) {
             return 1;
@@ -181,6 +269,10 @@ int hry_descriptor_is_empty(const hry_descriptor *d)
 
 uint16_t hry_descriptor_flags(const hry_descriptor *d)
 {
+    hry_descriptor local;
+    if (hry__desc_in(&d, &local, NULL) != HRY_OK) {
+        return 0;
+    }
     uint16_t f = 0;
     if (d->has_quantization) {
         f |= HRY_FLAG_HAS_QUANTIZATION;
@@ -196,6 +288,10 @@ uint16_t hry_descriptor_flags(const hry_descriptor *d)
 
 int hry_descriptor_equal(const hry_descriptor *a, const hry_descriptor *b)
 {
+    hry_descriptor local_a, local_b;
+    if (hry__desc_in(&a, &local_a, NULL) != HRY_OK || hry__desc_in(&b, &local_b, NULL) != HRY_OK) {
+        return 0;
+    }
     if (a->rank != b->rank || a->rank > HRY_MAX_RANK || a->dtype != b->dtype ||
         a->layout != b->layout || !a->padded != !b->padded ||
         !a->has_quantization != !b->has_quantization || !a->has_shard != !b->has_shard) {
@@ -694,8 +790,13 @@ static hry_status check_core(const hry_descriptor *d, hry_error *err, hry_buffer
 
 hry_status hry_descriptor_check(const hry_descriptor *d, hry_error *err)
 {
+    hry_descriptor local;
     if (d == NULL) {
         return hry__fail(err, HRY_E_ARGUMENT, "", "descriptor is NULL");
+    }
+    hry_status sz = hry__desc_in(&d, &local, err);
+    if (sz != HRY_OK) {
+        return sz;
     }
     if (d->rank > HRY_MAX_RANK) {
         return hry__fail(err, HRY_E_FORMAT, "rank",
@@ -769,6 +870,11 @@ static hry_status require_static(const hry_descriptor *d, const char *what, hry_
 hry_status hry_descriptor_element_count(const hry_descriptor *d, uint64_t *count,
                                         hry_error *err)
 {
+    hry_descriptor local;
+    hry_status sz = hry__desc_in(&d, &local, err);
+    if (sz != HRY_OK) {
+        return sz;
+    }
     hry_status s = hry_descriptor_check(d, err);
     if (s != HRY_OK || (s = require_static(d, "the element count", err)) != HRY_OK) {
         return s;
@@ -780,6 +886,11 @@ hry_status hry_descriptor_element_count(const hry_descriptor *d, uint64_t *count
 hry_status hry_descriptor_buffer_layout(const hry_descriptor *d, hry_buffer_spec out[HRY_MAX_BUFFERS],
                                         uint32_t *count, hry_error *err)
 {
+    hry_descriptor local;
+    hry_status sz = hry__desc_in(&d, &local, err);
+    if (sz != HRY_OK) {
+        return sz;
+    }
     hry_status s = hry_descriptor_check(d, err);
     if (s != HRY_OK || (s = require_static(d, "the buffer layout", err)) != HRY_OK) {
         return s;
@@ -916,9 +1027,29 @@ static int all_zero(const uint8_t *p, size_t n)
     return 1;
 }
 
+static hry_status decode_prefix(const void *data, size_t len, hry_descriptor *out,
+                                hry_buffer_table *table, size_t *size, uint8_t *version_minor,
+                                hry_error *err);
+
 hry_status hry_decode_prefix(const void *data, size_t len, hry_descriptor *out,
                              hry_buffer_table *table, size_t *size, uint8_t *version_minor,
                              hry_error *err)
+{
+    hry_descriptor local, *target = out;
+    hry_status s = desc_out(&target, &local, err);
+    if (s != HRY_OK) {
+        return s;
+    }
+    s = decode_prefix(data, len, target, table, size, version_minor, err);
+    if (s == HRY_OK && target != out) {
+        desc_out_done(out, target);
+    }
+    return s;
+}
+
+static hry_status decode_prefix(const void *data, size_t len, hry_descriptor *out,
+                                hry_buffer_table *table, size_t *size, uint8_t *version_minor,
+                                hry_error *err)
 {
     const uint8_t *b = data;
     hry_buffer_table local_table;
@@ -1212,6 +1343,10 @@ static uint64_t body_size(const hry_descriptor *d, uint32_t n_buffers)
 
 size_t hry_encoded_size(const hry_descriptor *d)
 {
+    hry_descriptor local;
+    if (hry__desc_in(&d, &local, NULL) != HRY_OK) {
+        return 0;
+    }
     if (hry_descriptor_check(d, NULL) != HRY_OK) {
         return 0;
     }
@@ -1226,6 +1361,11 @@ size_t hry_encoded_size(const hry_descriptor *d)
 hry_status hry_encode(const hry_descriptor *d, const uint64_t *offsets, uint32_t n_offsets,
                       void *out_, size_t cap, size_t *written, hry_error *err)
 {
+    hry_descriptor local;
+    hry_status sz = hry__desc_in(&d, &local, err);
+    if (sz != HRY_OK) {
+        return sz;
+    }
     hry_status s = hry_descriptor_check(d, err);
     if (s != HRY_OK) {
         return s;

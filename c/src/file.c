@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -503,6 +504,7 @@ static hry_status parse_index(hry_file *f, hry_error *err)
                               "duplicate name (also entries[%u])", other);
         }
         hry_descriptor d;
+        hry_descriptor_init(&d);
         hry_error inner;
         size_t used;
         if (hry_decode_prefix(index + desc_at, desc_len, &d, &e->buffers, &used, NULL, &inner) !=
@@ -578,6 +580,7 @@ static hry_file *file_new(void)
     hry_file *f = calloc(1, sizeof *f);
     if (f != NULL) {
         atomic_init(&f->refs, 1);
+        f->info.struct_size = (uint32_t)sizeof f->info;
     }
     return f;
 }
@@ -779,6 +782,7 @@ hry_status hry_file_verify(const hry_file *f, hry_error *err)
         const hry_entry *e = &f->entries[i];
         const hry_buffer_entry *b = &e->buffers.entry[0];
         hry_descriptor d;
+        hry_descriptor_init(&d);
         if (e->buffers.count == 0 || b->length == 0 ||
                 hry_decode(e->descriptor_bytes, e->descriptor_length, &d, NULL, NULL) != HRY_OK) {
             continue; /* the index was checked when the file was opened */
@@ -798,6 +802,7 @@ hry_status hry_file_verify(const hry_file *f, hry_error *err)
         const hry_entry *e = &f->entries[i];
         const hry_buffer_entry *b = &e->buffers.entry[0];
         hry_descriptor d;
+        hry_descriptor_init(&d);
         if (e->buffers.count == 0 || b->length == 0 ||
                 hry_decode(e->descriptor_bytes, e->descriptor_length, &d, NULL, NULL) != HRY_OK ||
                 !d.padded) {
@@ -865,9 +870,27 @@ void hry_file_close(hry_file *f)
 
 /* ------------------------------------------------------------------ access */
 
-void hry_file_get_info(const hry_file *f, hry_file_info *info)
+/* The hry_file_info of 2.0, the first with struct_size: later versions append after base. */
+#define FILE_INFO_MIN_SIZE (offsetof(hry_file_info, base) + sizeof(const uint8_t *))
+
+hry_status hry_file_get_info(const hry_file *f, hry_file_info *info, hry_error *err)
 {
-    *info = f->info;
+    if (f == NULL || info == NULL) {
+        return hry__fail(err, HRY_E_ARGUMENT, "", "file or info is NULL");
+    }
+    uint32_t size = info->struct_size;
+    hry_status st = hry__struct_size(size, FILE_INFO_MIN_SIZE, "hry_file_info", err);
+    if (st != HRY_OK) {
+        return st;
+    }
+    /* what the caller's size covers; fields of a later version it has read as zero */
+    memcpy(info, &f->info, size < sizeof *info ? size : sizeof *info);
+    if (size > sizeof *info) {
+        memset((uint8_t *)info + sizeof *info, 0, size - sizeof *info);
+    }
+    info->struct_size = size;
+    hry__ok(err);
+    return HRY_OK;
 }
 
 uint32_t hry_file_entry_count(const hry_file *f)
@@ -960,6 +983,7 @@ hry_status hry_file_to_dlpack(hry_file *f, uint32_t i, DLManagedTensorVersioned 
     }
     const hry_entry *e = &f->entries[i];
     hry_descriptor d;
+    hry_descriptor_init(&d);
     hry_status st = hry_entry_descriptor(e, &d, err);
     if (st != HRY_OK) {
         return st;

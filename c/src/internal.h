@@ -90,6 +90,15 @@ static inline int hry__little_endian(void)
     return *(const uint8_t *)&one == 1;
 }
 
+/* HRY_OK when a caller's struct_size is at least `min` (the 2.0 size of struct `what`), else
+ * HRY_E_ARGUMENT naming struct_size and the fix. */
+hry_status hry__struct_size(uint32_t size, size_t min, const char *what, hry_error *err);
+/* A caller's descriptor as this library's struct (hurray.h, hry_descriptor.struct_size): *d
+ * is left as it is when its size is this library's; else *d becomes `local`, a copy with the
+ * fields the caller's struct lacks set to zero. Refuses a size below 2.0's and a newer
+ * caller's field that is set. A NULL *d is left for the caller to refuse. */
+hry_status hry__desc_in(const hry_descriptor **d, hry_descriptor *local, hry_error *err);
+
 /* Valid UTF-8 as Python's strict decoder accepts it (no overlongs, no surrogates,
  * nothing above U+10FFFF). */
 int hry__utf8_valid(const uint8_t *s, size_t n, size_t *bad_at);

@@ -203,6 +203,7 @@ hry_status hry__check_shard_sets(const hry__named *entries, uint32_t n, const hr
     if (d == NULL) {
         return hry__fail(err, HRY_E_NOMEM, "", "out of memory");
     }
+    hry_descriptor_init(d);
     /* Pass 1: which entries are shards, and how much room their boxes take. */
     for (uint32_t i = 0; i < n; i++) {
         if (group_length(entries[i].name, entries[i].name_length) &&

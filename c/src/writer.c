@@ -221,7 +221,12 @@ hry_status hry_writer_add(hry_writer *w, const char *name, size_t name_length,
     if (w == NULL || d == NULL || (buffers == NULL && n_buffers != 0)) {
         return hry__fail(err, HRY_E_ARGUMENT, "", "writer, descriptor or buffers is NULL");
     }
-    hry_status st = check_name("entry name", name, name_length, HRY_MAX_NAME_BYTES, "name", err);
+    hry_descriptor local;
+    hry_status st = hry__desc_in(&d, &local, err);
+    if (st != HRY_OK) {
+        return st;
+    }
+    st = check_name("entry name", name, name_length, HRY_MAX_NAME_BYTES, "name", err);
     if (st != HRY_OK) {
         return st;
     }

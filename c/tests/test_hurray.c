@@ -182,6 +182,7 @@ static int mode_vectors(const char *dir)
         size_t len;
         uint8_t *raw = read_file(path, &len);
         hry_descriptor d;
+        hry_descriptor_init(&d);
         hry_buffer_table t;
         hry_error err;
         names[k][strlen(names[k]) - 4] = '\0';
@@ -272,7 +273,8 @@ static void report_file(const char *stem, const uint8_t *raw, size_t len, const 
         return;
     }
     hry_file_info info;
-    hry_file_get_info(f, &info);
+    hry_file_info_init(&info);
+    hry_file_get_info(f, &info, NULL);
     printf("\"report\": {\"file_size\": %llu, \"version\": [%u, %u], \"flags\": %u, "
            "\"alignment\": %u, \"data_offset\": %llu, \"data_length\": %llu, \"metadata\": {",
            (unsigned long long)info.file_size, info.version_major, info.version_minor,
@@ -300,6 +302,7 @@ static void report_file(const char *stem, const uint8_t *raw, size_t len, const 
     for (uint32_t i = 0; i < hry_file_entry_count(f); i++) {
         const hry_entry *e = hry_file_entry(f, i);
         hry_descriptor d;
+        hry_descriptor_init(&d);
         CHECK(hry_entry_descriptor(e, &d, &err) == HRY_OK);
         CHECK(hry_file_find(f, e->name, e->name_length) == e);
         printf("%s{\"name\": ", i ? ", " : "");
@@ -427,6 +430,7 @@ static int mode_decode(int prefix)
         uint8_t *exact = malloc(n ? n : 1);
         memcpy(exact, buf, n);
         hry_descriptor d;
+        hry_descriptor_init(&d);
         hry_buffer_table t;
         hry_error err;
         size_t size = n;
@@ -512,7 +516,7 @@ typedef struct made {
 static hry_descriptor dense(uint8_t dtype, uint32_t rank, const uint64_t *shape)
 {
     hry_descriptor d;
-    memset(&d, 0, sizeof d);
+    hry_descriptor_init(&d);
     d.dtype = dtype;
     d.layout = HRY_ROW_MAJOR;
     d.rank = rank;
@@ -582,6 +586,7 @@ static size_t build_set(made *out)
         out[n++].d.padded = 1;
     }
     hry_descriptor d;
+    hry_descriptor_init(&d);
     /* strided: negative, column-major, zero stride, padded sub-byte */
     d = dense(HRY_INT16, 2, s23);
     d.layout = HRY_STRIDED;
@@ -796,6 +801,7 @@ static int mode_bench(const char *hexstr)
     static uint8_t buf[1 << 16];
     size_t n;
     hry_descriptor d;
+    hry_descriptor_init(&d);
     hry_buffer_table t;
     hry_error err;
     if (!unhex(hexstr, buf, sizeof buf, &n) || hry_decode(buf, n, &d, &t, &err) != HRY_OK) {
@@ -890,6 +896,7 @@ static void unit_descriptors(void)
 {
     hry_error err;
     hry_descriptor d;
+    hry_descriptor_init(&d);
     uint8_t out[HRY_MAX_DESCRIPTOR_SIZE];
     size_t w;
     /* metadata.md §11: float32 [3, 0, 5] is 80 bytes */
@@ -1002,6 +1009,7 @@ static void unit_descriptors(void)
     }
     CHECK(w == HRY_MAX_DESCRIPTOR_SIZE);
     hry_descriptor back;
+    hry_descriptor_init(&back);
     hry_buffer_table t;
     CHECK(hry_decode(out, w, &back, &t, &err) == HRY_OK && hry_descriptor_equal(&d, &back));
     CHECK(t.count == 3);
@@ -1030,7 +1038,8 @@ static void unit_descriptors(void)
     CHECK(hry_dtype_by_name("bfloat16")->tag == HRY_BFLOAT16);
     CHECK(hry_dtype_by_name("nope") == NULL && hry_dtype(0) == NULL && hry_dtype(27) == NULL);
     CHECK(strcmp(hry_layout_name(HRY_CSC), "CSC") == 0 && hry_role_name(7) == NULL);
-    CHECK(hry_library_version() == 0x010000u);
+    CHECK(hry_library_version() == 0x020000u && HRY_LIB_VERSION == 0x020000u);
+    CHECK(hry_version_check());
 }
 
 static void unit_files(const char *dir)
@@ -1106,7 +1115,8 @@ static void unit_files(const char *dir)
     /* the written file is exactly the golden container.md §11 example plus the others */
     CHECK(hry_file_open(path, 0, &f, &err) == HRY_OK);
     hry_file_info info;
-    hry_file_get_info(f, &info);
+    hry_file_info_init(&info);
+    hry_file_get_info(f, &info, NULL);
     CHECK(info.n_entries == 2 && info.n_metadata == 1 && info.data_offset == 4096);
     const char *key, *value;
     uint32_t kl, vl;

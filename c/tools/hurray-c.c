@@ -158,7 +158,8 @@ static int cmd_inspect(int json, const char *path)
         return fail(path, &err);
     }
     hry_file_info info;
-    hry_file_get_info(f, &info);
+    hry_file_info_init(&info);
+    hry_file_get_info(f, &info, NULL);
     if (!json) {
         printf("%s: Hurray %u.%u, %u entries, %llu bytes of data, %u-byte alignment, %s\n", path,
                info.version_major, info.version_minor, info.n_entries,
@@ -170,6 +171,7 @@ static int cmd_inspect(int json, const char *path)
     for (uint32_t i = 0; i < hry_file_entry_count(f); i++) {
         const hry_entry *e = hry_file_entry(f, i);
         hry_descriptor d;
+        hry_descriptor_init(&d);
         if (hry_entry_descriptor(e, &d, &err) != HRY_OK) {
             rc = fail(path, &err);
             break;
@@ -201,7 +203,8 @@ static int cmd_verify(const char *path)
         return fail(path, &err);
     }
     hry_file_info info;
-    hry_file_get_info(f, &info);
+    hry_file_info_init(&info);
+    hry_file_get_info(f, &info, NULL);
     printf("%s: OK (%u entries, %llu bytes, %s)\n", path, info.n_entries,
            (unsigned long long)info.file_size,
            info.flags & HRY_FILE_FLAG_DATA_CHECKSUMS ? "data checksums verified"
@@ -219,7 +222,8 @@ static int cmd_copy(const char *in, const char *out)
         return fail(in, &err);
     }
     hry_file_info info;
-    hry_file_get_info(f, &info);
+    hry_file_info_init(&info);
+    hry_file_get_info(f, &info, NULL);
     hry_writer *w;
     int rc = 0;
     if (hry_writer_new(info.alignment, info.flags & HRY_FILE_FLAG_DATA_CHECKSUMS, &w, &err) !=
@@ -238,6 +242,7 @@ static int cmd_copy(const char *in, const char *out)
     for (uint32_t i = 0; i < info.n_entries && rc == 0; i++) {
         const hry_entry *e = hry_file_entry(f, i);
         hry_descriptor d;
+        hry_descriptor_init(&d);
         const void *bufs[HRY_MAX_BUFFERS];
         for (uint32_t j = 0; j < e->buffers.count; j++) {
             bufs[j] = hry_file_buffer(f, e, j);

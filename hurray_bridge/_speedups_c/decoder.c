@@ -98,6 +98,8 @@ check(const unsigned char *b, Py_ssize_t n, uint32_t *rank_out, int *strided_out
       int *tag_out, int *padded_out, uint64_t *off_out, uint64_t *nbytes_out, uint64_t *total_out)
 {
     hry_descriptor d;
+    d.struct_size = (uint32_t)sizeof d; /* not hry_descriptor_init: no 2.6 KB memset per call,
+                                           the decoder writes every field read below */
     hry_buffer_table table;
     size_t total;
     if (n < 0 || hry_decode_prefix(b, (size_t)(n < MAX_DENSE ? n : MAX_DENSE), &d, &table, &total,

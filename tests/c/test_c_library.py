@@ -114,7 +114,7 @@ def test_make_builds_the_library_the_shared_library_and_the_tool(c_build: pathli
         assert (c_build / name).exists(), name
     lib = ctypes.CDLL(str(c_build / "libhurray.so"))
     lib.hry_library_version.restype = ctypes.c_uint32
-    assert lib.hry_library_version() == 0x010000
+    assert lib.hry_library_version() == 0x020000
     # the C CRC-32 is zlib's
     lib.hry_crc32.restype = ctypes.c_uint32
     lib.hry_crc32.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t]
@@ -659,6 +659,400 @@ def test_example_prints_a_tensor_saved_by_hb_save(c_build: pathlib.Path,
     assert out.splitlines()[-1] == "[[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7, 11]]"
     out = _ok(_run(c_build / "print_tensor", str(path), "e"))
     assert "data = NULL" in out.splitlines()[-1]
+
+
+def _printed_numbers(line: str) -> list[float]:
+    """The numbers of print_tensor's nested-list line, as Python floats (exact: the C side
+    prints each value with enough digits to round-trip)."""
+    return [float(tok) for tok in re.findall(r"-?inf|nan|-?[0-9][0-9.eE+-]*", line)]
+
+
+def test_example_prints_one_entry_and_narrow_floats_as_decimals(c_build: pathlib.Path,
+                                                                 tmp_path: pathlib.Path) -> None:
+    """`print_tensor FILE NAME` looks the entry up: no line for the entries before it; and
+    bfloat16, float16 and the float8 types print as the decimal values Python reads."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bits16 = np.array([0x0000, 0x8000, 0x3F80, 0xBDCD, 0x7F7F, 0x0001, 0x807F, 0x7F80,
+                       0xFF80, 0x4049, 0x3EAB, 0x0080], dtype=np.uint16).reshape(2, 6)
+    tensors = {"first": np.arange(3, dtype=np.int32), "second": np.ones(2, np.float32),
+               "bf": bits16.view(ml_dtypes.bfloat16),
+               "f16": np.array([0x0001, 0x03FF, 0x3C00, 0xC000, 0x7BFF, 0x7C00, 0x3555],
+                               np.uint16).view(np.float16)}
+    all8 = np.arange(256, dtype=np.uint8)
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                 "float8_e8m0fnu"):
+        # every bit pattern: 32 rows of 8 (print_tensor elides rows past 8, so shape 8 x 32
+        # would hide some; 32 x 8 keeps every element of the first 6 and last 2 rows)
+        tensors[f"t_{name}"] = all8.view(getattr(ml_dtypes, name)).reshape(32, 8)
+    path = tmp_path / "narrow.hurray"
+    hb.save(path, tensors)
+    for name, array in tensors.items():
+        out = _ok(_run(c_build / "print_tensor", str(path), name)).splitlines()
+        others = [n for n in tensors if n != name]
+        assert not [ln for ln in out for n in others if re.search(rf"\b{n}\b", ln)], out
+        assert out[0].startswith(f"{name} [") and len(out) == 2, out
+        printed = _printed_numbers(out[1])
+        expected = [float(v) for v in np.asarray(array, dtype=np.float64).ravel()]
+        if array.shape[0] > 8:  # the rows print_tensor shows: 0..5 and the last two
+            rows = [*range(6), array.shape[0] - 2, array.shape[0] - 1]
+            expected = [float(v) for r in rows for v in np.asarray(array[r], np.float64)]
+        assert len(printed) == len(expected), (name, out[1][:200])
+        for got, want in zip(printed, expected, strict=True):
+            assert (got == want and str(got)[0] == str(want)[0]) or (got != got and
+                                                                     want != want), \
+                (name, got, want)
+
+
+# ------------------------------------------------------------------------------ dlpack.h
+def _dlpack_block() -> str:
+    """The DLPack struct definitions hurray.h carries (between its guard lines)."""
+    text = (CDIR / "include" / "hurray.h").read_text()
+    m = re.search(r"#define DLPACK_MINOR_VERSION \d+\n(.*?)\n#endif /\* DLPACK_DLPACK_H_ \*/",
+                  text, re.S)
+    assert m is not None, "hurray.h no longer carries its DLPack definitions"
+    return m.group(1)
+
+
+def _compile_with_dlpack_first(tmp_path: pathlib.Path,
+                               dlpack_h: str) -> subprocess.CompletedProcess:
+    (tmp_path / "dlpack").mkdir(exist_ok=True)
+    (tmp_path / "dlpack" / "dlpack.h").write_text(dlpack_h)
+    src = tmp_path / "tu.c"
+    src.write_text("#include <dlpack/dlpack.h>\n#include \"hurray.h\"\n"
+                   "int main(void) { DLManagedTensorVersioned *m = 0; return m != 0; }\n")
+    return subprocess.run([CC or "cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic",
+                           f"-I{tmp_path}", f"-I{CDIR / 'include'}", "-fsyntax-only", str(src)],
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("version,found", [
+    ("#define DLPACK_VERSION 80\n#define DLPACK_ABI_VERSION 1\n", "older than 1.0"),
+    ("#define DLPACK_MAJOR_VERSION 1\n#define DLPACK_MINOR_VERSION 0\n", "is DLPack 1.0"),
+    ("#define DLPACK_MAJOR_VERSION 2\n#define DLPACK_MINOR_VERSION 0\n", "major version above 1"),
+])
+def test_an_older_dlpack_h_included_first_is_a_compile_error(
+        tmp_path: pathlib.Path, version: str, found: str) -> None:
+    """hurray.h hands out DLPack 1.1 type codes and flags: a dlpack.h without them, included
+    first, must stop the build with both versions named, not silently replace its own."""
+    # 1.0 has the structs hurray.h declares with: only the check can refuse it
+    structs = _dlpack_block() if "MAJOR" in version else ""
+    proc = _compile_with_dlpack_first(
+        tmp_path, f"#ifndef DLPACK_DLPACK_H_\n#define DLPACK_DLPACK_H_\n#include <stdint.h>\n"
+                  f"{version}{structs}\n#endif\n")
+    assert proc.returncode != 0
+    assert "needs DLPack 1.1 or later" in proc.stderr and found in proc.stderr, proc.stderr
+    assert "include a dlpack.h of version 1.1 or later" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("minor", [1, 3, 9])
+def test_a_compatible_dlpack_h_included_first_is_used(tmp_path: pathlib.Path, minor: int) -> None:
+    header = ("#ifndef DLPACK_DLPACK_H_\n#define DLPACK_DLPACK_H_\n"
+              f"#include <stdint.h>\n#define DLPACK_MAJOR_VERSION 1\n"
+              f"#define DLPACK_MINOR_VERSION {minor}\n{_dlpack_block()}\n#endif\n")
+    proc = _compile_with_dlpack_first(tmp_path, header)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_upstream_dlpack_h_works_before_and_after_hurray_h(tmp_path: pathlib.Path) -> None:
+    found = sorted(pathlib.Path(sys.prefix).glob("lib/python*/site-packages/*/include/dlpack"))
+    if not found:
+        pytest.skip("no upstream dlpack/dlpack.h installed (tvm_ffi and torch ship one)")
+    for order in ("#include <dlpack/dlpack.h>\n#include \"hurray.h\"\n",
+                  "#include \"hurray.h\"\n#include <dlpack/dlpack.h>\n"):
+        src = tmp_path / "tu.c"
+        src.write_text(order + "int main(void) { return (int)sizeof(DLManagedTensorVersioned)"
+                       " != 8 + 2 * (int)sizeof(void *) + 8 + (int)sizeof(DLTensor); }\n")
+        proc = subprocess.run([CC or "cc", "-std=c11", "-Wall", "-Wextra", "-Werror",
+                               f"-I{found[0].parent}", f"-I{CDIR / 'include'}", str(src), "-o",
+                               str(tmp_path / "tu")], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert subprocess.run([str(tmp_path / "tu")]).returncode == 0
+
+
+# ------------------------------------------------------------------------------ ABI growth
+ABI_CALLER = r"""
+#include "hurray.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A 2.x caller: reads every entry of argv[1] through the descriptor API, writes them again
+ * through the writer into argv[2]. Built against the header of its time (GROWN: a later
+ * 2.1 whose hry_descriptor and hry_file_info have one more field). */
+static int fail(const char *what, const hry_error *e)
+{
+    printf("%s: %s: %s: %s\n", what, hry_status_name(e->status), e->field, e->message);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    hry_error err;
+    hry_file *f;
+    printf("version_check=%d\n", hry_version_check());
+    if (argc != 3 || hry_file_open(argv[1], HRY_OPEN_VERIFY, &f, &err) != HRY_OK) {
+        return argc != 3 ? 1 : fail("open", &err);
+    }
+    hry_file_info info;
+    hry_file_info_init(&info);
+    if (hry_file_get_info(f, &info, &err) != HRY_OK) {
+        return fail("info", &err);
+    }
+    printf("info: struct_size %s, %u entries, alignment %u, %llu bytes\n",
+           info.struct_size == sizeof info ? "kept" : "CHANGED", info.n_entries,
+           info.alignment, (unsigned long long)info.file_size);
+    hry_writer *w;
+    if (hry_writer_new(info.alignment, (info.flags & HRY_FILE_FLAG_DATA_CHECKSUMS) != 0, &w,
+                       &err) != HRY_OK) {
+        return fail("writer", &err);
+    }
+    for (uint32_t i = 0; i < hry_file_entry_count(f); i++) {
+        const hry_entry *e = hry_file_entry(f, i);
+        hry_descriptor d;
+        hry_descriptor_init(&d);
+#ifdef GROWN
+        d.grown_field = 0x5555; /* a decoder must clear what its library does not know */
+#endif
+        uint64_t nbytes = 0;
+        uint8_t enc[HRY_MAX_DESCRIPTOR_SIZE];
+        size_t n = 0;
+        if (hry_entry_descriptor(e, &d, &err) != HRY_OK ||
+            hry_descriptor_nbytes(&d, &nbytes, &err) != HRY_OK ||
+            hry_encode(&d, NULL, 0, enc, sizeof enc, &n, &err) != HRY_OK) {
+            return fail(e->name, &err);
+        }
+        hry_descriptor again;
+        hry_descriptor_init(&again);
+        if (hry_decode(enc, n, &again, NULL, &err) != HRY_OK) {
+            return fail("decode", &err);
+        }
+        printf("%s: rank %u %s, %llu bytes, flags %u, encoded %zu, equal %d, struct_size %s\n",
+               e->name, d.rank, hry_dtype(d.dtype)->name, (unsigned long long)nbytes,
+               hry_descriptor_flags(&d), n, hry_descriptor_equal(&d, &again),
+               d.struct_size == sizeof d ? "kept" : "CHANGED");
+#ifdef GROWN
+        printf("grown_field after decode: %llu\n", (unsigned long long)d.grown_field);
+#endif
+        const void *bufs[HRY_MAX_BUFFERS];
+        for (uint32_t j = 0; j < e->buffers.count; j++) {
+            bufs[j] = hry_file_buffer(f, e, j);
+        }
+        if (hry_writer_add(w, e->name, e->name_length, &d, bufs, e->buffers.count, &err) !=
+            HRY_OK) {
+            return fail("add", &err);
+        }
+    }
+    if (hry_writer_save(w, argv[2], HRY_SAVE_NO_FSYNC, &err) != HRY_OK) {
+        return fail("save", &err);
+    }
+    hry_writer_free(w);
+    hry_file_close(f);
+    /* refusals: a size below 2.0's; a newer caller's field that this library lacks */
+    hry_descriptor d;
+    hry_descriptor_init(&d);
+    d.dtype = HRY_FLOAT32;
+    d.layout = HRY_ROW_MAJOR;
+    d.struct_size = 8;
+    hry_status s = hry_descriptor_check(&d, &err);
+    printf("struct_size 8: %s: %s: %s\n", hry_status_name(s), err.field, err.message);
+    hry_file_info_init(&info);
+    info.struct_size = 4;
+    hry_file_open(argv[2], 0, &f, NULL);
+    s = hry_file_get_info(f, &info, &err);
+    printf("info struct_size 4: %s: %s: %s\n", hry_status_name(s), err.field, err.message);
+    hry_file_close(f);
+#ifdef GROWN
+    hry_descriptor_init(&d);
+    d.dtype = HRY_FLOAT32;
+    d.layout = HRY_ROW_MAJOR;
+    d.grown_field = 1;
+    s = hry_descriptor_check(&d, &err);
+    printf("grown_field set: %s: %s: %s\n", hry_status_name(s), err.field, err.message);
+#endif
+    return 0;
+}
+"""
+
+
+def _grown_copy(tmp: pathlib.Path) -> pathlib.Path:
+    """c/include and c/src as a later 2.1 would have them: one field appended to
+    hry_descriptor and to hry_file_info, the minor version bumped; the code unchanged."""
+    root = tmp / "grown"
+    shutil.copytree(CDIR / "src", root / "src")
+    shutil.copytree(CDIR / "include", root / "include")
+    header = root / "include" / "hurray.h"
+    text = header.read_text()
+    for name in ("hry_descriptor", "hry_file_info"):
+        end = f"\n}} {name};\n"
+        assert text.count(end) == 1, name
+        text = text.replace(end, f"\n    uint64_t grown_field;\n}} {name};\n")
+    text, n = re.subn(r"#define HRY_LIB_VERSION_MINOR \d+", "#define HRY_LIB_VERSION_MINOR 1",
+                      text)
+    assert n == 1
+    header.write_text(text)
+    return root
+
+
+def test_a_caller_built_against_another_struct_size_works(tmp_path: pathlib.Path) -> None:
+    """struct_size lets the structs grow: a caller compiled against the 2.0 header runs on a
+    2.1 library whose hry_descriptor and hry_file_info are longer (and the other way round),
+    with the same results, nothing read or written past the caller's struct (ASan), and the
+    refusals naming struct_size."""
+    grown = _grown_copy(tmp_path)
+    flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-g", "-O1"]
+    env = dict(os.environ)
+    if _sanitizers_available(tmp_path):
+        flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+        env.update(SAN_ENV)
+    (tmp_path / "caller.c").write_text(ABI_CALLER)
+    libs = {"2.0": (CDIR / "include", CDIR / "src"), "2.1": (grown / "include", grown / "src")}
+
+    def build(name: str, header: str, library: str, *defines: str) -> pathlib.Path:
+        inc, src = libs[library]
+        lib_objs = []
+        for c in sorted(src.glob("*.c")):  # the library, compiled with its own header
+            obj = tmp_path / f"{library}-{c.stem}.o"
+            if not obj.exists():
+                proc = subprocess.run([CC or "cc", *flags, "-fvisibility=hidden", f"-I{inc}",
+                                       f"-I{src}", "-c", str(c), "-o", str(obj)],
+                                      capture_output=True, text=True)
+                assert proc.returncode == 0, proc.stderr
+            lib_objs.append(str(obj))
+        exe = tmp_path / name
+        proc = subprocess.run([CC or "cc", *flags, *defines, f"-I{libs[header][0]}",
+                               str(tmp_path / "caller.c"), *lib_objs, "-lpthread", "-o",
+                               str(exe)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return exe
+
+    src = tmp_path / "in.hurray"
+    hb.save(src, {"w": np.arange(12, dtype=np.float32).reshape(3, 4),
+                  "t": np.arange(12, dtype=np.int16).reshape(3, 4).T,
+                  "s": np.float64(2.5), "e": np.zeros((0, 3), np.uint8)})
+
+    def run(exe: pathlib.Path) -> list[str]:
+        out = tmp_path / f"{exe.name}.hurray"
+        proc = _run(exe, str(src), str(out), env=env)
+        assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, \
+            proc.stderr
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert out.read_bytes() == src.read_bytes(), exe.name
+        return proc.stdout.splitlines()
+
+    same = run(build("old_on_old", "2.0", "2.0"))
+    old_caller = run(build("old_on_new", "2.0", "2.1"))
+    new_caller = run(build("new_on_old", "2.1", "2.0", "-DGROWN"))
+    assert same[0] == "version_check=1" and old_caller[0] == "version_check=1"
+    assert new_caller[0] == "version_check=0"  # built for 2.1, linked with 2.0: it says so
+    assert old_caller == same, (old_caller, same)
+    entries = [ln for ln in same if ln.startswith(("w:", "t:", "s:", "e:"))]
+    assert len(entries) == 4 and all("equal 1, struct_size kept" in ln for ln in entries)
+    assert "info: struct_size kept, 4 entries" in same[1]
+    # a newer caller on the older library: what the library fills is the same, and the
+    # field it does not know reads as zero after a decode
+    assert [ln for ln in new_caller if ln in entries] == entries
+    assert new_caller.count("grown_field after decode: 0") == 4
+    for out in (same, new_caller):
+        small = next(ln for ln in out if ln.startswith("struct_size 8:"))
+        assert "argument" in small and ": struct_size: hry_descriptor.struct_size is 8" in small
+        assert "hry_descriptor_init" in small
+        info = next(ln for ln in out if ln.startswith("info struct_size 4:"))
+        assert ": struct_size: hry_file_info.struct_size is 4" in info
+    grown_set = next(ln for ln in new_caller if ln.startswith("grown_field set:"))
+    assert "unsupported" in grown_set and ": struct_size: " in grown_set
+    assert "hry_version_check" in grown_set and "2.0.0" in grown_set
+
+
+# ------------------------------------------------------------------------------ install
+PKG_CONFIG = shutil.which("pkg-config")
+INSTALLED = ["include/hurray.h", "lib/libhurray.so.2.0.0", "lib/libhurray.so.2",
+             "lib/libhurray.so", "lib/libhurray.a", "lib/pkgconfig/hurray.pc", "bin/hurray-c"]
+
+
+def _pkg_config(prefix: pathlib.Path, *args: str) -> list[str]:
+    env = {**os.environ, "PKG_CONFIG_PATH": str(prefix / "lib" / "pkgconfig"),
+           "PKG_CONFIG_LIBDIR": str(prefix / "lib" / "pkgconfig")}
+    proc = subprocess.run([PKG_CONFIG or "pkg-config", *args, "hurray"], capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def _needed(exe: pathlib.Path) -> list[str]:
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return []
+    out = subprocess.run([readelf, "-d", str(exe)], capture_output=True, text=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^]]+)\]", out)
+
+
+@pytest.mark.skipif(PKG_CONFIG is None, reason="pkg-config is not installed")
+def test_make_install_gives_a_library_programs_build_against(c_build: pathlib.Path,
+                                                             tmp_path: pathlib.Path) -> None:
+    """`make install PREFIX=...`: the header, the versioned shared library with its soname
+    links, the static library, a pkg-config file naming that prefix and the tool; a program
+    built with `pkg-config --cflags --libs hurray` against that copy (shared and static)
+    prints what the in-tree build prints and what Python reads; `make uninstall` removes it
+    all; DESTDIR stages without changing the prefix the files name."""
+    prefix = tmp_path / "prefix"
+    _make(tmp_path / "build", "install", PREFIX=str(prefix))
+    got = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*") if not p.is_dir())
+    assert got == sorted(INSTALLED)
+    lib = prefix / "lib"
+    assert os.readlink(lib / "libhurray.so") == "libhurray.so.2"
+    assert os.readlink(lib / "libhurray.so.2") == "libhurray.so.2.0.0"
+    assert _pkg_config(prefix, "--modversion") == ["2.0.0"]
+    assert _pkg_config(prefix, "--variable=prefix") == [str(prefix)]
+    cflags_libs = _pkg_config(prefix, "--cflags", "--libs")
+    assert f"-I{prefix}/include" in cflags_libs and "-lhurray" in cflags_libs
+
+    data = tmp_path / "w.hurray"
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    hb.save(data, {"w": np.arange(6, dtype=np.float32).reshape(2, 3) / 4,
+                   "bf": np.array([1.5, -0.1, 3e38, 1e-40], ml_dtypes.bfloat16)})
+    program = ROOT / "examples" / "c" / "print_tensor.c"
+    warn = ["-std=c11", "-Wall", "-Wextra", "-Werror"]
+    shared = tmp_path / "print_shared"
+    static = tmp_path / "print_static"
+    for exe, link in ((shared, [*cflags_libs, f"-Wl,-rpath,{lib}"]),
+                      (static, [*_pkg_config(prefix, "--cflags"), f"-L{lib}", "-Wl,-Bstatic",
+                                "-lhurray", "-Wl,-Bdynamic",
+                                *[f for f in _pkg_config(prefix, "--static", "--libs-only-l")
+                                  if f != "-lhurray"]])):
+        proc = subprocess.run([CC or "cc", *warn, str(program), *link, "-o", str(exe)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    if shutil.which("readelf"):
+        assert "libhurray.so.2" in _needed(shared)
+        assert not [n for n in _needed(static) if "hurray" in n]
+    for name, values in (("w", np.arange(6, dtype=np.float64) / 4),
+                         ("bf", np.array([1.5, -0.1, 3e38, 1e-40], ml_dtypes.bfloat16))):
+        outs = {str(exe.name): _ok(_run(exe, str(data), name)) for exe in (shared, static)}
+        outs["in-tree"] = _ok(_run(c_build / "print_tensor", str(data), name))
+        assert len(set(outs.values())) == 1, outs
+        printed = _printed_numbers(outs["print_shared"].splitlines()[1])
+        assert printed == [float(v) for v in np.asarray(values, np.float64).ravel()]
+    # without an rpath, from LD_LIBRARY_PATH alone, as a system install is found
+    plain = tmp_path / "print_env"
+    proc = subprocess.run([CC or "cc", *warn, str(program), *cflags_libs, "-o", str(plain)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    env = {**os.environ, "LD_LIBRARY_PATH": str(lib)}
+    assert _ok(_run(plain, str(data), "bf", env=env)) == _ok(_run(shared, str(data), "bf"))
+    assert _run(plain, str(data), "bf", env={**os.environ, "LD_LIBRARY_PATH": ""}).returncode \
+        != 0  # it does load the installed copy
+    assert "OK" in _ok(_run(prefix / "bin" / "hurray-c", "verify", str(data)))
+
+    _make(tmp_path / "build", "uninstall", PREFIX=str(prefix))
+    assert not [p for p in prefix.rglob("*") if not p.is_dir()]
+
+    stage = tmp_path / "stage"
+    _make(tmp_path / "build", "install", PREFIX="/opt/hurray", DESTDIR=str(stage))
+    got = sorted(str(p.relative_to(stage / "opt" / "hurray"))
+                 for p in stage.rglob("*") if not p.is_dir())
+    assert got == sorted(INSTALLED)
+    pc = (stage / "opt" / "hurray" / "lib" / "pkgconfig" / "hurray.pc").read_text()
+    assert "prefix=/opt/hurray\n" in pc and str(stage) not in pc
 
 
 # ------------------------------------------------------------------------------ fuzzing
