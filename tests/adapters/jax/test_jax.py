@@ -990,3 +990,21 @@ def test_torch_bool_with_other_bytes_to_jax_is_normalised_on_the_shortcut_too(fr
         assert int(j.sum()) == 48
     with pytest.raises(hb.CopyRequiredError, match="0x00 and 0x01"):
         convert(x, "jax", copy=False)
+
+
+def test_from_dlpack_of_read_only_memory_points_a_jax_user_at_hb_convert() -> None:
+    # jnp.from_dlpack asks for a legacy capsule and takes no max_version: the first advice
+    # must be one a JAX user can follow; max_version is for authors of a consumer.
+    a = _aligned(16).view(np.float32)  # 64-byte aligned: JAX can alias it
+    a[:] = np.arange(4)
+    a.flags.writeable = False
+    t = hb.asarray(a)
+    with pytest.raises(hb.UnsupportedError) as info:
+        jnp.from_dlpack(t)
+    msg = str(info.value)
+    assert "jax.numpy.from_dlpack" in msg and "read-only" in msg, msg
+    assert msg.index("hb.convert(t, 'jax')") < msg.index("max_version=(1, 0)"), msg
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hb.CopyWarning)  # the advice holds: no copy
+        x = hb.convert(t, "jax")
+    assert x.unsafe_buffer_pointer() == t.data_ptr
