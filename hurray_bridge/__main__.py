@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .errors import FormatError, HurrayError
+from .errors import FormatError, HurrayError, UnsupportedError
 
 __all__ = ["main"]
 
@@ -317,6 +317,8 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
         if fmt == "npy":
             fh.close()  # a memory map of the path, which np.load opens and closes itself
             key = name or os.path.splitext(os.path.basename(path))[0] or "array"
+            with open(path, "rb") as head:
+                _refuse_objects(np, head, "the array")
             with warnings.catch_warnings():  # NumPy warns of the overflow, then raises
                 warnings.filterwarnings("ignore", "overflow", RuntimeWarning)
                 arr = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -383,10 +385,41 @@ def _numpy_member(np: Any, archive: Any, info: Any) -> Any:
             raise FormatError(f"cannot read npz: archive member {info.filename!r} is not a "
                               ".npy array (np.savez writes only those)", field="input")
     with archive.open(info) as member:
+        _refuse_objects(np, member, f"archive member {os.path.splitext(info.filename)[0]!r}")
+    with archive.open(info) as member:
         array = np.lib.format.read_array(member, allow_pickle=False)
         while member.read(1 << 20):
             pass
     return array
+
+
+def _refuse_objects(np: Any, f: Any, where: str) -> None:
+    """Refuse an array of Python objects by its type, read from its .npy header (``f`` at
+    the header's start). NumPy's own refusal says only that it would need allow_pickle,
+    which the generic handler reported as a malformed file; the file is fine."""
+    from ._registry import get_adapter
+
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(f)
+    except ValueError:
+        return  # not a .npy (an archive given as one): np.load says what it is
+    read = {(1, 0): fmt.read_array_header_1_0,
+            (2, 0): fmt.read_array_header_2_0}.get(version)
+    if read is None:
+        return  # another header version: NumPy reads it, or says why not
+    dtype = read(f)[2]
+    if not dtype.hasobject:
+        return
+    try:
+        get_adapter("numpy").dtype_of(dtype)  # raises, naming the types there are
+        why = ""
+    except UnsupportedError as exc:
+        why = f": {exc}"
+    raise UnsupportedError(
+        f"input: {where} has NumPy dtype {dtype} (Python objects){why}; the file is "
+        "well-formed, but the objects are stored pickled, which the bridge never loads: "
+        "save a numeric array instead (e.g. arr.astype(np.float32))")
 
 
 class _StoredMember:
@@ -604,6 +637,19 @@ _WRITTEN_UNFLUSHED = "the output was written in full, but its folder may not be 
 _NOT_WRITTEN = "the output was not written (an earlier file of that name is unchanged)"
 
 
+def _not_written(output: str) -> str:
+    """What a failure before the rename says: "unchanged" only of a file that is there."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        if os.path.lexists(folder):
+            return f"the output was not written: its folder {folder} is not a folder"
+        return (f"the output was not written: its folder {folder} does not exist (create it "
+                f"first: mkdir -p {folder})")
+    if not os.path.lexists(output):
+        return "the output was not written (no file of that name was there before)"
+    return _NOT_WRITTEN
+
+
 def _convert_interrupted(output: str, signum: int, what: str, when: str = "") -> int:
     import signal
 
@@ -674,13 +720,13 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         if signals:  # stopped first: what the user asked for is what is reported
             replaced = getattr(exc, "output_replaced", False)
             return _convert_interrupted(args.output, signals[0],
-                                        _WRITTEN_UNFLUSHED if replaced else _NOT_WRITTEN)
+                                        _WRITTEN_UNFLUSHED if replaced
+                                        else _not_written(args.output))
         where = getattr(exc, "filename", None) or args.input
         if getattr(exc, "output_replaced", False):
             return _fail(args.output, _Annotated(exc, _WRITTEN_UNFLUSHED))
         if where == args.output:
-            return _fail(where, _Annotated(exc, "the output was not written; an earlier file "
-                                                "of that name is unchanged"))
+            return _fail(where, _Annotated(exc, _not_written(args.output)))
         if src_fmt == "hurray" and ("checksum" in str(getattr(exc, "field", "")) or
                                     "padding" in str(exc)):
             return _fail(where, _Annotated(exc, "nothing was written (hurray convert "
@@ -693,7 +739,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
         replaced = getattr(exc, "output_replaced", False)
         return _convert_interrupted(args.output, signum,
-                                    _WRITTEN_UNFLUSHED if replaced else _NOT_WRITTEN)
+                                    _WRITTEN_UNFLUSHED if replaced
+                                    else _not_written(args.output))
     finally:
         restore_signals()
     bar.close()
