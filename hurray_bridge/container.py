@@ -58,7 +58,7 @@ from ._safetensors_header import (
 from ._trailing import high_bits, placed_pieces, set_trailing_bits
 from .conversion import asarray, asarray_one
 from .descriptor import Descriptor
-from .errors import CopyRequiredError, FormatError, UnsupportedError
+from .errors import ClosedFileError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
 from .shards import ShardedTensor, _missing_box, check_set
 from .tensor import CPU, Buffer, Tensor
@@ -290,10 +290,32 @@ class TensorFile(dict[str, "Tensor | ShardedTensor"]):
         self.metadata = {} if metadata is None else metadata
         self.alignment = alignment
 
+    _closed_with: int | None = None  # how many tensors close() dropped; None while open
+
     def close(self) -> None:
         """Drop this object's tensors. A file's map is unmapped once no tensor taken
-        from it is alive (tensors still held stay valid); closing twice is fine."""
+        from it is alive (tensors still held stay valid); closing twice is fine. A
+        lookup afterwards raises :class:`hb.ClosedFileError`."""
+        if self._closed_with is None:
+            self._closed_with = len(self)
         self.clear()
+
+    def __getitem__(self, name: str) -> Tensor | ShardedTensor:
+        try:
+            return super().__getitem__(name)
+        except KeyError:
+            if self._closed_with is None:
+                raise
+        raise ClosedFileError(
+            f"{name!r}: this file was closed (close(), or the end of its with block), which "
+            "dropped its tensors; keep a tensor before closing, or hb.load the file again")
+
+    def __repr__(self) -> str:
+        if self._closed_with is None:
+            return super().__repr__()
+        n = self._closed_with
+        # A closed file is empty: printing {} read as a file with no tensors.
+        return f"<hb.TensorFile, closed (it held {n} tensor{'s' * (n != 1)})>"
 
     def __enter__(self) -> TensorFile:
         return self
