@@ -25,6 +25,7 @@ import mmap as _mmap
 import operator
 import os
 import re
+import shlex
 import struct
 import sys
 import threading
@@ -690,13 +691,16 @@ class _Mapping:
     file descriptor.
     """
 
-    __slots__ = ("__weakref__", "address", "mm", "path", "view")
+    __slots__ = ("__weakref__", "address", "alignment_note", "mm", "path", "view")
 
     def __init__(self, view: memoryview, mm: _mmap.mmap | None = None, path: str | None = None):
         self.view = view
         self.mm = mm
         self.path = path
         self.address = buffer_address(view)[0]  # view pins the memory
+        # Why many of this file's tensors are unaligned, and the fix; what a copy made
+        # for that reason adds to its warning (_copy_policy.alignment_note).
+        self.alignment_note: str | None = None
 
     def __repr__(self) -> str:
         return f"<hurray mapping of {self.path or 'a buffer'}, {len(self.view)} bytes>"
@@ -954,9 +958,20 @@ def _load_safetensors(f: Any, path: str, *, mmap: bool = True,
     base = owner.address + idx.data_start
     # safetensors places tensors back to back: the guaranteed alignment is what they share
     alignment = BUFFER_ALIGNMENT
+    unaligned = 0
     for e in idx.entries:
         if e.end > e.begin:
             alignment = _pow2_alignment(base + e.begin, alignment)
+            unaligned += (base + e.begin) % BUFFER_ALIGNMENT != 0
+    if unaligned:
+        # One text for every tensor of the file: the copy warnings it joins stay identical,
+        # so the default filter shows them once per line, with the count a single one lacks.
+        out = shlex.quote(os.path.splitext(path)[0] + ".hurray")
+        owner.alignment_note = (
+            f"{os.path.basename(path)} stores its tensors back to back: {unaligned} of its "
+            f"{len(idx.entries)} tensors are not {BUFFER_ALIGNMENT}-byte aligned, and each of "
+            f"those is copied too; `hurray convert {shlex.quote(path)} {out}` (or hb.save of "
+            f"the loaded file to a .hurray path) aligns them all, once")
     return TensorFile(_tensors_over(entries, base, owner, True), dict(idx.metadata), alignment)
 
 
