@@ -448,6 +448,45 @@ def _damaged(tmp_path: pathlib.Path) -> pathlib.Path:
     return bad
 
 
+def test_inspect_says_whether_checksums_were_checked_and_verify_checks_them(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    # A bit-flipped file: inspect read the index only, exited 0, and said "CRC-32 data
+    # checksums" as if they had been checked.
+    bad = _damaged(tmp_path)
+    rc, out, err = run(capsys, "inspect", str(bad))
+    assert rc == 0 and err == "", err
+    assert out.splitlines()[0].endswith(
+        "CRC-32 data checksums, not checked (hurray inspect --verify checks them)"), out
+    rc, out, _ = run(capsys, "inspect", "--json", str(bad))
+    assert rc == 0 and json.loads(out)["checksums"] == "not checked"
+    rc, out, err = run(capsys, "inspect", "--verify", str(bad))
+    assert rc == 2 and out == ""
+    assert err.startswith(f"hurray: error: {bad}: entries[0].checksum: entry 'w': data "
+                          "checksum mismatch"), err
+    good = tmp_path / "good.hurray"
+    rc, out, _ = run(capsys, "inspect", "--verify", str(good))
+    assert rc == 0 and out.splitlines()[0].endswith("CRC-32 data checksums, verified"), out
+    rc, out, _ = run(capsys, "inspect", "--verify", "--json", str(good))
+    assert json.loads(out)["checksums"] == "verified"
+    hb.save(tmp_path / "bare.hurray", {"w": np.ones(3)}, checksums=False)
+    rc, out, _ = run(capsys, "inspect", "--verify", "--json", str(tmp_path / "bare.hurray"))
+    assert rc == 0 and json.loads(out)["checksums"] == "none"
+    rc, out, _ = run(capsys, "inspect", str(tmp_path / "bare.hurray"))
+    assert out.splitlines()[0].endswith("no data checksums"), out
+
+
+def test_inspect_verify_of_safetensors_checks_what_there_is(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("safetensors")
+    path = tmp_path / "m.safetensors"
+    safetensors_io.save(path, {"w": np.ones(3, np.float32)})
+    rc, out, _ = run(capsys, "inspect", "--verify", str(path))
+    assert rc == 0 and out.splitlines()[0].endswith(
+        "no checksums (the format has none; header and offsets checked)"), out
+    rc, out, _ = run(capsys, "inspect", "--json", str(path))
+    assert json.loads(out)["checksums"] == "none"
+
+
 @pytest.mark.parametrize("suffix", [".hurray", ".safetensors"])
 def test_convert_refuses_a_damaged_file(capsys: pytest.CaptureFixture[str],
                                         tmp_path: pathlib.Path, suffix: str) -> None:
