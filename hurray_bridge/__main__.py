@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -655,7 +656,7 @@ def _not_written(output: str) -> str:
         if os.path.lexists(folder):
             return f"the output was not written: its folder {folder} is not a folder"
         return (f"the output was not written: its folder {folder} does not exist (create it "
-                f"first: mkdir -p {folder})")
+                f"first: mkdir -p {shlex.quote(folder)})")
     if not os.path.lexists(output):
         return "the output was not written (no file of that name was there before)"
     return _NOT_WRITTEN
