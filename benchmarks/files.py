@@ -10,7 +10,8 @@ the same run:
   neither); interleaved, each after ``os.sync()`` (see ``_time_saves``);
 - load: ``hb.load`` (mmap) + the metadata + the first element of every tensor,
   against ``safe_open`` + ``get_tensor`` of every tensor (+ its first element);
-- every byte: the sum of every byte of every tensor, through each.
+- every byte: the sum of every byte of every tensor, through each, and through
+  ``hb.load(verify=True)`` (the checksums checked first: the cost of the opt-in).
 
 The files are read right after they are written, so both sides read from a
 warm page cache (nothing here can drop caches). Also reported: how much the
@@ -151,6 +152,12 @@ def run(size: int | None = None, small: bool = False, n_tensors: int = N_TENSORS
             return sum(int(np.frombuffer(x.memoryview(), np.uint8).sum(dtype=np.uint64))
                        for x in out.values())
 
+        def hb_sum_verified() -> int:
+            # The opt-in check: every entry's CRC-32 and all padding, then the same reads.
+            out = hb.load(hpath, verify=True)
+            return sum(int(np.frombuffer(x.memoryview(), np.uint8).sum(dtype=np.uint64))
+                       for x in out.values())
+
         def st_sum() -> int:
             acc = 0
             with safe_open(spath, framework="numpy") as f:
@@ -164,6 +171,8 @@ def run(size: int | None = None, small: bool = False, n_tensors: int = N_TENSORS
         load_st = timed("safe_open + get_tensor of each + first element", st_load_first)
         sum_hb = timed("sum of every byte through hb.load", hb_sum)
         sum_st = timed("sum of every byte through safetensors", st_sum)
+        sum_hb_verified = timed("sum of every byte through hb.load(verify=True)",
+                                hb_sum_verified)
 
         import gc
 
@@ -183,6 +192,9 @@ def run(size: int | None = None, small: bool = False, n_tensors: int = N_TENSORS
         r["load_first_elements_vs_safe_open_get_tensor"] = {"value": load_hb / load_st,
                                                             "goal": "<= 0.05"}
         r["sum_every_byte_vs_safetensors"] = {"value": sum_hb / sum_st, "goal": "<= 1.0"}
+        r["sum_every_byte_verified_vs_unverified"] = {
+            "value": sum_hb_verified / sum_hb, "goal": "informational: what verify=True, "
+            "off by default, adds to a read of every byte (docs/spec/container.md §9)"}
         if before is not None and after is not None:
             r["load_rss_growth_vs_file_size"] = {"value": (after - before) / total,
                                                  "goal": "<= 0.05"}

@@ -46,7 +46,9 @@ def consume() -> None:
             a = np.asarray(t)  # a view of the message's memory
             assert a.shape == (BATCH_SIZES[count], WIDTH)
             assert (a[:, 0] == count).all()
-            print(f"batch {count}: shape {a.shape}, mean {a[:, 1:].mean() if a.size else 0:+.3f}")
+            # the mean of no values is undefined, not 0: say so for the empty batch
+            mean = f"{a[:, 1:].mean():+.3f}" if a.size else "n/a (empty batch)"
+            print(f"batch {count}: shape {a.shape}, mean {mean}")
             count += 1
     if p.returncode:
         raise SystemExit(f"producer failed with exit code {p.returncode}")

@@ -52,6 +52,7 @@ from .dtypes import (
 from .dtypes import bool_ as bool
 from .errors import (
     BackendNotAvailableError,
+    ClosedFileError,
     CopyRequiredError,
     CopyWarning,
     DynamicShapeError,
@@ -77,6 +78,7 @@ __all__ = [
     "MAX_RANK",
     "CPU",
     "BackendNotAvailableError",
+    "ClosedFileError",
     "Buffer",
     "BufferRole",
     "BufferSpec",

@@ -6,12 +6,13 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .errors import FormatError, HurrayError
+from .errors import FormatError, HurrayError, UnsupportedError
 
 __all__ = ["main"]
 
@@ -200,30 +201,40 @@ def _quant_text(d: object) -> str:
     return text
 
 
-def _rows_of(path: str) -> tuple[str, list[dict[str, object]], dict[str, str]]:
-    """(summary line, one row per entry, metadata) for a Hurray or safetensors file."""
+def _rows_of(path: str, verify: bool = False,
+             ) -> tuple[str, list[dict[str, object]], dict[str, str], str]:
+    """(summary line, one row per entry, metadata, checksums) for a Hurray or safetensors
+    file; ``checksums`` is "verified", "not checked" or "none" (the file has none).
+    ``verify`` reads every byte (container.verify); otherwise the index only."""
     if _sniff(path) == "safetensors":
         from .safetensors_io import read_header
 
-        idx = read_header(path)
+        idx = read_header(path)  # the header and every tensor's offsets, as verify checks
         rows = [{"name": e.name, "dtype": e.dtype.name, "shape": list(e.shape),
                  "layout": "row-major", "bytes": e.end - e.begin, "quantization": "-"}
                 for e in idx.entries]
         summary = (f"{_shown(path)}: safetensors, {_count(len(rows), 'tensor')}, "
-                   f"{_count(idx.file_size - idx.data_start, 'byte')} of data")
-        return summary, rows, dict(idx.metadata)
+                   f"{_count(idx.file_size - idx.data_start, 'byte')} of data, no checksums "
+                   "(the format has none; header and offsets checked)")
+        return summary, rows, dict(idx.metadata), "none"
     from .container import read_index
+    from .container import verify as verify_file
 
-    fi = read_index(path)
+    fi = verify_file(path) if verify else read_index(path)
     rows = [{"name": e.name, "dtype": e.descriptor.dtype.name,
              "shape": list(e.descriptor.shape), "layout": _layout_text(e.descriptor),
              "bytes": e.nbytes, "quantization": _quant_text(e.descriptor)}
             for e in fi.entries]
+    # Said either way: "CRC-32 data checksums" alone read as a file found sound.
+    checksums = "none" if not fi.has_checksums else "verified" if verify else "not checked"
     summary = (f"{_shown(path)}: Hurray {fi.version[0]}.{fi.version[1]}, "
                f"{_count(len(rows), 'entry', 'entries')}, "
                f"{_count(fi.data_length, 'byte')} of data, {fi.alignment}-byte alignment, "
-               + ("CRC-32 data checksums" if fi.has_checksums else "no data checksums"))
-    return summary, rows, dict(fi.metadata)
+               + {"none": "no data checksums",
+                  "verified": "CRC-32 data checksums, verified",
+                  "not checked": "CRC-32 data checksums, not checked (hurray inspect --verify "
+                                 "checks them)"}[checksums])
+    return summary, rows, dict(fi.metadata), checksums
 
 
 def _table(rows: list[dict[str, object]]) -> str:
@@ -241,11 +252,12 @@ def _table(rows: list[dict[str, object]]) -> str:
 # ------------------------------------------------------------- files: commands
 def _cmd_inspect(args: argparse.Namespace) -> int:
     try:
-        summary, rows, metadata = _rows_of(args.file)
+        summary, rows, metadata, checksums = _rows_of(args.file, args.verify)
     except (HurrayError, OSError) as exc:
         return _fail(args.file, exc)
     if args.json:
-        print(json.dumps({"summary": summary, "entries": rows, "metadata": metadata}, indent=1))
+        print(json.dumps({"summary": summary, "checksums": checksums, "entries": rows,
+                          "metadata": metadata}, indent=1))
         return 0
     print(summary)
     if rows:
@@ -317,6 +329,8 @@ def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
         if fmt == "npy":
             fh.close()  # a memory map of the path, which np.load opens and closes itself
             key = name or os.path.splitext(os.path.basename(path))[0] or "array"
+            with open(path, "rb") as head:
+                _refuse_objects(np, head, "the array")
             with warnings.catch_warnings():  # NumPy warns of the overflow, then raises
                 warnings.filterwarnings("ignore", "overflow", RuntimeWarning)
                 arr = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -383,10 +397,41 @@ def _numpy_member(np: Any, archive: Any, info: Any) -> Any:
             raise FormatError(f"cannot read npz: archive member {info.filename!r} is not a "
                               ".npy array (np.savez writes only those)", field="input")
     with archive.open(info) as member:
+        _refuse_objects(np, member, f"archive member {os.path.splitext(info.filename)[0]!r}")
+    with archive.open(info) as member:
         array = np.lib.format.read_array(member, allow_pickle=False)
         while member.read(1 << 20):
             pass
     return array
+
+
+def _refuse_objects(np: Any, f: Any, where: str) -> None:
+    """Refuse an array of Python objects by its type, read from its .npy header (``f`` at
+    the header's start). NumPy's own refusal says only that it would need allow_pickle,
+    which the generic handler reported as a malformed file; the file is fine."""
+    from ._registry import get_adapter
+
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(f)
+    except ValueError:
+        return  # not a .npy (an archive given as one): np.load says what it is
+    read = {(1, 0): fmt.read_array_header_1_0,
+            (2, 0): fmt.read_array_header_2_0}.get(version)
+    if read is None:
+        return  # another header version: NumPy reads it, or says why not
+    dtype = read(f)[2]
+    if not dtype.hasobject:
+        return
+    try:
+        get_adapter("numpy").dtype_of(dtype)  # raises, naming the types there are
+        why = ""
+    except UnsupportedError as exc:
+        why = f": {exc}"
+    raise UnsupportedError(
+        f"input: {where} has NumPy dtype {dtype} (Python objects){why}; the file is "
+        "well-formed, but the objects are stored pickled, which the bridge never loads: "
+        "save a numeric array instead (e.g. arr.astype(np.float32))")
 
 
 class _StoredMember:
@@ -604,6 +649,19 @@ _WRITTEN_UNFLUSHED = "the output was written in full, but its folder may not be 
 _NOT_WRITTEN = "the output was not written (an earlier file of that name is unchanged)"
 
 
+def _not_written(output: str) -> str:
+    """What a failure before the rename says: "unchanged" only of a file that is there."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        if os.path.lexists(folder):
+            return f"the output was not written: its folder {folder} is not a folder"
+        return (f"the output was not written: its folder {folder} does not exist (create it "
+                f"first: mkdir -p {shlex.quote(folder)})")
+    if not os.path.lexists(output):
+        return "the output was not written (no file of that name was there before)"
+    return _NOT_WRITTEN
+
+
 def _convert_interrupted(output: str, signum: int, what: str, when: str = "") -> int:
     import signal
 
@@ -674,13 +732,13 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         if signals:  # stopped first: what the user asked for is what is reported
             replaced = getattr(exc, "output_replaced", False)
             return _convert_interrupted(args.output, signals[0],
-                                        _WRITTEN_UNFLUSHED if replaced else _NOT_WRITTEN)
+                                        _WRITTEN_UNFLUSHED if replaced
+                                        else _not_written(args.output))
         where = getattr(exc, "filename", None) or args.input
         if getattr(exc, "output_replaced", False):
             return _fail(args.output, _Annotated(exc, _WRITTEN_UNFLUSHED))
         if where == args.output:
-            return _fail(where, _Annotated(exc, "the output was not written; an earlier file "
-                                                "of that name is unchanged"))
+            return _fail(where, _Annotated(exc, _not_written(args.output)))
         if src_fmt == "hurray" and ("checksum" in str(getattr(exc, "field", "")) or
                                     "padding" in str(exc)):
             return _fail(where, _Annotated(exc, "nothing was written (hurray convert "
@@ -693,7 +751,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
         replaced = getattr(exc, "output_replaced", False)
         return _convert_interrupted(args.output, signum,
-                                    _WRITTEN_UNFLUSHED if replaced else _NOT_WRITTEN)
+                                    _WRITTEN_UNFLUSHED if replaced
+                                    else _not_written(args.output))
     finally:
         restore_signals()
     bar.close()
@@ -710,9 +769,13 @@ def _add_file_commands(sub: argparse._SubParsersAction) -> None:
     i = sub.add_parser(
         "inspect", help="list the entries of a Hurray (or safetensors) file",
         description="Print a table of a file's entries (name, dtype, shape, layout, bytes, "
-                    "quantization) and its metadata. Reads the header and table only.")
+                    "quantization) and its metadata. Reads the header and table only, and "
+                    "says the data checksums were not checked; --verify checks them.")
     i.add_argument("file", help="a .hurray or .safetensors file")
     i.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    i.add_argument("--verify", action="store_true",
+                   help="also read every byte and check the data checksums and padding, as "
+                        "hurray verify does (exit 2 naming the entry on a mismatch)")
     i.set_defaults(func=_cmd_inspect)
 
     c = sub.add_parser(

@@ -22,7 +22,8 @@ from typing import Any
 
 from .errors import CopyRequiredError, CopyWarning, UnsupportedError
 
-__all__ = ["CopyWarning", "check_copy", "require_copy", "user_stacklevel", "warn_copy"]
+__all__ = ["CopyWarning", "alignment_note", "check_copy", "require_copy", "user_stacklevel",
+           "warn_copy"]
 
 
 def check_copy(copy: Any) -> None:
@@ -74,3 +75,12 @@ def user_stacklevel() -> int:
 def warn_copy(target: str, reason: str) -> None:
     """Report a copy made under ``copy=None``, at the caller's line."""
     warnings.warn(f"copied for {target}: {reason}", CopyWarning, stacklevel=user_stacklevel())
+
+
+def alignment_note(t: Any) -> str:
+    """What a copy made because ``t`` is not aligned should add to its reason: where the
+    owner of ``t``'s memory knows (a loaded safetensors file, whose tensors sit back to
+    back), "; " and how many of the file's tensors share the fate and the fix; else "".
+    The same text for every tensor of one file, so the warnings stay one per line."""
+    note = getattr(getattr(t, "owner", None), "alignment_note", None)
+    return f"; {note}" if note else ""

@@ -25,6 +25,7 @@ import mmap as _mmap
 import operator
 import os
 import re
+import shlex
 import struct
 import sys
 import threading
@@ -58,7 +59,7 @@ from ._safetensors_header import (
 from ._trailing import high_bits, placed_pieces, set_trailing_bits
 from .conversion import asarray, asarray_one
 from .descriptor import Descriptor
-from .errors import CopyRequiredError, FormatError, UnsupportedError
+from .errors import ClosedFileError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
 from .shards import ShardedTensor, _missing_box, check_set
 from .tensor import CPU, Buffer, Tensor
@@ -290,10 +291,32 @@ class TensorFile(dict[str, "Tensor | ShardedTensor"]):
         self.metadata = {} if metadata is None else metadata
         self.alignment = alignment
 
+    _closed_with: int | None = None  # how many tensors close() dropped; None while open
+
     def close(self) -> None:
         """Drop this object's tensors. A file's map is unmapped once no tensor taken
-        from it is alive (tensors still held stay valid); closing twice is fine."""
+        from it is alive (tensors still held stay valid); closing twice is fine. A
+        lookup afterwards raises :class:`hb.ClosedFileError`."""
+        if self._closed_with is None:
+            self._closed_with = len(self)
         self.clear()
+
+    def __getitem__(self, name: str) -> Tensor | ShardedTensor:
+        try:
+            return super().__getitem__(name)
+        except KeyError:
+            if self._closed_with is None:
+                raise
+        raise ClosedFileError(
+            f"{name!r}: this file was closed (close(), or the end of its with block), which "
+            "dropped its tensors; keep a tensor before closing, or hb.load the file again")
+
+    def __repr__(self) -> str:
+        if self._closed_with is None:
+            return super().__repr__()
+        n = self._closed_with
+        # A closed file is empty: printing {} read as a file with no tensors.
+        return f"<hb.TensorFile, closed (it held {n} tensor{'s' * (n != 1)})>"
 
     def __enter__(self) -> TensorFile:
         return self
@@ -668,13 +691,16 @@ class _Mapping:
     file descriptor.
     """
 
-    __slots__ = ("__weakref__", "address", "mm", "path", "view")
+    __slots__ = ("__weakref__", "address", "alignment_note", "mm", "path", "view")
 
     def __init__(self, view: memoryview, mm: _mmap.mmap | None = None, path: str | None = None):
         self.view = view
         self.mm = mm
         self.path = path
         self.address = buffer_address(view)[0]  # view pins the memory
+        # Why many of this file's tensors are unaligned, and the fix; what a copy made
+        # for that reason adds to its warning (_copy_policy.alignment_note).
+        self.alignment_note: str | None = None
 
     def __repr__(self) -> str:
         return f"<hurray mapping of {self.path or 'a buffer'}, {len(self.view)} bytes>"
@@ -939,9 +965,20 @@ def _load_safetensors(f: Any, path: str, *, mmap: bool = True,
     base = owner.address + idx.data_start
     # safetensors places tensors back to back: the guaranteed alignment is what they share
     alignment = BUFFER_ALIGNMENT
+    unaligned = 0
     for e in idx.entries:
         if e.end > e.begin:
             alignment = _pow2_alignment(base + e.begin, alignment)
+            unaligned += (base + e.begin) % BUFFER_ALIGNMENT != 0
+    if unaligned:
+        # One text for every tensor of the file: the copy warnings it joins stay identical,
+        # so the default filter shows them once per line, with the count a single one lacks.
+        out = shlex.quote(os.path.splitext(path)[0] + ".hurray")
+        owner.alignment_note = (
+            f"{os.path.basename(path)} stores its tensors back to back: {unaligned} of its "
+            f"{len(idx.entries)} tensors are not {BUFFER_ALIGNMENT}-byte aligned, and each of "
+            f"those is copied too; `hurray convert {shlex.quote(path)} {out}` (or hb.save of "
+            f"the loaded file to a .hurray path) aligns them all, once")
     return TensorFile(_tensors_over(entries, base, owner, True), dict(idx.metadata), alignment)
 
 

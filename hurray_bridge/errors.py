@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendNotAvailableError",
+    "ClosedFileError",
     "CopyRequiredError",
     "CopyWarning",
     "DynamicShapeError",
@@ -48,6 +49,11 @@ class DynamicShapeError(HurrayError, ValueError):
 
 class CopyRequiredError(HurrayError, BufferError):
     """``copy=False`` was requested but the hand-off needs a copy."""
+
+
+class ClosedFileError(HurrayError, ValueError):
+    """A tensor was asked of a loaded file after its ``close()`` (a ``ValueError``, as
+    Python's own files raise for an operation on a closed file)."""
 
 
 class CopyWarning(UserWarning):

@@ -62,6 +62,18 @@ OUTCOMES: dict[str, tuple[str, str]] = {
     "n/a": (".", "the source framework cannot hold the type"),
 }
 
+# dtype name -> what a reader must know to read that row; shown only when the row is.
+TYPE_NOTES: dict[str, str] = {
+    "bool": "bool is the 1-bit packed boolean (eight per byte, as Arrow stores it); bool8 is "
+            "the boolean with one byte per element (numpy.bool_, torch.bool, "
+            "jax.numpy.bool_). NumPy, torch and JAX have no packed boolean, so they cannot "
+            "hold bool as a source (.); handed bool, they unpack it to bytes, a copy.",
+}
+
+
+def _type_notes(dtypes: Sequence[str]) -> dict[str, str]:
+    return {d: TYPE_NOTES[d] for d in dtypes if d in TYPE_NOTES}
+
 
 @dataclass
 class Cell:
@@ -85,6 +97,7 @@ class Report:
         return {"report": "hurray matrix", "versions": self.versions,
                 "settings": self.settings, "outcomes": {k: v[1] for k, v in OUTCOMES.items()},
                 "totals": counts, "reasons": reason_groups(self.cells),
+                "notes": _type_notes(list(dict.fromkeys(c.dtype for c in self.cells))),
                 "cells": cells_as_dicts(self.cells)}
 
 
@@ -393,6 +406,8 @@ def _format_text(report: Report) -> str:
     lines += _wrap("Rows are element types; columns are grouped by source framework, one "
                    "column per target: " + ", ".join(f"{letter[t]} {t}" for t in targets), "  ",
                    "")
+    for note in _type_notes(dtypes).values():
+        lines += _wrap(note, "  ", "")
     lines.append("")
     group = max([4 * len(targets) - 3] + [len(s) for s in sources])
     name_w = max([5] + [len(d) for d in dtypes]) + 2
@@ -454,6 +469,8 @@ def _format_markdown(report: Report) -> str:
     lines += [""]
     lines += _wrap("Marks: " + "; ".join(f"`{m}` {_md(text)}" for m, text in OUTCOMES.values()))
     lines += [""]
+    for note in _type_notes(dtypes).values():
+        lines += [*_wrap(_md(note)), ""]
     for s in sources:
         lines += [f"## From {s}", "", "| dtype | " + " | ".join(targets) + " |",
                   "|---|" + "---|" * len(targets)]
@@ -519,7 +536,9 @@ def _format_html(report: Report) -> str:
            "<p>"]
     for k, (mark, text) in OUTCOMES.items():
         out.append(f'<span class="sw {cls[k]}"></span>{e(mark)} {e(text)}&nbsp; ')
-    out += ["</p>", '<table id="matrix">', "<thead>", '<tr><th rowspan="2">dtype</th>']
+    out.append("</p>")
+    out += [f'<p class="note">{e(note)}</p>' for note in _type_notes(dtypes).values()]
+    out += ['<table id="matrix">', "<thead>", '<tr><th rowspan="2">dtype</th>']
     out += [f'<th class="g" colspan="{len(targets)}">from {e(s)}</th>' for s in sources]
     out += ["</tr>", "<tr>"]
     for _ in sources:

@@ -545,12 +545,16 @@ class Tensor:
 
 def _legacy_read_only(copy: Any) -> UnsupportedError | CopyRequiredError:
     """The refusal of a legacy capsule over read-only memory (both are BufferErrors)."""
-    why = ("this hb.Tensor's memory is read-only, and a legacy DLPack capsule (asked for "
-           "without max_version, or with one below (1, 0)) has no READ_ONLY flag to say so: "
-           "the consumer would get write access")
-    fix = ("ask with max_version=(1, 0) or later (READ_ONLY travels with the memory), or "
-           "with copy=True for a private copy; hb.convert(t, 'jax') hands read-only memory "
-           "to JAX without a copy")
+    # Most callers are a framework's from_dlpack, whose user cannot pass max_version: the
+    # advice they can follow comes first, the one for authors of a consumer after it.
+    why = ("this hb.Tensor's memory is read-only, and a legacy DLPack capsule (what "
+           "jax.numpy.from_dlpack and other consumers ask for when they pass no max_version "
+           "or one below (1, 0)) has no READ_ONLY flag to say so: the consumer would get "
+           "write access")
+    fix = ("use hb.convert(t, 'jax') instead, which hands read-only memory to JAX without a "
+           "copy (hb.convert(t, '<framework>') for the others); a DLPack consumer you write "
+           "can ask with max_version=(1, 0) or later, where READ_ONLY travels with the "
+           "memory, or with copy=True for a private copy")
     if copy is None:
         return UnsupportedError(f"{why}; {fix}")
     return CopyRequiredError(f"{why}, and copy=False forbids the private copy that would be "

@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hurray_bridge import _capsule
-from hurray_bridge._copy_policy import check_copy, require_copy, warn_copy
+from hurray_bridge._copy_policy import alignment_note, check_copy, require_copy, warn_copy
 from hurray_bridge._memory import host_array
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, bool8, native_types
@@ -708,7 +708,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
         # would make each copy a new warning and defeat the once-per-line filter. The
         # error, raised once, says where the pointer is.
         reasons.append(f"the data pointer is not {align}-byte aligned; JAX aliases CPU "
-                       "memory only when it is")
+                       f"memory only when it is{alignment_note(t)}")
         where = f" (pointer 0x{t.data_ptr:x}, pointer % {align} = {t.data_ptr % align})"
         src = None
     if reasons and not copy:

@@ -910,10 +910,11 @@ def _grad_to_torch_no_copy() -> Any:
 CASES += [
     Case("dlpack-legacy-read-only", "t.__dlpack__() of read-only t (a legacy request)",
          lambda: _read_only().__dlpack__(), hb.UnsupportedError,
-         ("read-only", "legacy DLPack capsule", "max_version=(1, 0)", "copy=True")),
+         ("read-only", "legacy DLPack capsule", "hb.convert(t, 'jax')", "max_version=(1, 0)",
+          "copy=True")),
     Case("dlpack-legacy-read-only-copy-false", "t.__dlpack__(copy=False) of read-only t",
          lambda: _read_only().__dlpack__(copy=False), hb.CopyRequiredError,
-         ("read-only", "copy=False", "max_version=(1, 0)")),
+         ("read-only", "copy=False", "hb.convert(t, 'jax')", "max_version=(1, 0)")),
     Case("convert-requires-grad-torch-copy-false",
          "hb.convert(torch.ones(3, requires_grad=True), 'torch', copy=False)",
          _grad_to_torch_no_copy, hb.CopyRequiredError,

@@ -127,7 +127,7 @@ def test_convert_hurray_to_hurray_changes_alignment(capsys: pytest.CaptureFixtur
     (["convert", "{ckpt}", "{out}.bin"], "--to"),
     (["convert", "{npy}", "{out}.safetensors"], "not supported"),
     (["convert", "{junk}", "{out}.hurray"], "magic"),
-    (["convert", "{pickled}", "{out}.hurray"], "cannot read npy"),
+    (["convert", "{pickled}", "{out}.hurray"], "dtype object"),
     (["inspect", "{junk}"], "magic"),
     (["inspect", "{missing}"], "No such file"),
     (["verify", "{missing}"], "No such file"),
@@ -145,6 +145,60 @@ def test_bad_input_exits_2_with_a_message(capsys: pytest.CaptureFixture[str],
     assert rc == 2 and out == ""
     assert err.startswith("hurray: error: ") and words in err and "Traceback" not in err
     assert not any(p.name.startswith("out") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("kind", ["npy", "npz", "npz-compressed"])
+def test_an_object_array_is_an_unsupported_type_not_a_malformed_file(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, kind: str) -> None:
+    # NumPy's own error (objects need allow_pickle) read as "the file is malformed"; the
+    # file is fine, its type is what no Hurray file holds.
+    objects = np.array([1, "a", None], dtype=object)
+    src = tmp_path / f"p.{kind[:3]}"
+    if kind == "npy":
+        np.save(src, objects, allow_pickle=True)
+    else:
+        (np.savez_compressed if kind.endswith("compressed") else np.savez)(
+            src, w=np.ones(2), p=objects)
+    rc, out, err = run(capsys, "convert", str(src), str(tmp_path / "out.hurray"))
+    assert rc == 2 and out == "", err
+    assert "malformed" not in err, err
+    where = "the array" if kind == "npy" else "archive member 'p'"
+    assert f"input: {where} has NumPy dtype object (Python objects)" in err, err
+    assert "no Hurray element type" in err and "float32" in err, err  # the supported list
+    assert "astype" in err, err  # the fix
+    assert not (tmp_path / "out.hurray").exists()
+
+
+@pytest.mark.parametrize("parent", ["missing", "a-file"])
+def test_convert_into_a_missing_folder_says_so(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: pathlib.Path, parent: str) -> None:
+    # It said "an earlier file of that name is unchanged" where there was none.
+    np.save(tmp_path / "a.npy", np.ones(2))
+    folder = tmp_path / "no" / "such" if parent == "missing" else tmp_path / "a.npy"
+    out_path = folder / "out.hurray"
+    rc, out, err = run(capsys, "convert", str(tmp_path / "a.npy"), str(out_path))
+    assert rc == 2 and out == "", err
+    assert "earlier file" not in err, err
+    what = "does not exist" if parent == "missing" else "is not a folder"
+    assert f"the output was not written: its folder {folder} {what}" in err, err
+    if parent == "missing":
+        assert f"mkdir -p {folder}" in err, err
+
+
+def test_convert_over_an_existing_file_that_fails_keeps_it_and_says_so(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    np.save(tmp_path / "a.npy", np.ones(2))
+    out_path = tmp_path / "out.hurray"
+    out_path.write_bytes(b"old")
+
+    def fail(*a: object, **k: object) -> None:
+        raise OSError(28, "No space left on device", str(out_path))
+
+    monkeypatch.setattr(hb.container, "_write_plan", fail)
+    rc, _, err = run(capsys, "convert", str(tmp_path / "a.npy"), str(out_path))
+    assert rc == 2 and "an earlier file of that name is unchanged" in err, err
+    assert out_path.read_bytes() == b"old"
 
 
 # ---------------------------------------------------------------------- verify
@@ -392,6 +446,45 @@ def _damaged(tmp_path: pathlib.Path) -> pathlib.Path:
     bad = tmp_path / "bad.hurray"
     bad.write_bytes(data)
     return bad
+
+
+def test_inspect_says_whether_checksums_were_checked_and_verify_checks_them(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    # A bit-flipped file: inspect read the index only, exited 0, and said "CRC-32 data
+    # checksums" as if they had been checked.
+    bad = _damaged(tmp_path)
+    rc, out, err = run(capsys, "inspect", str(bad))
+    assert rc == 0 and err == "", err
+    assert out.splitlines()[0].endswith(
+        "CRC-32 data checksums, not checked (hurray inspect --verify checks them)"), out
+    rc, out, _ = run(capsys, "inspect", "--json", str(bad))
+    assert rc == 0 and json.loads(out)["checksums"] == "not checked"
+    rc, out, err = run(capsys, "inspect", "--verify", str(bad))
+    assert rc == 2 and out == ""
+    assert err.startswith(f"hurray: error: {bad}: entries[0].checksum: entry 'w': data "
+                          "checksum mismatch"), err
+    good = tmp_path / "good.hurray"
+    rc, out, _ = run(capsys, "inspect", "--verify", str(good))
+    assert rc == 0 and out.splitlines()[0].endswith("CRC-32 data checksums, verified"), out
+    rc, out, _ = run(capsys, "inspect", "--verify", "--json", str(good))
+    assert json.loads(out)["checksums"] == "verified"
+    hb.save(tmp_path / "bare.hurray", {"w": np.ones(3)}, checksums=False)
+    rc, out, _ = run(capsys, "inspect", "--verify", "--json", str(tmp_path / "bare.hurray"))
+    assert rc == 0 and json.loads(out)["checksums"] == "none"
+    rc, out, _ = run(capsys, "inspect", str(tmp_path / "bare.hurray"))
+    assert out.splitlines()[0].endswith("no data checksums"), out
+
+
+def test_inspect_verify_of_safetensors_checks_what_there_is(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("safetensors")
+    path = tmp_path / "m.safetensors"
+    safetensors_io.save(path, {"w": np.ones(3, np.float32)})
+    rc, out, _ = run(capsys, "inspect", "--verify", str(path))
+    assert rc == 0 and out.splitlines()[0].endswith(
+        "no checksums (the format has none; header and offsets checked)"), out
+    rc, out, _ = run(capsys, "inspect", "--json", str(path))
+    assert json.loads(out)["checksums"] == "none"
 
 
 @pytest.mark.parametrize("suffix", [".hurray", ".safetensors"])

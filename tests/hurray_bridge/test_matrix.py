@@ -175,6 +175,30 @@ def test_table_marks_match_the_cells() -> None:
     assert rows == {"float32": ["Z"], "int4": ["Z"]}
 
 
+BOOL_NOTE = ("bool is the 1-bit packed boolean (eight per byte, as Arrow stores it); "
+             "bool8 is the boolean with one byte per element")
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_legend_says_bool_is_the_packed_type_and_bool8_the_byte_one(fmt: str) -> None:
+    # A newcomer saw "." on NumPy's bool row and no word why: the legend names the two types.
+    res = cli("matrix", "--format", fmt, "--frameworks", "numpy", "--dtypes", "bool", "bool8",
+              "--repeat", "1")
+    assert res.returncode == 0, res.stderr
+    flat = " ".join(res.stdout.split())  # text and markdown wrap the note at 100 columns
+    assert BOOL_NOTE in flat, res.stdout
+    assert "numpy.bool_, torch.bool, jax.numpy.bool_" in flat, res.stdout
+    doc = json.loads(cli("matrix", "--format", "json", "--frameworks", "numpy", "--dtypes",
+                         "bool", "--repeat", "1").stdout)
+    assert BOOL_NOTE in " ".join(doc["notes"]["bool"].split())
+
+
+def test_legend_has_no_bool_note_without_a_bool_row() -> None:
+    rep = matrix.build_report(["numpy"], [hb.float32], n=8, repeat=1)
+    assert "1-bit packed" not in matrix.format_report(rep)
+    assert json.loads(matrix.format_report(rep, "json"))["notes"] == {}
+
+
 # ---------------------------------------------------------------- markdown
 def test_markdown_has_a_table_per_source(report: matrix.Report) -> None:
     md = matrix.format_report(report, "markdown")

@@ -96,3 +96,29 @@ def test_loaded_files_close_and_work_as_context_managers(tmp_path: pathlib.Path,
     g = hb.load(path)
     g.close()
     assert len(g) == 0
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "hurray", "loads"])
+def test_a_closed_file_says_it_was_closed(tmp_path: pathlib.Path, st_file: pathlib.Path,
+                                          kind: str) -> None:
+    # A lookup after close() was a bare KeyError('w') and print(f) showed {}.
+    path = st_file
+    if kind != "safetensors":
+        path = tmp_path / "m.hurray"
+        hb.save(path, {"w": np.ones(3, np.float32), "b": np.zeros(2, np.int8)})
+    f = hb.loads(path.read_bytes()) if kind == "loads" else hb.load(path)
+    n = len(f)
+    assert "closed" not in repr(f)
+    f.close()
+    with pytest.raises(hb.ClosedFileError) as info:
+        f["w"]
+    assert isinstance(info.value, hb.HurrayError) and isinstance(info.value, ValueError)
+    msg = str(info.value)
+    assert "'w'" in msg and "closed" in msg and "hb.load" in msg, msg
+    assert repr(f) == str(f) == f"<hb.TensorFile, closed (it held {n} tensor{'s' * (n != 1)})>"
+    f.close()  # twice is fine, and says the same
+    assert repr(f).startswith("<hb.TensorFile, closed")
+    with hb.load(path) as g:
+        with pytest.raises(KeyError) as missing:  # an open file: a missing name stays a KeyError
+            g["nope"]
+        assert not isinstance(missing.value, hb.ClosedFileError)

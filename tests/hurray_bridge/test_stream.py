@@ -443,6 +443,9 @@ def test_example_streams_between_processes() -> None:
                          capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "received 6 batches" in out.stdout
+    # the empty batch has no mean: it says so rather than printing a made-up 0
+    assert "batch 2: shape (0, 16), mean n/a (empty batch)" in out.stdout, out.stdout
+    assert "+0.000" not in out.stdout, out.stdout
 
 
 # ------------------------------------------- non-blocking channels, failed reads and writes

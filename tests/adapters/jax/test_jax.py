@@ -990,3 +990,56 @@ def test_torch_bool_with_other_bytes_to_jax_is_normalised_on_the_shortcut_too(fr
         assert int(j.sum()) == 48
     with pytest.raises(hb.CopyRequiredError, match="0x00 and 0x01"):
         convert(x, "jax", copy=False)
+
+
+def test_from_dlpack_of_read_only_memory_points_a_jax_user_at_hb_convert() -> None:
+    # jnp.from_dlpack asks for a legacy capsule and takes no max_version: the first advice
+    # must be one a JAX user can follow; max_version is for authors of a consumer.
+    a = _aligned(16).view(np.float32)  # 64-byte aligned: JAX can alias it
+    a[:] = np.arange(4)
+    a.flags.writeable = False
+    t = hb.asarray(a)
+    with pytest.raises(hb.UnsupportedError) as info:
+        jnp.from_dlpack(t)
+    msg = str(info.value)
+    assert "jax.numpy.from_dlpack" in msg and "read-only" in msg, msg
+    assert msg.index("hb.convert(t, 'jax')") < msg.index("max_version=(1, 0)"), msg
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hb.CopyWarning)  # the advice holds: no copy
+        x = hb.convert(t, "jax")
+    assert x.unsafe_buffer_pointer() == t.data_ptr
+
+
+_MODEL_TO_JAX = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import hurray_bridge as hb
+    from hurray_bridge import safetensors_io
+    path = sys.argv[1]
+    safetensors_io.save(path, {f"layer{i}": np.ones(3 + i % 5, np.float32) for i in range(54)})
+    f = hb.load(path)
+    print(sum(t.data_ptr % 64 != 0 for t in f.values()))
+    arrays = {}
+    for name in f:  # the loop a user writes: one call per tensor, at one line
+        arrays[name] = hb.convert(f[name], "jax")
+""")
+
+
+def test_a_safetensors_model_to_jax_warns_once_saying_how_many_why_and_the_fix(
+        tmp_path: Any) -> None:
+    # 54 unaligned tensors copied: the default filter shows a warning once per line and
+    # text, so the text is the same for every tensor of the file and says what a single
+    # tensor's cannot: how many of the file's tensors are copied, why, and the fix.
+    path = tmp_path / "model.safetensors"
+    out = subprocess.run([sys.executable, "-c", _MODEL_TO_JAX, str(path)], capture_output=True,
+                         text=True, timeout=120)  # a fresh interpreter: the default filters
+    assert out.returncode == 0, out.stderr
+    unaligned = int(out.stdout)
+    assert 40 < unaligned < 54  # back to back, most of them are off 64-byte boundaries
+    warned = [ln for ln in out.stderr.splitlines() if "CopyWarning" in ln]
+    assert len(warned) == 1, out.stderr
+    text = " ".join(out.stderr.split())
+    assert "not 64-byte aligned" in text, text
+    assert (f"model.safetensors stores its tensors back to back: {unaligned} of its 54 "
+            "tensors are not 64-byte aligned") in text, text
+    assert f"hurray convert {path} {tmp_path / 'model.hurray'}" in text, text
