@@ -33,13 +33,21 @@ def _module_path(module: pathlib.Path, level: int, name: str | None) -> pathlib.
 
 
 def _body(tree: ast.Module) -> list[ast.stmt]:
-    """Top-level statements, with those inside a top-level ``if``/``try`` block."""
+    """Top-level statements, with those inside a top-level ``if``/``try`` block (both
+    branches of an ``if``: ``if TYPE_CHECKING:`` holds what type checkers see, its ``else``
+    what runs)."""
     out: list[ast.stmt] = []
     for node in tree.body:
         out.append(node)
         if isinstance(node, (ast.If, ast.Try)):
             out.extend(node.body)
+        if isinstance(node, ast.If):
+            out.extend(node.orelse)
     return out
+
+
+def _is_overload(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(ast.unparse(d).split(".")[-1] == "overload" for d in node.decorator_list)
 
 
 def docstring(module: pathlib.Path, name: str, seen: int = 0) -> str | None:
@@ -47,8 +55,15 @@ def docstring(module: pathlib.Path, name: str, seen: int = 0) -> str | None:
     assert seen < 10, f"import chain too long for {name} from {module}"
     body = _body(public_api.parse(module))
     for i, node in enumerate(body):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
-                and node.name == name:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            # An @overload signature carries no docstring, nor does the implementation a
+            # type checker sees under `if TYPE_CHECKING:` when a front is what runs: the
+            # docstring is the implementation's, or the front's further down.
+            text = None if _is_overload(node) else ast.get_docstring(node)
+            if text:
+                return text
+            continue
+        if isinstance(node, ast.ClassDef) and node.name == name:
             return ast.get_docstring(node)
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
@@ -78,6 +93,8 @@ def docstring(module: pathlib.Path, name: str, seen: int = 0) -> str | None:
                 sub = _module_path(module, node.level,
                                    f"{node.module}.{alias.name}" if node.module else alias.name)
                 return ast.get_docstring(public_api.parse(sub))
+    if name in _defined(module):
+        return None  # only signatures without a docstring
     raise AssertionError(f"{name} is in __all__ of {module} but not defined or imported there")
 
 
@@ -128,6 +145,16 @@ def test_the_checker_sees_a_missing_docstring(tmp_path: pathlib.Path) -> None:
     assert docstring(src, "B") == "B, documented." and docstring(src, "g") == "g."
     assert docstring(src, "h") == "g." and docstring(src, "k") is None
     assert docstring(src, "P") is None
+    typed = tmp_path / "t.py"
+    typed.write_text('"""t."""\nfrom typing import TYPE_CHECKING, overload\n'
+                     'def g():\n    """g."""\nif TYPE_CHECKING:\n'
+                     '    @overload\n    def h(a: int) -> int: ...\n'
+                     '    def h(a): ...\nelse:\n    h = x.front(g)\n'
+                     '@overload\ndef k(a: int) -> int: ...\ndef k(a):\n    """k."""\n'
+                     '@overload\ndef m(a: int) -> int: ...\ndef m(a): ...\n',
+                     encoding="utf-8")
+    assert docstring(typed, "h") == "g." and docstring(typed, "k") == "k."
+    assert docstring(typed, "m") is None
 
 
 def test_the_public_modules_are_the_packages_exports() -> None:
