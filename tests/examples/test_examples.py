@@ -7,6 +7,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import tomllib
 from typing import Any
 
 import pytest
@@ -125,8 +126,9 @@ def test_readme_tour_runs_and_its_copy_false_line_raises() -> None:
 
 def test_the_license_pyproject_names_is_there() -> None:
     root = EXAMPLES.parent
-    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
-    assert 'license = { text = "Apache-2.0" }' in pyproject
+    with open(root / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     text = (root / "LICENSE").read_text(encoding="utf-8")
     assert "Apache License\n                           Version 2.0, January 2004" in text
     assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text

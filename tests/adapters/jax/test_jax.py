@@ -32,6 +32,7 @@ import hurray_bridge as hb  # noqa: E402
 from hurray_bridge import _capsule  # noqa: E402
 from hurray_bridge.adapters import jax as hj  # noqa: E402
 from hurray_bridge.adapters import numpy as hnp  # noqa: E402
+from tests.frameworks import need  # noqa: E402
 
 try:  # the GPU machine may lack hypothesis: only the property tests need it
     from hypothesis import given, settings
@@ -684,6 +685,7 @@ def test_several_cpu_devices_and_sharding_in_a_fresh_process() -> None:
     "(hurray_bridge._speedups, when built, lifts this; see tests/hurray_bridge/test_capsule.py)",
 )
 def test_exiting_while_xla_releases_our_exports_does_not_abort() -> None:
+    need("torch")  # the child's second race goes through the torch -> JAX shortcut
     # jnp.from_dlpack(t, device=other) leaves the alias of t to be released by an XLA
     # worker thread once the transfer ends. Exiting meanwhile aborted about 60% of
     # runs here (1000 transfers) before the exit hook in _speedups_c/deleters.c; the first
