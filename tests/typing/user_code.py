@@ -12,10 +12,9 @@ framework ships type information) and the Arrow adapter's ``from_hurray`` (its
 
 from __future__ import annotations
 
-import sys
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_type
 
 import jax
 import numpy as np
@@ -27,11 +26,6 @@ from hurray_bridge.adapters.jax import from_hurray as jax_from_hurray
 from hurray_bridge.adapters.numpy import from_hurray as numpy_from_hurray
 from hurray_bridge.adapters.torch import from_hurray as torch_from_hurray
 from hurray_bridge.container import TensorFile
-
-if sys.version_info >= (3, 11):
-    from typing import assert_type
-else:
-    from typing_extensions import assert_type
 
 
 def torch_to_jax_and_back() -> None:
