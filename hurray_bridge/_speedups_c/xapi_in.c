@@ -333,6 +333,8 @@ typedef struct {
 } Guard;
 
 #define MAX_GUARDS 4
+#define HOLD_SEEN_BITS 3
+#define HOLD_SEEN (1 << HOLD_SEEN_BITS)
 #define MAX_NATIVES 64
 #define MAX_GPU_IDS 16
 
@@ -341,6 +343,21 @@ typedef struct {
     int ambiguous;         /* several native dtypes export this code: ask the dtype */
     const HbDType *dtype;  /* the one, when not ambiguous (NULL: no hb type) */
 } Key;
+
+/* A tensor seen on a storage that was not resizable, by weak references only: while
+ * both referents live and the tensor's first element is still at data, the tensor is
+ * still over that storage (a live storage's bytes are no other storage's), and the mark
+ * is permanent. The storage's reference is the key that matters: a storage swapped
+ * under the same tensor (x.data = y) may land at a freed one's address, but the freed
+ * storage's object is dead. torch keeps a storage's Python object as long as the
+ * storage; where a framework does not, its references die at once and nothing is
+ * remembered. (torch's share_memory_ moves a live storage's bytes and frees the old
+ * ones: docs/impl/c-ffi.md §8.1 says what that leaves.) */
+typedef struct {
+    PyObject *tensor;      /* weak reference, NULL: an empty slot */
+    PyObject *storage;     /* weak reference */
+    uint64_t data;
+} HoldSeen;
 
 typedef struct {
     PyTypeObject *type;    /* strong */
@@ -359,6 +376,10 @@ typedef struct {
     PyObject *hold_check;  /* interned method name */
     PyObject *hold_fn;
     int has_hold;
+    /* Tensors already found held, by their data address: a loop that hands one
+     * tensor over again and again skips the two calls. The GIL guards it (the module
+     * declares no free-threading support, so such a build enables the GIL for it). */
+    HoldSeen hold_seen[HOLD_SEEN];
     Guard dtype_attr;
     Key keys[MAX_NATIVES];
     int n_keys;
@@ -488,26 +509,85 @@ guard_true(const Guard *g, PyObject *obj)
     return r;
 }
 
-/* Before obj's host memory is shared: the adapter's hold (see Handler). 0: done (or
- * none needed), -1: failed, error set (the caller declines to the Python path, which
- * meets the same failure in its own words). */
+/* 1: ref's referent is alive (and is obj, unless obj is NULL); no error. */
+static inline int
+weak_is(PyObject *ref, PyObject *obj)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o;
+    if (PyWeakref_GetRef(ref, &o) <= 0) {
+        return 0;
+    }
+    Py_DECREF(o);
+    return obj == NULL || o == obj;
+#else
+    PyObject *o = PyWeakref_GET_OBJECT(ref);
+    return o != Py_None && (obj == NULL || o == obj);
+#endif
+}
+
+/* 1: storage needs the hold (hold_check() true), 0: not, -1: failed, error set. */
 static int
-hold_host(Handler *h, PyObject *obj)
+hold_needed(Handler *h, PyObject *storage)
+{
+    PyObject *v = PyObject_CallMethodNoArgs(storage, h->hold_check);
+    int needed = v == NULL ? -1 : v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    return needed;
+}
+
+static void
+hold_remember(HoldSeen *seen, PyObject *obj, PyObject *storage, uint64_t data)
+{
+    /* Both made before the slot changes: making one may collect garbage, whose
+     * finalizers may hand tensors over and write this slot. */
+    PyObject *t = PyWeakref_NewRef(obj, NULL);
+    PyObject *s = t == NULL ? NULL : PyWeakref_NewRef(storage, NULL);
+    if (s == NULL) {
+        Py_XDECREF(t);
+        PyErr_Clear(); /* not weakly referable: it is just not remembered */
+        return;
+    }
+    Py_XSETREF(seen->tensor, t);
+    Py_XSETREF(seen->storage, s);
+    seen->data = data;
+}
+
+/* Before obj's host memory, its first element at data (0: no elements), is shared:
+ * the adapter's hold (see Handler). 0: done (or none needed), -1: failed, error set
+ * (the caller declines to the Python path, which meets the same failure in its own
+ * words). */
+static int
+hold_host(Handler *h, PyObject *obj, uint64_t data)
 {
     if (!h->has_hold) {
         return 0;
+    }
+    /* An empty tensor's address may be the end of one storage and the start of the
+     * next: only elements prove which storage they are in. */
+    HoldSeen *seen = NULL;
+    if (data != 0) {
+        /* Fibonacci hashing: the top bits of the product depend on every bit of data. */
+        seen = &h->hold_seen[(data * 0x9E3779B97F4A7C15ull) >> (64 - HOLD_SEEN_BITS)];
+        if (seen->tensor != NULL && seen->data == data && weak_is(seen->tensor, obj)
+                && weak_is(seen->storage, NULL)) {
+            return 0;
+        }
     }
     PyObject *storage = guard_value(&h->hold_storage, obj);
     if (storage == NULL) {
         return -1;
     }
-    PyObject *v = PyObject_CallMethodNoArgs(storage, h->hold_check);
-    int needed = v == NULL ? -1 : v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
-    Py_XDECREF(v);
+    int needed = hold_needed(h, storage);
     if (needed > 0) {
         PyObject *done = PyObject_CallFunctionObjArgs(h->hold_fn, obj, storage, NULL);
-        needed = done == NULL ? -1 : 0;
+        /* Asked again: remembered is only a storage seen not resizable (the hold
+         * leaves it resizable where it cannot mark it). */
+        needed = done == NULL ? -1 : hold_needed(h, storage);
         Py_XDECREF(done);
+    }
+    if (needed == 0 && seen != NULL) {
+        hold_remember(seen, obj, storage, data);
     }
     Py_DECREF(storage);
     return needed < 0 ? -1 : 0;
@@ -697,7 +777,7 @@ import_registered(Handler *h, PyObject *obj)
                 device = h->pinned_device;
             }
         }
-        if (hold_host(h, obj) < 0) {
+        if (hold_host(h, obj, r.data) < 0) {
             return hb_swallow();
         }
         Py_INCREF(device);
@@ -1216,7 +1296,7 @@ numpy_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
     if (descr == NULL) {
         Py_RETURN_NOTIMPLEMENTED;
     }
-    if (hold_host(e->handler, obj) < 0) {
+    if (hold_host(e->handler, obj, r.data) < 0) {
         if (declined() < 0) {
             return NULL;
         }

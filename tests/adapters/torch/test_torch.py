@@ -8,6 +8,7 @@ import sys
 import textwrap
 import warnings
 import weakref
+from typing import Any
 
 import pytest
 
@@ -698,3 +699,116 @@ def test_a_copy_leaves_the_storage_resizable() -> None:
     t = hb.asarray(x, copy=True)
     x.resize_(10_000)  # nothing of x's memory was handed out
     assert hb.convert(t, "numpy").tolist() == list(range(8))
+
+
+# The compiled paths remember (weakly) the last tensors they found on a non-resizable
+# storage and skip the storage read for them; these tests pin what that memory must never
+# do: skip the mark for a storage that lacks it, or keep a tensor or its memory alive.
+def _marking_paths() -> dict[str, Any]:
+    python = getattr(ht.to_hurray, "__wrapped__", ht.to_hurray)
+    return {"asarray": hb.asarray, "convert numpy": lambda x: hb.convert(x, "numpy"),
+            "to_hurray (Python)": python}
+
+
+def _assert_marked(x: Any) -> None:
+    assert not x.untyped_storage().resizable()
+    alias = x.detach()  # (a refused resize_ still leaves its tensor with the new shape)
+    with pytest.raises(RuntimeError, match="resiz"):
+        alias.resize_(10_000_000)
+
+
+@pytest.mark.parametrize("path", list(_marking_paths()))
+def test_repeated_hand_offs_of_one_tensor_stay_marked(path: str) -> None:
+    to = _marking_paths()[path]
+    x = torch.arange(1024, dtype=torch.float32)
+    kept = [to(x) for _ in range(5)]
+    _assert_marked(x)
+    for view in (x[8:], x.view(32, 32).t()):  # other tensors over the same storage
+        kept.append(to(view))
+        _assert_marked(view)
+    assert all(np.asarray(hb.convert(k, "numpy") if isinstance(k, Tensor) else k).size
+               for k in kept)
+
+
+@pytest.mark.parametrize("path", list(_marking_paths()))
+def test_new_tensors_at_reused_addresses_are_marked(path: str) -> None:
+    # Freed tensor objects and storages come back at the same addresses: each new storage
+    # is resizable again and must be marked, whatever the last hand-off left behind.
+    to = _marking_paths()[path]
+    seen, reused = set(), 0
+    for i in range(200):
+        x = torch.full((1000,), float(i))
+        assert x.untyped_storage().resizable()
+        key = (id(x), x.data_ptr())
+        reused += key in seen
+        seen.add(key)
+        out = to(x)
+        _assert_marked(x)
+        del x, out
+    assert reused > 0, "no address came back: this allocator does not exercise the case"
+
+
+@pytest.mark.parametrize("path", list(_marking_paths()))
+@pytest.mark.parametrize("swap", ["set_", "data", "data twice"])
+def test_a_storage_swapped_under_a_handed_off_tensor_is_marked(path: str, swap: str) -> None:
+    to = _marking_paths()[path]
+    x = torch.ones(1000)
+    for i in range(20):
+        to(x)
+        to(x)
+        _assert_marked(x)
+        if swap == "set_":
+            x.set_(torch.full((1000,), float(i)))
+        elif swap == "data":
+            x.data = torch.full((1000,), float(i))
+        else:
+            # The old storage is freed first, so the new one may take its address: the
+            # same tensor object at the same data address, over a resizable storage.
+            x.data = torch.empty(0)
+            x.data = torch.full((1000,), float(i))
+        assert x.untyped_storage().resizable()
+        out = to(x)
+        _assert_marked(x)
+        assert np.asarray(hb.convert(out, "numpy") if isinstance(out, Tensor) else out)[0] == i
+
+
+@pytest.mark.parametrize("path", list(_marking_paths()))
+def test_the_hand_off_memory_keeps_no_tensor_alive(path: str) -> None:
+    to = _marking_paths()[path]
+    x = torch.ones(1000)
+    to(x)
+    to(x)  # the second finds it remembered
+    tensor, storage = weakref.ref(x), weakref.ref(x.untyped_storage())
+    del x
+    gc.collect()
+    assert tensor() is None and storage() is None
+
+
+@pytest.mark.skipif(not ht.COMPILED_IMPORT, reason="the compiled import is not built here")
+@pytest.mark.parametrize("path", ["asarray", "convert numpy"])
+def test_a_remembered_tensor_skips_the_storage_read(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    to = _marking_paths()[path]
+    reads = []
+    read = torch.Tensor.untyped_storage
+
+    def counted(self: Any) -> Any:
+        reads.append(1)
+        return read(self)
+
+    monkeypatch.setattr(torch.Tensor, "untyped_storage", counted)
+    x = torch.ones(1000)
+    for _ in range(2):  # (the first convert may take the full path)
+        to(x)
+    n = len(reads)
+    assert n >= 1
+    for _ in range(3):
+        to(x)
+    assert len(reads) == n  # remembered: no storage read
+    x.data = torch.ones(1000)  # another storage: read again, then remembered
+    to(x)
+    assert len(reads) == n + 1
+    to(x)
+    to(x)
+    assert len(reads) == n + 1
+    _assert_marked(x)
