@@ -777,7 +777,8 @@ hry_status hry_file_verify(const hry_file *f, hry_error *err)
         }
     }
     free(s);
-    /* element-types.md section 4.1 rule 6: packed sub-byte data ends in zero bits */
+    /* Per entry, in Python's order: packed sub-byte data ends in zero bits (element-types.md
+     * section 4.1 rule 6), padded sub-byte elements have their high bits zero (section 4.3). */
     for (uint32_t i = 0; st == HRY_OK && i < f->info.n_entries; i++) {
         const hry_entry *e = &f->entries[i];
         const hry_buffer_entry *b = &e->buffers.entry[0];
@@ -789,23 +790,14 @@ hry_status hry_file_verify(const hry_file *f, hry_error *err)
         }
         unsigned k = hry__trailing_bits(&d);
         uint8_t last = data[b->offset + b->length - 1];
-        uint8_t mask = (uint8_t)(0xFFu & ~(0xFFu >> k));
-        if (k && (last & mask)) {
+        uint8_t tmask = (uint8_t)(0xFFu & ~(0xFFu >> k));
+        if (k && (last & tmask)) {
             st = entry_fail(err, i, e->name, "buffers[0].trailing_bits", HRY_E_FORMAT,
                             "the last byte of its packed %s %s buffer is 0x%02x: the trailing "
                             "bits after the last element (mask 0x%02x) must be zero",
-                            hry_dtype(d.dtype)->name, hry_role_name(b->role), last, mask);
+                            hry_dtype(d.dtype)->name, hry_role_name(b->role), last, tmask);
         }
-    }
-    /* element-types.md section 4.3: padded sub-byte elements have their high bits zero */
-    for (uint32_t i = 0; st == HRY_OK && i < f->info.n_entries; i++) {
-        const hry_entry *e = &f->entries[i];
-        const hry_buffer_entry *b = &e->buffers.entry[0];
-        hry_descriptor d;
-        hry_descriptor_init(&d);
-        if (e->buffers.count == 0 || b->length == 0 ||
-                hry_decode(e->descriptor_bytes, e->descriptor_length, &d, NULL, NULL) != HRY_OK ||
-                !d.padded) {
+        if (st != HRY_OK || !d.padded) {
             continue;
         }
         unsigned bits = hry_dtype(d.dtype)->bits;
