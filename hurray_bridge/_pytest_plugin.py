@@ -130,24 +130,23 @@ class HurrayCheckFailed(AssertionError):
     """A producer check failed; the message is the check's reason."""
 
 
-class HurrayCheck(pytest.Item):
-    """One producer check; fails with the check's reason, skips with the skip's."""
+class _CheckItem(pytest.Item):
+    """One check of the kit as a test: fails with the check's reason, skips with the skip's."""
 
     def __init__(self, *, description: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.description = description
 
-    @property
-    def producer(self) -> HurrayProducer:
-        parent = self.parent
-        assert isinstance(parent, HurrayProducer)
-        return parent
+    def result(self) -> Any:
+        """The check's result (``status`` and ``why``)."""
+        raise NotImplementedError
+
+    def subject(self) -> str:
+        """What was checked, as the failure's first line names it."""
+        raise NotImplementedError
 
     def runtest(self) -> None:
-        from hurray_bridge.testing import check_producer
-
-        p = self.producer
-        (result,) = check_producer(p.factory, dtype=p.dtype, checks=[self.name], label=p.spec)
+        result = self.result()
         if result.status == "skip":
             pytest.skip(result.why)
         if result.status == "fail":
@@ -156,15 +155,36 @@ class HurrayCheck(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str | Any:
         if isinstance(excinfo.value, HurrayCheckFailed):
-            p = self.producer
-            return (f"hurray check {self.name!r} failed for {p.spec} ({p.dtype}):\n"
+            return (f"{self.subject()}:\n"
                     f"  {excinfo.value}\n"
                     f"  (the check: {self.description})")
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         # The failure header: the item's id, so it names the dtype when several are run.
-        return self.path, None, f"{self.producer.name}::{self.name}"
+        parent = self.parent
+        assert parent is not None
+        return self.path, None, f"{parent.name}::{self.name}"
+
+
+class HurrayCheck(_CheckItem):
+    """One producer check; fails with the check's reason, skips with the skip's."""
+
+    @property
+    def producer(self) -> HurrayProducer:
+        parent = self.parent
+        assert isinstance(parent, HurrayProducer)
+        return parent
+
+    def result(self) -> Any:
+        from hurray_bridge.testing import check_producer
+
+        p = self.producer
+        (result,) = check_producer(p.factory, dtype=p.dtype, checks=[self.name], label=p.spec)
+        return result
+
+    def subject(self) -> str:
+        return f"hurray check {self.name!r} failed for {self.producer.spec} ({self.producer.dtype})"
 
 
 class HurrayConsumer(pytest.Collector):
@@ -193,12 +213,8 @@ class HurrayConsumer(pytest.Collector):
         return self._report.result(name)
 
 
-class HurrayConsumerCheck(pytest.Item):
+class HurrayConsumerCheck(_CheckItem):
     """One consumer check; fails with the check's reason, skips with the skip's."""
-
-    def __init__(self, *, description: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.description = description
 
     @property
     def consumer(self) -> HurrayConsumer:
@@ -206,20 +222,8 @@ class HurrayConsumerCheck(pytest.Item):
         assert isinstance(parent, HurrayConsumer)
         return parent
 
-    def runtest(self) -> None:
-        result = self.consumer.result(self.name)
-        if result.status == "skip":
-            pytest.skip(result.why)
-        if result.status == "fail":
-            raise HurrayCheckFailed(result.why)
+    def result(self) -> Any:
+        return self.consumer.result(self.name)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: Any = None) -> str | Any:
-        if isinstance(excinfo.value, HurrayCheckFailed):
-            return (f"hurray consumer check {self.name!r} failed for {self.consumer.spec}:\n"
-                    f"  {excinfo.value}\n"
-                    f"  (the check: {self.description})")
-        return super().repr_failure(excinfo, style=style)
-
-    def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, f"{self.consumer.name}::{self.name}"
+    def subject(self) -> str:
+        return f"hurray consumer check {self.name!r} failed for {self.consumer.spec}"
