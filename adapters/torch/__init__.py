@@ -163,8 +163,9 @@ def _unsupported_dtype(dt: torch.dtype) -> UnsupportedError:
 
 
 # --------------------------------------------------------------------- to Hurray
-def hold_storage(x: torch.Tensor) -> None:
-    """Make the storage under ``x``, a CPU tensor about to be shared, non-resizable.
+def hold_storage(x: torch.Tensor) -> Any:
+    """Make the storage under ``x``, a CPU tensor about to be shared, non-resizable, and
+    return it: the export's owner.
 
     ``resize_()`` of any tensor on that storage reallocates it and frees the old memory,
     which a zero-copy export of it would go on reading (and ``hb.dumps`` writing into a
@@ -174,10 +175,15 @@ def hold_storage(x: torch.Tensor) -> None:
     the mark is permanent. Costs one storage read once the mark is set, a NumPy array
     the first time. Without NumPy torch has no call that sets it: the export goes ahead
     unmarked (docs/impl/c-ffi.md §8.1).
+
+    The storage, not ``x``, keeps the memory alive: ``x.set_(y)`` or ``x.data = y`` swaps
+    the storage under the same tensor object and frees the old one (``Tensor.numpy()``'s
+    arrays hold the storage too).
     """
     storage = x.untyped_storage()
     if storage.resizable():
         _freeze(x, storage)
+    return storage
 
 
 def _freeze(x: torch.Tensor, storage: Any) -> None:
@@ -302,14 +308,16 @@ def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
         t = Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
                           owner=x, readonly=False, copied=False)
         return t.copy()
+    owner: Any = x
     if not (on_gpu or copied):
-        hold_storage(x)  # host memory shared from here on: resize_ must not free it
+        # host memory shared from here on: resize_ must not free it, nor set_ drop it
+        owner = hold_storage(x)
     if tracked and not copied:
         # Autograd's memory: read-only to every consumer, and marked for torch (from_hurray).
         return Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
                              owner=_Tracked(x), readonly=True, copied=False, source=source)
     return Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
-                         owner=x, readonly=False, copied=copied, source=source)
+                         owner=owner, readonly=False, copied=copied, source=source)
 
 
 def special_kind(obj: Any) -> str | None:
@@ -358,7 +366,7 @@ def _register_compiled() -> str | None:
     through torch's DLPack C exchange API; None when they do, else why not.
 
     What they take is what the Python path above reads without a detach, copy or
-    refusal, and they build the same hb.Tensor (owner: the tensor itself). Everything
+    refusal, and they build the same hb.Tensor (owner: the tensor's storage). Everything
     else declines to the Python path: requires_grad (detached, read-only), conj/neg
     bits (the table hands over their memory raw), torch dtypes without a Hurray type
     or sharing a DLPack code with one (torch.int1 ... int7 export as int8: the dtype

@@ -70,10 +70,14 @@ def _to_arrow(tp: type) -> Entry | None:
         # Rank 1 only (other ranks become Arrow tensors); CPU only (the full path
         # copies device memory to the host, and says so). Not a neg-bit view:
         # torch's __dlpack__ exports its memory as it is, without the sign. (A conj
-        # bit needs a complex type, which Arrow refuses.)
-        if x.ndim == 1 and x.is_cpu and not x.is_neg():
+        # bit needs a complex type, which Arrow refuses.) Not requires_grad: torch's
+        # export refuses it (the full path detaches), and the detach below would not.
+        if x.ndim == 1 and x.is_cpu and not x.is_neg() and not x.requires_grad:
             hold_storage(x)  # as the full path's to_hurray: resize_ must not free it
-            return from_dlpack(x)
+            # torch's capsule holds the tensor object it was asked of, whose storage
+            # x.set_(y) or x.data = y would swap and free: a detached alias of its own
+            # keeps this storage whatever happens to x.
+            return from_dlpack(x.detach())
         return NotImplemented
 
     return entry(torch_to_arrow)
@@ -126,7 +130,7 @@ def _to_jax(tp: type) -> Entry | None:
             route = raw_route(1, 0)
             if route is None:
                 return NotImplemented
-            hold_storage(x)  # as the full path's to_hurray: resize_ must not free it
+            storage = hold_storage(x)  # as the full path's to_hurray: the owner
             # Compact strides, as the full path exports: torch's own may differ on
             # size-1 dimensions, and JAX would then pick another layout.
             strides = (_COMPACT.get(shape) or _compact(shape)) if given is None else given
@@ -135,7 +139,7 @@ def _to_jax(tp: type) -> Entry | None:
             # which an XLA thread releasing it then would turn into an abort.
             capsule = make_capsule(data=data, shape=shape, strides=strides, code=code[0],
                                    bits=code[1], device_type=1, device_id=0, flags=0,
-                                   owner=x, versioned=False)
+                                   owner=storage, versioned=False)
             return route[0](capsule, route[1], None, None, 1)
         if x.is_cuda:
             if not x.is_contiguous() and import_obstacle(tuple(x.shape), x.stride(),

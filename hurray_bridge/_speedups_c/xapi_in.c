@@ -526,6 +526,19 @@ weak_is(PyObject *ref, PyObject *obj)
 #endif
 }
 
+/* ref's referent, a new reference, or NULL (dead); no error. */
+static inline PyObject *
+weak_get(PyObject *ref)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o;
+    return PyWeakref_GetRef(ref, &o) > 0 ? o : NULL;
+#else
+    PyObject *o = PyWeakref_GET_OBJECT(ref);
+    return o != Py_None ? Py_NewRef(o) : NULL;
+#endif
+}
+
 /* 1: storage needs the hold (hold_check() true), 0: not, -1: failed, error set. */
 static int
 hold_needed(Handler *h, PyObject *storage)
@@ -554,14 +567,16 @@ hold_remember(HoldSeen *seen, PyObject *obj, PyObject *storage, uint64_t data)
 }
 
 /* Before obj's host memory, its first element at data (0: no elements), is shared:
- * the adapter's hold (see Handler). 0: done (or none needed), -1: failed, error set
- * (the caller declines to the Python path, which meets the same failure in its own
- * words). */
-static int
+ * the adapter's hold (see Handler). Returns what keeps that memory alive, a new
+ * reference: the storage where the adapter names one (the object's storage may be
+ * swapped, x.set_(y) or x.data = y, which frees the old memory under an export owned by
+ * the object alone), else obj. NULL: failed, error set (the caller declines to the
+ * Python path, which meets the same failure in its own words). */
+static PyObject *
 hold_host(Handler *h, PyObject *obj, uint64_t data)
 {
     if (!h->has_hold) {
-        return 0;
+        return Py_NewRef(obj);
     }
     /* An empty tensor's address may be the end of one storage and the start of the
      * next: only elements prove which storage they are in. */
@@ -569,14 +584,16 @@ hold_host(Handler *h, PyObject *obj, uint64_t data)
     if (data != 0) {
         /* Fibonacci hashing: the top bits of the product depend on every bit of data. */
         seen = &h->hold_seen[(data * 0x9E3779B97F4A7C15ull) >> (64 - HOLD_SEEN_BITS)];
-        if (seen->tensor != NULL && seen->data == data && weak_is(seen->tensor, obj)
-                && weak_is(seen->storage, NULL)) {
-            return 0;
+        if (seen->tensor != NULL && seen->data == data && weak_is(seen->tensor, obj)) {
+            PyObject *held = weak_get(seen->storage);
+            if (held != NULL) {
+                return held;
+            }
         }
     }
     PyObject *storage = guard_value(&h->hold_storage, obj);
     if (storage == NULL) {
-        return -1;
+        return NULL;
     }
     int needed = hold_needed(h, storage);
     if (needed > 0) {
@@ -586,11 +603,14 @@ hold_host(Handler *h, PyObject *obj, uint64_t data)
         needed = done == NULL ? -1 : hold_needed(h, storage);
         Py_XDECREF(done);
     }
+    if (needed < 0) {
+        Py_DECREF(storage);
+        return NULL;
+    }
     if (needed == 0 && seen != NULL) {
         hold_remember(seen, obj, storage, data);
     }
-    Py_DECREF(storage);
-    return needed < 0 ? -1 : 0;
+    return storage;
 }
 
 static const HbDType *
@@ -765,7 +785,7 @@ import_registered(Handler *h, PyObject *obj)
     if (got <= 0) {
         return NULL;
     }
-    PyObject *device, *source = NULL;
+    PyObject *device, *source = NULL, *owner = NULL;
     if (r.dl.device.device_type == HB_KDL_CPU) {
         device = hb_world.cpu;
         if (h->has_pinned) {
@@ -777,7 +797,8 @@ import_registered(Handler *h, PyObject *obj)
                 device = h->pinned_device;
             }
         }
-        if (hold_host(h, obj, r.data) < 0) {
+        owner = hold_host(h, obj, r.data);
+        if (owner == NULL) {
             return hb_swallow();
         }
         Py_INCREF(device);
@@ -788,12 +809,14 @@ import_registered(Handler *h, PyObject *obj)
             return hb_swallow();
         }
         source = obj; /* exports forward to the producer, which orders its stream */
+        owner = Py_NewRef(obj);
     }
     else {
         return NULL;
     }
     PyObject *shape = cached_shape(h, r.dl.ndim, r.shape);
     if (shape == NULL) {
+        Py_DECREF(owner);
         Py_DECREF(device);
         return hb_swallow();
     }
@@ -831,6 +854,7 @@ import_registered(Handler *h, PyObject *obj)
             Py_XDECREF(nbytes);
             Py_XDECREF(data);
             Py_DECREF(shape);
+            Py_DECREF(owner);
             Py_DECREF(device);
             return hb_swallow();
         }
@@ -842,7 +866,7 @@ import_registered(Handler *h, PyObject *obj)
         HB_SLOT(t, HB_S_STRIDES) = Py_NewRef(Py_None);
         HB_SLOT(t, HB_S_PADDED) = Py_NewRef(Py_False);
         HB_SLOT(t, HB_S_DEVICE) = device;
-        HB_SLOT(t, HB_S_OWNER) = Py_NewRef(obj);
+        HB_SLOT(t, HB_S_OWNER) = owner;
         HB_SLOT(t, HB_S_READONLY) = Py_NewRef(Py_False);
         HB_SLOT(t, HB_S_COPIED) = Py_NewRef(Py_False);
         HB_SLOT(t, HB_S_SOURCE) = Py_NewRef(source != NULL ? source : Py_None);
@@ -854,10 +878,11 @@ import_registered(Handler *h, PyObject *obj)
     HbDense d = {
         .data = r.data, .ndim = r.dl.ndim, .shape = r.shape, .strides = r.strides,
         .shape_tuple = shape, .dtype = r.dtype, .padded = 0, .readonly = 0, .copied = 0,
-        .device = device, .owner = obj, .source = source, .nbytes_obj = NULL,
+        .device = device, .owner = owner, .source = source, .nbytes_obj = NULL,
     };
     t = hb_dense_tensor(&d);
     Py_DECREF(shape);
+    Py_DECREF(owner);
     Py_DECREF(device);
     return t != NULL ? t : hb_swallow();
 }
@@ -1296,12 +1321,6 @@ numpy_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
     if (descr == NULL) {
         Py_RETURN_NOTIMPLEMENTED;
     }
-    if (hold_host(e->handler, obj, r.data) < 0) {
-        if (declined() < 0) {
-            return NULL;
-        }
-        Py_RETURN_NOTIMPLEMENTED;
-    }
     int64_t bytes[HB_MAX_RANK];
     int64_t isz = r.dtype->bits >> 3;
     if (!r.compact) {
@@ -1311,8 +1330,16 @@ numpy_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
             }
         }
     }
+    PyObject *base = hold_host(e->handler, obj, r.data);
+    if (base == NULL) {
+        if (declined() < 0) {
+            return NULL;
+        }
+        Py_RETURN_NOTIMPLEMENTED;
+    }
     PyObject *arr = numpy_array(e, descr, r.dl.ndim, r.shape, r.compact ? NULL : bytes, r.data,
-                                obj);
+                                base);
+    Py_DECREF(base);
     if (arr == NULL) {
         if (declined() < 0) {
             return NULL;

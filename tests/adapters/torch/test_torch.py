@@ -548,11 +548,11 @@ def test_other_refusals() -> None:
 def test_lifetime_torch_source() -> None:
     x = torch.arange(1000, dtype=torch.float32)
     ptr = x.data_ptr()
-    r = weakref.ref(x)
+    r = weakref.ref(x.untyped_storage())
     t = ht.to_hurray(x)
     del x
     gc.collect()
-    assert r() is not None  # the hb.Tensor keeps the tensor (and its storage) alive
+    assert r() is not None  # the hb.Tensor keeps the storage alive
     y = ht.from_hurray(t)
     a = hnp.from_hurray(t)
     del t
@@ -699,6 +699,49 @@ def test_a_copy_leaves_the_storage_resizable() -> None:
     t = hb.asarray(x, copy=True)
     x.resize_(10_000)  # nothing of x's memory was handed out
     assert hb.convert(t, "numpy").tolist() == list(range(8))
+
+
+# x.set_(...) and x.data = ... swap the storage under a tensor object and drop the old
+# one: an export must keep the storage alive, not only the tensor object, or it reads
+# freed memory (a crash, or another allocation's values). Run in a child: a failure
+# segfaults.
+@pytest.mark.parametrize("swap", ["x.set_(torch.zeros(3))", "x.data = torch.zeros(3)"])
+def test_an_export_survives_a_storage_swap_under_its_tensor(swap: str) -> None:
+    code = textwrap.dedent("""
+        import gc, sys, warnings
+        import numpy as np
+        import torch
+        import hurray_bridge as hb
+        from hurray_bridge import _shortcuts
+        from hurray_bridge.adapters import torch as ht
+        warnings.simplefilter("ignore")
+        python = getattr(ht.to_hurray, "__wrapped__", ht.to_hurray)
+        paths = {"asarray": hb.asarray, "to_hurray": ht.to_hurray,
+                 "to_hurray (Python)": python}
+        fronts = {"python": _shortcuts.front(hb.convert.general, use_compiled=False)}
+        if _shortcuts.compiled:
+            fronts["compiled"] = hb.convert
+        for kind, f in fronts.items():
+            for to in ("numpy", "jax", "arrow"):
+                paths[f"convert {to} ({kind} front)"] = (lambda x, f=f, to=to: f(x, to))
+        n = 1 << 20
+        want = np.arange(n, dtype=np.float32)
+        for name, to in paths.items():
+            for attempt in range(2):  # the second convert may take a learned shortcut
+                x = torch.arange(n, dtype=torch.float32)
+                out = to(x)
+                SWAP
+                del x
+                gc.collect()
+                junk = [torch.full((n,), -1.0) for _ in range(8)]
+                got = hb.convert(out, "numpy") if isinstance(out, hb.Tensor) else out
+                assert np.array_equal(np.asarray(got), want), (name, attempt)
+                del junk, out, got
+            print("ok", name, flush=True)
+    """).replace("SWAP", swap)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stdout[-1000:], r.stderr[-2000:])
+    assert r.stdout.count("ok ") >= 6
 
 
 # The compiled paths remember (weakly) the last tensors they found on a non-resizable
