@@ -99,7 +99,9 @@ def test_source_freed_exactly_after_its_last_consumer(frozen_heap: None, backend
     expected = (np.arange(64, dtype=np.float32) + 7).tolist()
     before = exports()
     src = backend.array(np.arange(64, dtype=np.float32) + 7)
-    ref = weakref.ref(src)
+    # What holds the source's memory: a torch export keeps the tensor's storage, not the
+    # tensor object, so that x.set_() or x.data = y cannot free the memory it shares.
+    ref = weakref.ref(src.untyped_storage() if src_fw == "torch" else src)
     src_ptr = _ptr(src)
     t = hb.asarray(src)
     with warnings.catch_warnings():
