@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from .errors import BackendNotAvailableError, UnsupportedError
 
 __all__ = ["ADAPTERS", "adapter_for", "adapter_name_for_type", "get_adapter",
-           "get_adapter_module", "legacy_exports_mutable"]
+           "get_adapter_module", "host_memory_hold", "legacy_exports_mutable"]
 
 
 class AdapterSpec(NamedTuple):
@@ -131,3 +131,23 @@ def legacy_exports_mutable(tp: type) -> bool:
     except ImportError:
         return False
     return getattr(adapter, "LEGACY_EXPORTS_MUTABLE", False) is True
+
+
+def host_memory_hold(tp: type) -> Any:
+    """The function that keeps host memory a ``tp`` object exports valid while it is shared
+    (``HOLD_HOST_MEMORY`` of its adapter), or ``None``.
+
+    Some frameworks can free an exported buffer under its consumers (torch's ``resize_``
+    reallocates a storage): their adapter names a function, called with the producer
+    before its host memory is shared, that stops it. ``hb.from_dlpack`` calls it, as the
+    adapters' own exports do. A type no adapter claims, or an adapter that cannot be
+    loaded, gives ``None``.
+    """
+    name = adapter_name_for_type(tp)
+    if name is None:
+        return None
+    try:
+        adapter = get_adapter(name)
+    except ImportError:
+        return None
+    return getattr(adapter, "HOLD_HOST_MEMORY", None)

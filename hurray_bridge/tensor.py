@@ -905,6 +905,12 @@ def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM)
         t._device = dev
     if copy:
         return t.copy()
+    if t._nbytes and t._device.is_host_accessible:
+        from ._registry import host_memory_hold
+
+        hold = host_memory_hold(type(obj))
+        if hold is not None:  # before anything reads the shared memory (torch: resize_)
+            hold(obj)
     return t
 
 

@@ -38,7 +38,8 @@ from hurray_bridge.dtypes import DType, Kind, bool_, native_types
 from hurray_bridge.errors import CopyRequiredError, UnsupportedError
 from hurray_bridge.tensor import CPU, Tensor, from_dlpack, host_copy
 
-__all__ = ["KINDS", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of", "from_hurray", "native_type",
+__all__ = ["KINDS", "HOLD_HOST_MEMORY",
+           "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of", "from_hurray", "native_type",
            "to_hurray"]
 
 NAME = "arrow"
@@ -49,6 +50,8 @@ NAME = "arrow"
 LEGACY_EXPORTS_MUTABLE = False
 """Whether Arrow's legacy DLPack capsules carry mutable memory (the comment above
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
+HOLD_HOST_MEMORY = None
+"""Nothing to hold: memory this framework exports stays valid while the export lives."""
 # pa.Tensor.__dlpack__ came in pyarrow 21 (versioned capsules in 26), pa.Tensor.from_dlpack in 26.
 _TENSOR_EXPORTS_DLPACK = hasattr(pa.Tensor, "__dlpack__")
 _TENSOR_IMPORTS_DLPACK = hasattr(pa.Tensor, "from_dlpack")

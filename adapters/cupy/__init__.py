@@ -37,7 +37,8 @@ from hurray_bridge.errors import (
 )
 from hurray_bridge.tensor import Device, Tensor, from_dlpack
 
-__all__ = ["LEGACY_EXPORTS_MUTABLE", "NAME", "device_id_of", "dtype_of", "from_hurray",
+__all__ = ["HOLD_HOST_MEMORY",
+           "LEGACY_EXPORTS_MUTABLE", "NAME", "device_id_of", "dtype_of", "from_hurray",
            "native_dtype", "to_hurray"]
 
 NAME = "cupy"
@@ -47,6 +48,8 @@ NAME = "cupy"
 LEGACY_EXPORTS_MUTABLE = True
 """Whether CuPy's legacy DLPack capsules carry mutable memory (the comment above
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
+HOLD_HOST_MEMORY = None
+"""Nothing to hold: memory this framework exports stays valid while the export lives."""
 
 _CUDA = 2  # kDLCUDA
 _CUDA_MANAGED = 13  # kDLCUDAManaged: CuPy imports it directly (cupy/_core/dlpack.pyx)

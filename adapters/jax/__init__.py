@@ -87,7 +87,8 @@ else:
 # replaced whole, so threads read a consistent pair.
 _raw_devices: dict[tuple[int, int], tuple[Any, Any]] = {}
 
-__all__ = ["LEGACY_EXPORTS_MUTABLE", "dtype_of", "from_hurray", "native_dtype", "to_hurray",
+__all__ = ["HOLD_HOST_MEMORY",
+           "LEGACY_EXPORTS_MUTABLE", "dtype_of", "from_hurray", "native_dtype", "to_hurray",
            "raw_import_types", "import_obstacle", "STRIDES", "ALIGNMENT", "raw_route",
            "bool8_needs_normalising"]
 
@@ -98,6 +99,8 @@ NAME = "jax"
 LEGACY_EXPORTS_MUTABLE = False
 """Whether JAX's legacy DLPack capsules carry mutable memory (the comment above
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
+HOLD_HOST_MEMORY = None
+"""Nothing to hold: memory this framework exports stays valid while the export lives."""
 
 # Element types the Python buffer protocol of a jax.Array accepts (jaxlib refuses
 # BF16, F8*, F4 and S4/U4/S2/U2 with "not supported by the Python buffer protocol").

@@ -27,7 +27,8 @@ from hurray_bridge.errors import (
 )
 from hurray_bridge.tensor import CPU, Tensor, host_copy
 
-__all__ = ["LEGACY_EXPORTS_MUTABLE", "check_sizes", "dtype_of", "from_hurray", "native_dtype",
+__all__ = ["HOLD_HOST_MEMORY",
+           "LEGACY_EXPORTS_MUTABLE", "check_sizes", "dtype_of", "from_hurray", "native_dtype",
            "pack_subbyte", "to_hurray", "unpack_subbyte"]
 
 NAME = "numpy"
@@ -37,6 +38,8 @@ NAME = "numpy"
 LEGACY_EXPORTS_MUTABLE = True
 """Whether NumPy's legacy DLPack capsules carry mutable memory (the comment above
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
+HOLD_HOST_MEMORY = None
+"""Nothing to hold: memory this framework exports stays valid while the export lives."""
 
 
 def _resolve(entry: str) -> Any:

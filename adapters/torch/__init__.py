@@ -32,7 +32,8 @@ from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, from_dlpack
 
-__all__ = ["LEGACY_EXPORTS_MUTABLE", "dtype_of", "from_hurray", "hold_storage", "native_dtype",
+__all__ = ["HOLD_HOST_MEMORY",
+           "LEGACY_EXPORTS_MUTABLE", "dtype_of", "from_hurray", "hold_storage", "native_dtype",
            "special_kind", "to_hurray",
            "warn_readonly",
            "DTYPES", "CAN_PIN", "GPU_DEVICE_TYPE"]
@@ -184,6 +185,11 @@ def hold_storage(x: torch.Tensor) -> Any:
     if storage.resizable():
         _freeze(x, storage)
     return storage
+
+
+HOLD_HOST_MEMORY = hold_storage
+"""Called with a CPU tensor before ``hb.from_dlpack`` shares its memory: :func:`hold_storage`
+(torch's ``resize_`` would otherwise free the memory under the export)."""
 
 
 def _freeze(x: torch.Tensor, storage: Any) -> None:

@@ -661,6 +661,7 @@ def _import_paths() -> dict[str, object]:
     python = getattr(ht.to_hurray, "__wrapped__", ht.to_hurray)  # behind the compiled front
     paths: dict[str, object] = {
         "asarray": hb.asarray,
+        "from_dlpack": hb.from_dlpack,  # torch's own capsule: the adapter's hold still runs
         "to_hurray (Python)": python,
         "torch round trip (Python)": lambda x: ht.from_hurray(python(x)),
     }
