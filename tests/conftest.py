@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import pathlib
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 
@@ -62,6 +63,25 @@ def peak_growth() -> Callable[[Callable[[], object]], int]:
         return (_peak_kib() - before) << 10
 
     return growth
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    """A process id that no process has now, nor will before the test ends: the writer of a
+    stale temporary.
+
+    One past the kernel's largest pid is never given out. (The pid of a child that has
+    exited can be: with pid_max at 32768 and the suite starting child processes on every
+    worker, one came back within a test, and the save rightly kept the temporary of what
+    was then a live process.)
+    """
+    try:
+        with open("/proc/sys/kernel/pid_max", encoding="ascii") as f:
+            return int(f.read()) + 1
+    except OSError:
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)
+        return int(gone.stdout)  # a process that has exited
 
 
 @pytest.fixture(scope="session")

@@ -1044,10 +1044,8 @@ def test_a_progress_bar_that_cannot_draw_does_not_stop_the_conversion(
 
 @pytest.mark.skipif(os.name != "posix", reason="process ids")
 def test_verify_reports_the_temporary_of_a_killed_save(capsys: pytest.CaptureFixture[str],
-                                                       ckpt: pathlib.Path) -> None:
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
-    pid = int(gone.stdout)  # a process that has exited
+                                                       ckpt: pathlib.Path, dead_pid: int) -> None:
+    pid = dead_pid
     stale = ckpt.parent / f".{ckpt.name}.{pid}-{_disk._host_tag()}-0123456789ab.tmp"
     stale.write_bytes(bytes(5000))
     rc, out, err = run(capsys, "verify", str(ckpt))

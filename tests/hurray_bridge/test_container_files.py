@@ -335,10 +335,8 @@ def test_temporaries_of_the_living_and_of_strangers_are_left_alone(
 
 @pytest.mark.skipif(not POSIX, reason="process ids")
 def test_a_save_removes_the_stale_temporaries_of_every_file_in_its_folder(
-        tmp_path: pathlib.Path) -> None:
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
-    dead, tag = int(gone.stdout), _disk._host_tag()
+        tmp_path: pathlib.Path, dead_pid: int) -> None:
+    dead, tag = dead_pid, _disk._host_tag()
     for name in ("a.hurray", "b.safetensors", "c.7"):
         (tmp_path / f".{name}.{dead}-{tag}-0123456789ab.tmp").write_bytes(b"x")
     (tmp_path / "c.7").write_bytes(b"not ours")
