@@ -123,14 +123,7 @@ def legacy_exports_mutable(tp: type) -> bool:
     reads every legacy capsule. (An object of the type exists, so its framework is
     loaded: getting the adapter imports no framework.)
     """
-    name = adapter_name_for_type(tp)
-    if name is None:
-        return False
-    try:
-        adapter = get_adapter(name)
-    except ImportError:
-        return False
-    return getattr(adapter, "LEGACY_EXPORTS_MUTABLE", False) is True
+    return _declared(tp, "LEGACY_EXPORTS_MUTABLE", False) is True
 
 
 def host_memory_hold(tp: type) -> Any:
@@ -143,11 +136,17 @@ def host_memory_hold(tp: type) -> Any:
     adapters' own exports do. A type no adapter claims, or an adapter that cannot be
     loaded, gives ``None``.
     """
+    return _declared(tp, "HOLD_HOST_MEMORY", None)
+
+
+def _declared(tp: type, declaration: str, default: Any) -> Any:
+    """What the adapter of ``tp`` objects declares as ``declaration``; ``default`` for a
+    type no adapter claims, an adapter that cannot be loaded, or one that says nothing."""
     name = adapter_name_for_type(tp)
     if name is None:
-        return None
+        return default
     try:
         adapter = get_adapter(name)
     except ImportError:
-        return None
-    return getattr(adapter, "HOLD_HOST_MEMORY", None)
+        return default
+    return getattr(adapter, declaration, default)
