@@ -137,3 +137,57 @@ def test_deleter_prototypes_take_one_pointer() -> None:
     ):
         assert proto._restype_ is None
         assert proto._argtypes_ == (ctypes.POINTER(struct),)
+
+
+# ---------------------------------------------------- the C sides against this one description
+_ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def _c_enum(text: str, typedef: str) -> dict[str, int]:
+    """``name -> value`` of ``typedef enum { ... } typedef;`` in a C header."""
+    import re
+
+    body = re.search(r"typedef enum\s*\{([^}]*)\}\s*" + typedef + r"\s*;", text)
+    assert body is not None, f"no enum {typedef}"
+    return {m[1]: int(m[2]) for m in re.finditer(r"(\w+)\s*=\s*(\d+)U?", body[1])}
+
+
+def _c_defines(text: str) -> dict[str, str]:
+    import re
+
+    return {m[1]: m[2].strip() for m in re.finditer(r"^#define (\w+) (.+?)(?:/\*.*)?$", text, re.M)}
+
+
+def test_the_c_library_header_carries_the_same_dlpack_abi() -> None:
+    # Python's tables are the description: hurray.h's own copy of dlpack.h (used when no
+    # dlpack.h is included first) must name every device type and type code, with its value.
+    header = (_ROOT / "c" / "include" / "hurray.h").read_text()
+    from hurray_bridge.dtypes import DLPACK_CODE
+
+    assert _c_enum(header, "DLDeviceType") == {m.name: m.value for m in D.DLDeviceType}
+    assert _c_enum(header, "DLDataTypeCode") == {m.name: m.value for m in DLPACK_CODE}
+    defines = _c_defines(header)
+    assert (int(defines["DLPACK_MAJOR_VERSION"]), int(defines["DLPACK_MINOR_VERSION"])) \
+        == D.DLPACK_VERSION
+    assert [defines[f"DLPACK_FLAG_BITMASK_{n}"] for n in
+            ("READ_ONLY", "IS_COPIED", "IS_SUBBYTE_TYPE_PADDED")] \
+        == ["(1UL << 0UL)", "(1UL << 1UL)", "(1UL << 2UL)"]
+    assert [D.FLAG_READ_ONLY, D.FLAG_IS_COPIED, D.FLAG_IS_SUBBYTE_TYPE_PADDED] == [1, 2, 4]
+
+
+def test_the_compiled_module_header_carries_the_same_dlpack_abi() -> None:
+    header = (_ROOT / "hurray_bridge" / "_speedups_c" / "dlpack_abi.h").read_text()
+    from hurray_bridge.dtypes import DLPACK_CODE
+
+    d = _c_defines(header)
+    assert (int(d["HB_DLPACK_MAJOR"]), int(d["HB_DLPACK_MINOR"])) == D.DLPACK_VERSION
+    assert [d["HB_DLFLAG_READ_ONLY"], d["HB_DLFLAG_IS_COPIED"], d["HB_DLFLAG_SUBBYTE_PADDED"]] \
+        == ["(UINT64_C(1) << 0)", "(UINT64_C(1) << 1)", "(UINT64_C(1) << 2)"]
+    assert int(d["HB_KDL_CPU"]) == D.DLDeviceType.kDLCPU
+    assert int(d["HB_KDL_COMPLEX"]) == DLPACK_CODE.kDLComplex
+
+
+def test_the_header_checker_sees_a_missing_device_type() -> None:
+    text = "typedef enum {\n    kDLCPU = 1, kDLCUDA = 2\n} DLDeviceType;"
+    assert _c_enum(text, "DLDeviceType") == {"kDLCPU": 1, "kDLCUDA": 2}
+    assert _c_enum(text, "DLDeviceType") != {m.name: m.value for m in D.DLDeviceType}
