@@ -11,12 +11,13 @@ from setuptools import Extension, setup
 _SRC = "hurray_bridge/_speedups_c"
 
 # The dense descriptor decoder (decoder.c) is the C library's (c/src/descriptor.c): one
-# copy of the wire rules in C, shared with c/ (docs/impl/c-api.md).
+# copy of the wire rules in C, shared with c/ (docs/impl/c-api.md). So is the CRC-32
+# (c/src/crc32.c), which _speedups_c/crc32.c only wraps.
 setup(ext_modules=[Extension("hurray_bridge._speedups",
                              [f"{_SRC}/module.c", f"{_SRC}/front.c", f"{_SRC}/deleters.c",
                               f"{_SRC}/decoder.c", f"{_SRC}/tensor.c", f"{_SRC}/xapi_in.c",
                               f"{_SRC}/xapi_out.c", f"{_SRC}/crc32.c",
-                              "c/src/descriptor.c"],
+                              "c/src/descriptor.c", "c/src/crc32.c"],
                              include_dirs=[_SRC, "c/include", "c/src"],
                              depends=[f"{_SRC}/speedups.h", f"{_SRC}/dlpack_abi.h",
                                       "c/include/hurray.h",

@@ -1,51 +1,9 @@
 /*
- * CRC-32 (ISO-HDLC, the polynomial of zlib.crc32: reflected 0xEDB88320, initial and final
- * XOR 0xFFFFFFFF) by slicing-by-8, and SHA-256 (FIPS 180-4) for the tool's inspect output.
+ * SHA-256 (FIPS 180-4) for the tool's inspect output. The CRC-32 is in crc32.c.
  */
 #include "internal.h"
 
-#include <pthread.h>
 #include <string.h>
-
-static uint32_t crc_table[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) {
-            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        }
-        crc_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++) {
-        for (int t = 1; t < 8; t++) {
-            uint32_t prev = crc_table[t - 1][i];
-            crc_table[t][i] = (prev >> 8) ^ crc_table[0][prev & 0xFF];
-        }
-    }
-}
-
-uint32_t hry_crc32(uint32_t crc, const void *data, size_t len)
-{
-    const uint8_t *p = data;
-    pthread_once(&crc_once, crc_init);
-    crc = ~crc;
-    while (len >= 8) {
-        uint32_t lo = hry__le32(p) ^ crc, hi = hry__le32(p + 4);
-        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
-              crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
-              crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
-              crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
-        p += 8;
-        len -= 8;
-    }
-    while (len--) {
-        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-    }
-    return ~crc;
-}
 
 /* ---------------------------------------------------------------- SHA-256 */
 

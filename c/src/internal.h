@@ -18,6 +18,13 @@ hry_status hry__io_fail(hry_error *err, const char *what, const char *path);
 /* Clear *err to HRY_OK (when not NULL). */
 void hry__ok(hry_error *err);
 
+/* crc32.c: the number of ways this CPU can sum (1: the table only; 2: 128-bit carry-less
+ * multiplication; 3: with AVX2; 4: with AVX-512); the sum by a given way below that number;
+ * and the CRC-32 of A + B from A's, B's and B's length. */
+int hry__crc32_ways(void);
+uint32_t hry__crc32_by(int way, uint32_t crc, const void *data, size_t len);
+uint32_t hry__crc32_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
+
 static inline uint16_t hry__le16(const uint8_t *p)
 {
     return (uint16_t)(p[0] | (p[1] << 8));
