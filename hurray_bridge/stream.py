@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import io
 import mmap as _mmap
 import os
@@ -102,6 +103,13 @@ def _binary_file(fileobj: Any, method: str, mode: str) -> None:
             f"{type(fileobj).__name__} {fileobj!r:.60}")
 
 
+@functools.lru_cache(maxsize=256)
+def resolved_schema(schema: Descriptor, sizes: tuple[int, ...]) -> Descriptor:
+    """``schema.resolve(sizes)``, remembered: a stream resolves the same sizes again and
+    again, and building (validating) a descriptor costs more than the rest of a message."""
+    return schema.resolve(list(sizes))
+
+
 def conform(obj: Any, schema: Descriptor) -> Tensor:
     """``obj`` as an hb.Tensor that conforms to ``schema`` (interchange.md §2.3), or a refusal.
 
@@ -130,7 +138,7 @@ def conform(obj: Any, schema: Descriptor) -> Tensor:
                 f"axis {axis} has size {got} but the schema fixes it at {want}; only the "
                 f"schema's dynamic axes {dynamic} may vary", field="shape",
             )
-    resolved = s.resolve([d.shape[a] for a in dynamic])
+    resolved = resolved_schema(s, tuple(d.shape[a] for a in dynamic))
     if d != resolved:
         # A strided view of a row-major schema is the common case: compact it here
         # (the stream holds a copy anyway). Anything else is a different tensor kind.

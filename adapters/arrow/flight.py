@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Iterable, Iterator
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -44,6 +45,7 @@ from hurray_bridge.stream import (
     MESSAGE_MAGIC,
     check_stream_header,
     conform,
+    resolved_schema,
     stream_head,
 )
 from hurray_bridge.tensor import CPU, Buffer, Tensor
@@ -67,6 +69,14 @@ def _arrow_schema(schema: Descriptor) -> pa.Schema:
                      metadata={SCHEMA_KEY: stream_head(schema)})
 
 
+@lru_cache(maxsize=64)
+def _framing(schema: Descriptor) -> tuple[pa.Schema, int, pa.RecordBatch]:
+    """Per schema, what every put of it sends alike: the Flight schema, the size of a
+    batch's IPC header and the empty batch that carries the end message."""
+    arrow_schema = _arrow_schema(schema)
+    return arrow_schema, _header_size(arrow_schema), _empty(arrow_schema)
+
+
 def _stream_schema(arrow_schema: pa.Schema) -> Descriptor:
     """The Hurray schema a Flight schema carries, checked as a stream header is."""
     meta = arrow_schema.metadata or {}
@@ -80,6 +90,12 @@ def _stream_schema(arrow_schema: pa.Schema) -> Descriptor:
         raise FormatError(f"the Flight schema must be one uint8 column named {COLUMN!r}, got "
                           f"{arrow_schema.to_string(show_schema_metadata=False)!r}",
                           field="flight.schema")
+    return _decode_head(head)
+
+
+@lru_cache(maxsize=64)
+def _decode_head(head: bytes) -> Descriptor:
+    """The schema of a stream head (immutable bytes: a repeated get decodes it once)."""
     if len(head) < _STREAM_HEADER.size:
         raise FormatError(f"truncated stream header: {len(head)} of {_STREAM_HEADER.size} "
                           "bytes", field="stream")
@@ -107,7 +123,46 @@ class _Message:
         self.data = data
 
 
-def _check(schema: Descriptor, dynamic: list[int], seq: int, batch: pa.RecordBatch,
+@lru_cache(maxsize=256)
+def _conforming(schema: Descriptor, raw: bytes) -> tuple[Descriptor, list[int], int, int]:
+    """The descriptor of a tensor message's ``app_metadata`` after its header, checked:
+    (descriptor, buffer offsets, end of the buffers, entries). Remembered, since a stream
+    sends the same bytes for every message of one shape; refusals are not remembered."""
+    # The descriptor comes from the sender: decode it as hostile input (it raises
+    # FormatError naming the field), then check it conforms to the schema (§2.3).
+    try:
+        d, entries, size = decode_prefix(raw)
+    except FormatError as exc:
+        inner = exc.field or "input"
+        text = str(exc)[len(inner) + 2:] if exc.field else str(exc)
+        raise FormatError(text, field=f"descriptor.{inner}") from None
+    tail = raw[size:]
+    if len(tail) >= 32 or tail.strip(b"\0"):
+        raise FormatError(f"{len(tail)} bytes after the descriptor; at most 31 zero bytes "
+                          "(the sender's alignment padding) may follow it",
+                          field="app_metadata")
+    if d.rank != schema.rank:
+        raise FormatError(f"rank {d.rank}, the schema {schema!r} has rank {schema.rank}",
+                          field="rank")
+    dynamic = tuple(d.shape[a] for a, n in enumerate(schema.shape) if n == DYNAMIC)
+    try:
+        want = resolved_schema(schema, dynamic)
+    except (FormatError, DynamicShapeError) as exc:
+        raise FormatError(f"shape {list(d.shape)} does not resolve the schema: {exc}",
+                          field="shape") from None
+    if d != want:
+        raise FormatError(f"descriptor {d!r} does not conform to the schema: it resolves to "
+                          f"{want!r}", field="descriptor")
+    lengths = [e.length for e in entries]
+    offsets = [e.offset for e in entries]
+    if offsets != canonical_offsets(lengths):
+        raise FormatError(f"the buffer table {list(entries)} is not the canonical one",
+                          field="buffers")
+    end = max((o + n for o, n in zip(offsets, lengths) if n), default=0)
+    return d, offsets, end, len(entries)
+
+
+def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch,
            md: pa.Buffer | None) -> _Message:
     """Check one Flight message against the schema (interchange.md §3 and §10)."""
     field = f"message[{seq}]"
@@ -135,36 +190,15 @@ def _check(schema: Descriptor, dynamic: list[int], seq: int, batch: pa.RecordBat
         return _Message(None, [], None)
     if kind != KIND_TENSOR:
         raise FormatError(f"unknown message kind {kind}", field=f"{field}.kind")
-    # The descriptor comes from the sender: decode it as hostile input (it raises
-    # FormatError naming the field), then check it conforms to the schema (§2.3).
     try:
-        d, entries, size = decode_prefix(memoryview(raw)[_MESSAGE_HEADER.size:])
-    except FormatError as exc:  # name the message as well as the descriptor's field
+        d, offsets, end, n_entries = _conforming(schema, raw[_MESSAGE_HEADER.size:])
+    except FormatError as exc:  # name the message as well as the field
         inner = exc.field or "descriptor"
         text = str(exc)[len(inner) + 2:] if exc.field else str(exc)
-        raise FormatError(text, field=f"{field}.descriptor.{inner}") from None
-    tail = raw[_MESSAGE_HEADER.size + size:]
-    if len(tail) >= 32 or tail.strip(b"\0"):
-        raise FormatError(f"{len(tail)} bytes after the descriptor; at most 31 zero bytes "
-                          "(the sender's alignment padding) may follow it",
-                          field=f"{field}.app_metadata")
-    if d.rank != schema.rank or rank != d.rank:
-        raise FormatError(f"rank {d.rank} (header: {rank}), the schema {schema!r} has rank "
-                          f"{schema.rank}", field=f"{field}.rank")
-    try:
-        want = schema.resolve([d.shape[a] for a in dynamic])
-    except (FormatError, DynamicShapeError) as exc:
-        raise FormatError(f"shape {list(d.shape)} does not resolve the schema: {exc}",
-                          field=f"{field}.shape") from None
-    if d != want:
-        raise FormatError(f"descriptor {d!r} does not conform to the schema: it resolves to "
-                          f"{want!r}", field=f"{field}.descriptor")
-    lengths = [e.length for e in entries]
-    offsets = [e.offset for e in entries]
-    end = max((o + n for o, n in zip(offsets, lengths) if n), default=0)
-    if n_buf != len(entries) or offsets != canonical_offsets(lengths):
-        raise FormatError(f"the buffer table {list(entries)} is not the canonical one "
-                          f"({n_buf} buffers in the header)", field=f"{field}.buffers")
+        raise FormatError(text, field=f"{field}.{inner}") from None
+    if rank != d.rank or n_buf != n_entries:
+        raise FormatError(f"the header says rank {rank} and {n_buf} buffers, the descriptor "
+                          f"rank {d.rank} and {n_entries}", field=f"{field}.header")
     if payload != end or len(column) != end:
         raise FormatError(f"the buffers end at byte {end}; the header says {payload} and the "
                           f"column holds {len(column)}", field=f"{field}.payload_size")
@@ -231,13 +265,15 @@ def _body_padding(header: int, md: int, body: int) -> int:
     length; a receiver reassembles it at a 16-byte aligned address (malloc's). An
     element needs at most 8, so a body at a 16-byte offset is read in place.
     """
-    for pad in range(32):
-        n = md + pad
-        at = (1 + _varint_size(header) + header + 1 + _varint_size(n) + n
-              + 2 + _varint_size(body))
-        if at % 16 == 0:
-            return pad
-    return 0  # unreachable: 16 consecutive lengths cover every remainder
+    before = 1 + _varint_size(header) + header + 1 + 2 + _varint_size(body)
+    # The padding is counted in app_metadata's own varint length: find a pad whose
+    # length has the varint size it was computed for (near 128 one may not exist below 16).
+    for v in (_varint_size(md), _varint_size(md) + 1):
+        pad = -(before + v + md) % 16
+        for p in (pad, pad + 16):
+            if _varint_size(md + p) == v:
+                return p
+    return 0  # unreachable for app_metadata under 16 KiB
 
 
 def _batch(t: Tensor, seq: int, arrow_schema: pa.Schema,
@@ -347,8 +383,7 @@ def put(location: Any, name: str, tensors: Iterable[Any], *, schema: Descriptor 
     elif not isinstance(schema, Descriptor):
         raise UnsupportedError(f"schema must be an hb.Descriptor, got {type(schema).__name__} "
                                f"{schema!r:.60}")
-    arrow_schema = _arrow_schema(schema)
-    header = _header_size(arrow_schema)
+    arrow_schema, header, end = _framing(schema)
     client, own = _client(location)
     sent = 0
     try:
@@ -364,7 +399,7 @@ def put(location: Any, name: str, tensors: Iterable[Any], *, schema: Descriptor 
                 batch, md = _batch(t, sent, arrow_schema, header)
                 writer.write_with_metadata(batch, pa.py_buffer(md))
                 sent += 1
-            writer.write_with_metadata(_empty(arrow_schema), pa.py_buffer(_end_metadata(sent)))
+            writer.write_with_metadata(end, pa.py_buffer(_end_metadata(sent)))
             writer.close()
         except (flight.FlightError, pa.ArrowException, OSError) as exc:
             raise TransportError(f"put({name!r}) failed after {sent} tensors were sent (the "
@@ -426,7 +461,6 @@ class FlightTensorReader:
         except BaseException:
             self.close()
             raise
-        self._dynamic = [i for i, n in enumerate(self._schema.shape) if n == DYNAMIC]
 
     @property
     def schema(self) -> Descriptor:
@@ -455,7 +489,7 @@ class FlightTensorReader:
             self.close()
             raise _failure(exc, self._name, self._seq) from exc
         try:
-            msg = _check(self._schema, self._dynamic, self._seq, chunk.data, chunk.app_metadata)
+            msg = _check(self._schema, self._seq, chunk.data, chunk.app_metadata)
         except BaseException:
             self.close()
             raise
@@ -549,14 +583,13 @@ class FlightTensorServer(flight.FlightServerBase):
         key = descriptor.path[0]
         arrow_schema = reader.schema
         schema = _stream_schema(arrow_schema)
-        dynamic = [i for i, n in enumerate(schema.shape) if n == DYNAMIC]
         kept: list[tuple[pa.RecordBatch, Any]] = []
         ended = False
         for chunk in reader:
             if ended:
                 raise FormatError("a message after the end-of-stream message",
                                   field=f"message[{len(kept)}]")
-            msg = _check(schema, dynamic, len(kept), chunk.data, chunk.app_metadata)
+            msg = _check(schema, len(kept), chunk.data, chunk.app_metadata)
             kept.append((chunk.data, chunk.app_metadata))
             ended = msg.resolved is None
         if not ended:

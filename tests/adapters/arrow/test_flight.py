@@ -156,6 +156,17 @@ def test_a_put_replaces_a_stream_of_the_same_name(server: F.FlightTensorServer) 
     assert server.names() == ["a"]
 
 
+def test_a_reader_left_mid_stream_cancels_its_call() -> None:
+    # the fixture's shutdown (bounded) would wait on a call still running on the server
+    for srv in _serve(F.FlightTensorServer("grpc://127.0.0.1:0")):
+        F.put(srv.location, "s", [np.zeros(1 << 16, np.uint8)] * 8, timeout=TIMEOUT)
+        with F.get(srv.location, "s", timeout=TIMEOUT) as reader:
+            first = next(reader)
+        with pytest.raises(StopIteration):
+            next(reader)
+        assert reader.messages_read == 1 and first.nbytes == 1 << 16
+
+
 # ------------------------------------------------------------- zero copy
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32, np.float64])
 def test_received_tensors_share_the_record_batch(server: F.FlightTensorServer,
@@ -178,6 +189,21 @@ def test_a_sent_tensor_is_handed_to_flight_without_a_copy() -> None:
     batch, md = F._batch(t, 0, arrow_schema, F._header_size(arrow_schema))
     assert batch.column(0).buffers()[1].address == a.ctypes.data
     assert md[:4] == b"HRYM"
+
+
+@pytest.mark.parametrize("header", [136, 200, 20000])
+def test_the_padding_puts_the_body_at_a_16_byte_offset(header: int) -> None:
+    # The FlightData protobuf: IPC header (tag, varint length), app_metadata (tag, varint
+    # length, which counts the padding), then the body's 2-byte tag and varint length.
+    def varint(n: int) -> int:
+        return max(1, -(-n.bit_length() // 7))
+
+    for md in range(300):  # across 127/128, where app_metadata's varint grows a byte
+        for body in (8, 1 << 20, 1 << 26):
+            pad = F._body_padding(header, md, body)
+            at = (1 + varint(header) + header + 1 + varint(md + pad) + md + pad
+                  + 2 + varint(body))
+            assert at % 16 == 0 and 0 <= pad < 32, (md, body, pad)
 
 
 def test_unaligned_memory_is_copied_and_reported() -> None:
