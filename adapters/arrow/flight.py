@@ -202,9 +202,16 @@ def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch,
     if payload != end or len(column) != end:
         raise FormatError(f"the buffers end at byte {end}; the header says {payload} and the "
                           f"column holds {len(column)}", field=f"{field}.payload_size")
-    data = column.buffers()[1] if end else None
-    if data is not None:
-        data = data.slice(column.offset, end)
+    data = None
+    if end:
+        # A writer other than pyarrow's (which refuses to build one) may send a length
+        # that claims more than the buffer holds; reading past it would read foreign memory.
+        buf = column.buffers()[1]
+        if buf is None or buf.size - column.offset < end:
+            have = 0 if buf is None else buf.size - column.offset
+            raise FormatError(f"the column claims {end} bytes but its buffer holds {have}",
+                              field=f"{field}.column")
+        data = buf.slice(column.offset, end)
     return _Message(d, offsets, data)
 
 
