@@ -559,22 +559,26 @@ def get(location: Any, name: str, *, timeout: float | None = None) -> FlightTens
 class FlightTensorServer(flight.FlightServerBase):
     """A Flight server that stores tensor streams by name and serves them back.
 
-    ``FlightTensorServer("grpc://127.0.0.1:0")`` binds a free port (:attr:`port`);
+    ``location`` is a URI or a ``pyarrow.flight.Location``:
+    ``FlightTensorServer("grpc://127.0.0.1:0")`` binds a free port (:attr:`port`,
+    and :attr:`location` says where clients reach it), ``"grpc+unix:///path"`` a socket;
     :meth:`serve` blocks until :meth:`shutdown` (run it on a thread). A put stream is
     checked message by message, as :func:`get` checks it, and is kept (its record
     batches as received, no copy) only once its end-of-stream message arrives.
     """
 
-    def __init__(self, location: str = "grpc://127.0.0.1:0", **kwargs: Any) -> None:
+    def __init__(self, location: Any = "grpc://127.0.0.1:0", **kwargs: Any) -> None:
         super().__init__(location, **kwargs)
-        self._host = str(location).rsplit(":", 1)[0]
+        uri = str(location.uri.decode() if isinstance(location, flight.Location) else location)
+        # A TCP URI ends in its port, which may be 0 (bind any): clients need the real one.
+        self._uri = uri if uri.startswith("grpc+unix") else uri.rsplit(":", 1)[0] + ":{port}"
         self._streams: dict[bytes, tuple[pa.Schema, list[tuple[pa.RecordBatch, Any]]]] = {}
         self._lock = threading.Lock()
 
     @property
     def location(self) -> str:
         """The URI clients connect to, with the port the server bound."""
-        return f"{self._host}:{self.port}"
+        return self._uri.format(port=self.port)
 
     def names(self) -> list[str]:
         """The names of the streams held, in the order they were first put."""

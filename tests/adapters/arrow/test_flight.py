@@ -8,8 +8,10 @@ proven by addresses: a received tensor's buffers lie inside the record batch's b
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,6 +167,20 @@ def test_a_reader_left_mid_stream_cancels_its_call() -> None:
         with pytest.raises(StopIteration):
             next(reader)
         assert reader.messages_read == 1 and first.nbytes == 1 << 16
+
+
+def test_the_server_reports_where_clients_reach_it() -> None:
+    # a TCP location bound on port 0 reports the real port; a Unix socket, its path
+    folder = tempfile.mkdtemp(prefix="hbf")  # short: a socket path has ~100 bytes at most
+    try:
+        for where in (flight.Location.for_grpc_tcp("127.0.0.1", 0),
+                      f"grpc+unix://{folder}/s.sock"):
+            for srv in _serve(F.FlightTensorServer(where)):
+                assert not srv.location.endswith(":0")
+                (t,) = round_trip(srv, [np.arange(5, dtype=np.int16)], None)
+                assert np.asarray(t).tolist() == [0, 1, 2, 3, 4]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ------------------------------------------------------------- zero copy
