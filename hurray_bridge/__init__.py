@@ -58,6 +58,8 @@ from .errors import (
     DynamicShapeError,
     FormatError,
     HurrayError,
+    NotFoundError,
+    TransportError,
     UnsupportedError,
 )
 from .layout import BufferRole, Flags, Layout, QuantScheme
@@ -92,11 +94,13 @@ __all__ = [
     "FormatError",
     "HurrayError",
     "Layout",
+    "NotFoundError",
     "QuantScheme",
     "Quantization",
     "Shard",
     "Sparse",
     "Tensor",
+    "TransportError",
     "UnsupportedError",
     "asarray",
     "bfloat16",

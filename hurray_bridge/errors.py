@@ -16,6 +16,8 @@ __all__ = [
     "DynamicShapeError",
     "FormatError",
     "HurrayError",
+    "NotFoundError",
+    "TransportError",
     "UnsupportedError",
 ]
 
@@ -54,6 +56,21 @@ class CopyRequiredError(HurrayError, BufferError):
 class ClosedFileError(HurrayError, ValueError):
     """A tensor was asked of a loaded file after its ``close()`` (a ``ValueError``, as
     Python's own files raise for an operation on a closed file)."""
+
+
+class NotFoundError(HurrayError, KeyError):
+    """A name asked of a store or server that holds nothing under it (a ``KeyError``)."""
+
+    def __str__(self) -> str:
+        # KeyError's own str() quotes its argument, which suits a bare key, not a sentence.
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
+class TransportError(HurrayError, ConnectionError):
+    """The channel carrying tensors failed: the peer went away or refused the transfer.
+
+    The message says how many tensors had arrived whole; none after them was handed out.
+    """
 
 
 class CopyWarning(UserWarning):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import io
 import mmap as _mmap
 import os
@@ -102,6 +103,79 @@ def _binary_file(fileobj: Any, method: str, mode: str) -> None:
             f"{type(fileobj).__name__} {fileobj!r:.60}")
 
 
+@functools.lru_cache(maxsize=256)
+def resolved_schema(schema: Descriptor, sizes: tuple[int, ...]) -> Descriptor:
+    """``schema.resolve(sizes)``, remembered: a stream resolves the same sizes again and
+    again, and building (validating) a descriptor costs more than the rest of a message."""
+    return schema.resolve(list(sizes))
+
+
+def conform(obj: Any, schema: Descriptor) -> Tensor:
+    """``obj`` as an hb.Tensor that conforms to ``schema`` (interchange.md §2.3), or a refusal.
+
+    A strided view of a row-major schema is compacted (a copy); anything else that
+    does not conform raises :class:`~hurray_bridge.FormatError` naming the axis or field.
+    """
+    from .conversion import asarray_one
+
+    t = asarray_one(obj, what="a stream message")
+    if not t.device.is_host_accessible:
+        raise UnsupportedError(
+            f"cannot stream a {t.device} tensor: its memory is not on the host; "
+            "convert it to a host framework first"
+        )
+    s = schema
+    d = t.descriptor
+    dynamic = [i for i, n in enumerate(s.shape) if n == DYNAMIC]
+    if d.rank != s.rank:
+        raise FormatError(
+            f"tensor of shape {list(d.shape)} has rank {d.rank}, the schema {s!r} has rank "
+            f"{s.rank}", field="shape",
+        )
+    for axis, (got, want) in enumerate(zip(d.shape, s.shape)):
+        if want != DYNAMIC and got != want:
+            raise FormatError(
+                f"axis {axis} has size {got} but the schema fixes it at {want}; only the "
+                f"schema's dynamic axes {dynamic} may vary", field="shape",
+            )
+    resolved = resolved_schema(s, tuple(d.shape[a] for a in dynamic))
+    if d != resolved:
+        # A strided view of a row-major schema is the common case: compact it here
+        # (the stream holds a copy anyway). Anything else is a different tensor kind.
+        plain = Descriptor(d.shape, d.dtype, padded=d.padded)
+        if d.layout == Layout.STRIDED and resolved == plain:
+            return t.copy()
+        raise FormatError(
+            f"tensor {d!r} does not conform to the schema: the schema resolves to "
+            f"{resolved!r}", field="descriptor",
+        )
+    return t
+
+
+def stream_head(schema: Descriptor) -> bytes:
+    """The stream header and the encoded schema (§6.1), without the padding after them."""
+    body = schema.to_bytes()
+    return _STREAM_HEADER.pack(STREAM_MAGIC, *STREAM_VERSION, 0, len(body), 0) + body
+
+
+def check_stream_header(head: Any) -> int:
+    """Check the 16-byte stream header at the start of ``head``; the schema's size."""
+    magic, major, minor, flags, size, reserved = _STREAM_HEADER.unpack_from(head)
+    if magic != STREAM_MAGIC:
+        raise FormatError(f"bad stream magic {bytes(magic)!r}, expected {STREAM_MAGIC!r}; "
+                          "this is not a Hurray tensor stream", field="stream.magic")
+    if major != STREAM_VERSION[0]:
+        raise FormatError(f"unsupported stream version {major}.{minor}; this reader reads "
+                          f"{STREAM_VERSION[0]}.x", field="stream.version")
+    if flags or reserved:
+        raise FormatError("reserved stream-header fields must be zero",
+                          field="stream.reserved")
+    if not 32 <= size <= MAX_SCHEMA_BYTES:
+        raise FormatError(f"schema size {size} is outside [32, {MAX_SCHEMA_BYTES}]",
+                          field="stream.schema_size")
+    return int(size)
+
+
 # ------------------------------------------------------------------- writer
 class StreamWriter:
     """Write a schema, then one message per :meth:`write`; :meth:`close` ends the stream.
@@ -141,15 +215,13 @@ class StreamWriter:
             fileobj = self._socket_file = fileobj.makefile("wb")
         self._f = fileobj
         self._schema = schema
-        self._dynamic = [i for i, d in enumerate(schema.shape) if d == DYNAMIC]
         self._flush = flush
         self._pos = 0
         self._seq = 0
         self._closed = False
         self._broken = False
-        body = schema.to_bytes()
-        head = _STREAM_HEADER.pack(STREAM_MAGIC, *STREAM_VERSION, 0, len(body), 0)
-        self._write(head + body + _ZEROS[: _pad(len(head) + len(body))])
+        head = stream_head(schema)
+        self._write(head + _ZEROS[: _pad(len(head))])
         self._flush_now()
 
     @property
@@ -196,48 +268,13 @@ class StreamWriter:
         if self._flush and hasattr(self._f, "flush"):
             self._f.flush()
 
-    def _conform(self, obj: Any) -> Tensor:
-        from .conversion import asarray_one
-
-        t = asarray_one(obj, what="a stream message")
-        if not t.device.is_host_accessible:
-            raise UnsupportedError(
-                f"cannot stream a {t.device} tensor: its memory is not on the host; "
-                "convert it to a host framework first"
-            )
-        s = self._schema
-        d = t.descriptor
-        if d.rank != s.rank:
-            raise FormatError(
-                f"tensor of shape {list(d.shape)} has rank {d.rank}, the schema {s!r} has rank "
-                f"{s.rank}", field="shape",
-            )
-        for axis, (got, want) in enumerate(zip(d.shape, s.shape)):
-            if want != DYNAMIC and got != want:
-                raise FormatError(
-                    f"axis {axis} has size {got} but the schema fixes it at {want}; only the "
-                    f"schema's dynamic axes {self._dynamic} may vary", field="shape",
-                )
-        resolved = s.resolve([d.shape[a] for a in self._dynamic])
-        if d != resolved:
-            # A strided view of a row-major schema is the common case: compact it here
-            # (the stream holds a copy anyway). Anything else is a different tensor kind.
-            plain = Descriptor(d.shape, d.dtype, padded=d.padded)
-            if d.layout == Layout.STRIDED and resolved == plain:
-                return t.copy()
-            raise FormatError(
-                f"tensor {d!r} does not conform to the schema: the schema resolves to "
-                f"{resolved!r}", field="descriptor",
-            )
-        return t
-
     def write(self, tensor: Any) -> None:
         """Send one tensor (an hb.Tensor or any native array ``hb.asarray`` takes)."""
         if self._closed:
             raise ValueError("write() on a closed StreamWriter")
         if self._broken:
             raise ValueError("an earlier write() failed part-way; the stream cannot continue")
-        t = self._conform(tensor)
+        t = conform(tensor, self._schema)
 
         def step() -> None:
             self._write_message(t)
@@ -489,19 +526,7 @@ class StreamReader:
         if self._schema is not None:
             return
         self._gather(_STREAM_HEADER.size, 0, "stream header")
-        magic, major, minor, flags, size, reserved = _STREAM_HEADER.unpack_from(self._lead)
-        if magic != STREAM_MAGIC:
-            raise FormatError(f"bad stream magic {bytes(magic)!r}, expected {STREAM_MAGIC!r}; "
-                              "this is not a Hurray tensor stream", field="stream.magic")
-        if major != STREAM_VERSION[0]:
-            raise FormatError(f"unsupported stream version {major}.{minor}; this reader reads "
-                              f"{STREAM_VERSION[0]}.x", field="stream.version")
-        if flags or reserved:
-            raise FormatError("reserved stream-header fields must be zero",
-                              field="stream.reserved")
-        if not 32 <= size <= MAX_SCHEMA_BYTES:
-            raise FormatError(f"schema size {size} is outside [32, {MAX_SCHEMA_BYTES}]",
-                              field="stream.schema_size")
+        size = check_stream_header(self._lead)
         end = _STREAM_HEADER.size + size
         self._gather(end, _STREAM_HEADER.size, "schema")
         schema = Descriptor.from_bytes(bytes(self._lead[_STREAM_HEADER.size:end]))

@@ -55,8 +55,10 @@ def reference_markdown(module: public_api.PublicModule) -> str:
                          if m.name.count(".") == 1)
         lines[1:1] = ["", f"The package's submodules have their own pages: {subs}.", ""]
     if module.name.startswith("hurray_bridge.adapters."):
-        folder = module.griffe_path.replace(".", "/")
-        lines[1:1] = ["", f"Installed as `{module.name}`, from `{folder}/` in the repository."
+        where = f"`{module.source.relative_to(ROOT).as_posix()}`"
+        if module.source.name == "__init__.py":
+            where = f"`{module.source.parent.relative_to(ROOT).as_posix()}/`"
+        lines[1:1] = ["", f"Installed as `{module.name}`, from {where} in the repository."
                       " It imports its framework when imported.", ""]
     return "\n".join(lines) + "\n"
 

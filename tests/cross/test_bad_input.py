@@ -1104,6 +1104,51 @@ CASES += [
 ]
 
 
+# -- Arrow Flight (interchange.md §10)
+def _flight() -> Any:
+    pytest.importorskip("pyarrow.flight", reason="this pyarrow has no Flight")
+    from hurray_bridge.adapters.arrow import flight
+
+    return flight
+
+
+_NO_SERVER = "grpc://127.0.0.1:1"  # port 1: nothing listens there
+
+
+def _get_unknown_name() -> None:
+    import threading
+
+    F = _flight()
+    srv = F.FlightTensorServer("grpc://127.0.0.1:0")
+    th = threading.Thread(target=srv.serve, daemon=True)
+    th.start()
+    try:
+        F.get(srv.location, "missing", timeout=30)
+    finally:
+        srv.shutdown()
+        th.join(30)
+
+
+CASES += [
+    Case("flight-name-empty", "flight.put(uri, '', [x])",
+         lambda: _flight().put(_NO_SERVER, "", [_array()]), hb.UnsupportedError,
+         ("stream name", "non-empty str", "''")),
+    Case("flight-location-int", "flight.get(8815, 's')", lambda: _flight().get(8815, "s"),
+         hb.UnsupportedError, ("location must be", "Flight URI", "int 8815")),
+    Case("flight-timeout-negative", "flight.get(uri, 's', timeout=-1)",
+         lambda: _flight().get(_NO_SERVER, "s", timeout=-1), hb.FormatError,
+         ("timeout", "positive", "-1")),
+    Case("flight-put-empty-no-schema", "flight.put(uri, 's', [])",
+         lambda: _flight().put(_NO_SERVER, "s", []), hb.UnsupportedError,
+         ("no tensor to take a schema from", "schema=")),
+    Case("flight-get-unknown-name", "flight.get(server, 'missing')", _get_unknown_name,
+         hb.NotFoundError, ("no tensor stream named 'missing'", "put() it first")),
+    Case("flight-get-no-server", "flight.get('grpc://127.0.0.1:1', 's', timeout=10)",
+         lambda: _flight().get(_NO_SERVER, "s", timeout=10), hb.TransportError,
+         ("'s'", "after 0 whole tensors")),
+]
+
+
 # -- memory from other producers (buffer-protocol.md §6.1, element-types.md on bool8)
 class _LegacyOnly:
     """A producer of a framework no adapter knows (TensorFlow, mlx): legacy capsules only."""

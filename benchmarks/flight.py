@@ -1,0 +1,222 @@
+"""Tensor streams over Arrow Flight against pyarrow's own Flight and the bridge's socket stream.
+
+One float32 tensor of 1 MiB and one of 64 MiB, over localhost, each way:
+
+- ``get``: ``flight.get`` (checks every message, builds hb.Tensors over the received
+  batches) against pyarrow's ``do_get`` of the same bytes as a plain record batch (one
+  float32 column, read chunk by chunk), and against ``hb.StreamReader`` reading the same
+  tensor from a localhost TCP socket that ``hb.StreamWriter`` writes on a thread;
+- ``put``: ``flight.put`` against pyarrow's ``do_put`` of that plain batch.
+
+The servers (ours, pyarrow's plain one, and the socket stream's writer) run in a
+child process, as on another machine: in this process their Python handlers would
+share the client's GIL. Each side reuses one client (one connection); the plain
+server keeps and serves batches as they come, ours checks them too.
+Pairs run interleaved (``_timing.compare``); a ratio is the median of per-round
+ratios, time over time, so 1/ratio is the throughput ratio (goal: at least 0.9x the
+peer's throughput, a time ratio of at most 1.11).
+
+``python -m benchmarks flight [--small]``; ``python -m benchmarks.flight``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import hurray_bridge as hb
+
+from ._timing import compare, ratio
+
+SIZES = (1 << 20, 64 << 20)
+SMALL_SIZES = (1 << 20, 8 << 20)
+
+
+@contextmanager
+def _serving(server: Any) -> Iterator[Any]:
+    th = threading.Thread(target=server.serve, daemon=True)
+    th.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        th.join(30)
+
+
+def _plain_server() -> Any:
+    import pyarrow.flight as fl
+
+    class Plain(fl.FlightServerBase):  # type: ignore[misc]
+        """pyarrow's Flight with nothing added: batches kept and served as they came."""
+
+        def __init__(self) -> None:
+            super().__init__("grpc://127.0.0.1:0")
+            self.store: dict[bytes, tuple[Any, list[Any]]] = {}
+
+        def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+            self.store[descriptor.path[0]] = (reader.schema, [c.data for c in reader])
+
+        def do_get(self, context: Any, ticket: Any) -> Any:
+            schema, batches = self.store[ticket.ticket]
+            return fl.GeneratorStream(schema, iter(batches))
+
+    return Plain()
+
+
+def _stream_server(listener: socket.socket) -> None:
+    """Serve the socket stream: each 8-byte request (a size) gets a stream of one tensor."""
+    import numpy as np
+
+    conn, _ = listener.accept()
+    tensors: dict[int, Any] = {}
+    schema = hb.Descriptor([hb.DYNAMIC], hb.float32)
+    with conn:
+        while True:
+            req = conn.recv(8, socket.MSG_WAITALL)
+            if len(req) < 8:
+                return
+            size = int.from_bytes(req, "little")
+            if size not in tensors:
+                tensors[size] = np.random.default_rng(size).standard_normal(size // 4).astype(
+                    np.float32)
+            with hb.StreamWriter(conn, schema) as w:
+                w.write(tensors[size])
+
+
+def serve() -> None:
+    """The child: both Flight servers and the stream server; stops when stdin closes."""
+    from hurray_bridge.adapters.arrow import flight
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    threading.Thread(target=_stream_server, args=(listener,), daemon=True).start()
+    with _serving(flight.FlightTensorServer("grpc://127.0.0.1:0")) as ours, \
+            _serving(_plain_server()) as plain:
+        print(ours.port, plain.port, listener.getsockname()[1], flush=True)
+        sys.stdin.read()
+
+
+@contextmanager
+def _child() -> Iterator[tuple[int, int, int]]:
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    child = subprocess.Popen([sys.executable, "-m", "benchmarks.flight", "--serve"], cwd=root,
+                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        ours, plain, stream = (int(x) for x in child.stdout.readline().split())
+        yield ours, plain, stream
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(30)
+
+
+def run(small: bool = False) -> dict[str, Any]:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.flight as fl
+
+    from hurray_bridge.adapters.arrow import flight
+
+    results: dict[str, Any] = {"timings": [], "ratios": {}, "notes": []}
+    rounds = 7 if small else 21
+    with _child() as (ours_port, plain_port, stream_port), \
+            socket.create_connection(("127.0.0.1", stream_port)) as sock:
+        c_ours = fl.connect(f"grpc://127.0.0.1:{ours_port}")
+        c_plain = fl.connect(f"grpc://127.0.0.1:{plain_port}")
+        try:
+            schema = hb.Descriptor([hb.DYNAMIC], hb.float32)
+            for size in SMALL_SIZES if small else SIZES:
+                label = f"{size >> 20}MiB"
+                a = np.random.default_rng(size).standard_normal(size // 4).astype(np.float32)
+                batch = pa.record_batch([pa.array(a)], names=["x"])
+                desc = fl.FlightDescriptor.for_path(label.encode())
+                ticket = fl.Ticket(label.encode())
+                request = size.to_bytes(8, "little")
+
+                def hb_put(a: Any = a, label: str = label) -> None:
+                    flight.put(c_ours, label, [a], schema=schema)
+
+                def pa_put(batch: Any = batch, desc: Any = desc) -> None:
+                    writer, _ = c_plain.do_put(desc, batch.schema)
+                    writer.write_batch(batch)
+                    writer.close()
+
+                copies = [0]
+
+                def hb_get(label: str = label, copies: list[int] = copies) -> None:
+                    reader = flight.get(c_ours, label)
+                    assert len(list(reader)) == 1
+                    copies[0] += reader.copies
+
+                def pa_get(ticket: Any = ticket) -> None:
+                    reader = c_plain.do_get(ticket)
+                    while True:
+                        try:
+                            reader.read_chunk()
+                        except StopIteration:
+                            break
+
+                def stream_get(request: bytes = request) -> None:
+                    sock.sendall(request)
+                    assert len(list(hb.StreamReader(sock))) == 1
+
+                hb_put()
+                pa_put()
+                pairs = [
+                    (f"put_{label}_vs_pyarrow_do_put", "hb flight.put", hb_put,
+                     "pyarrow do_put (plain batch)", pa_put, "<= 1.11"),
+                    (f"get_{label}_vs_pyarrow_do_get", "hb flight.get", hb_get,
+                     "pyarrow do_get (plain batch)", pa_get, "<= 1.11"),
+                    (f"get_{label}_vs_socket_stream", "hb flight.get", hb_get,
+                     "hb StreamReader over a TCP socket", stream_get, "informational"),
+                ]
+                for key, na, fa, nb, fb, goal in pairs:
+                    ta, tb, r = compare(f"{na} {label}", fa, f"{nb} {label}", fb, rounds=rounds)
+                    results["timings"] += [ta.as_dict(), tb.as_dict()]
+                    results["ratios"][key] = ratio(
+                        r, goal, throughput_vs_peer=round(1 / r, 3),
+                        mib_per_s=round(size / (1 << 20) / (ta.median_us / 1e6), 1),
+                        peer_mib_per_s=round(size / (1 << 20) / (tb.median_us / 1e6), 1))
+                results["notes"].append(f"{label}: flight.get copied {copies[0]} received "
+                                        "tensors for alignment (0 = every one shared the "
+                                        "record batch)")
+        finally:
+            c_ours.close()
+            c_plain.close()
+    return results
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.flight", description=__doc__)
+    p.add_argument("--small", action="store_true", help="1 MiB and 8 MiB, fewer rounds")
+    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the child
+    args = p.parse_args()
+    if args.serve:
+        serve()
+        return 0
+    res = run(args.small)
+    for note in res["notes"]:
+        print(f"  note: {note}")
+    for t in res["timings"]:
+        print(f"  {t['name']:<52} {t['median_us'] / 1e3:10.3f} ms  (IQR {t['iqr_us'] / 1e3:.3f})")
+    for k, r in res["ratios"].items():
+        print(f"  ratio {k:<40} {r['value']:7.3f}  throughput x{r['throughput_vs_peer']:.3f}"
+              f"  ({r['mib_per_s']} vs {r['peer_mib_per_s']} MiB/s)  goal {r['goal']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""Hurray tensor streams over Arrow Flight (docs/spec/interchange.md §10), on localhost.
+
+Every server is started on a thread (or in a child process) by a fixture and shut down in
+its ``finally``; every call carries a Flight timeout and every join a bound. Zero-copy is
+proven by addresses: a received tensor's buffers lie inside the record batch's buffer.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hurray_bridge as hb
+from hurray_bridge import DYNAMIC, Descriptor, Layout, Quantization, QuantScheme, Sparse
+from tests.hurray_bridge.test_pickle_shm import make, snapshot
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
+pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed")
+flight = pytest.importorskip("pyarrow.flight", reason="this pyarrow has no Flight")
+
+from hurray_bridge.adapters.arrow import flight as F  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+TIMEOUT = 30.0
+
+
+def _serve(srv: Any) -> Iterator[Any]:
+    th = threading.Thread(target=srv.serve, daemon=True)
+    th.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        th.join(TIMEOUT)
+        assert not th.is_alive(), "the Flight server did not stop"
+
+
+@pytest.fixture
+def server() -> Iterator[F.FlightTensorServer]:
+    yield from _serve(F.FlightTensorServer("grpc://127.0.0.1:0"))
+
+
+def round_trip(server: F.FlightTensorServer, items: list[Any], schema: Descriptor | None,
+               name: str = "s") -> list[hb.Tensor]:
+    assert F.put(server.location, name, items, schema=schema, timeout=TIMEOUT) == len(items)
+    with F.get(server.location, name, timeout=TIMEOUT) as reader:
+        got = list(reader)
+        assert reader.messages_read == len(items)
+    return got
+
+
+# ------------------------------------------------------------- round trips
+def test_dynamic_batches_round_trip(server: F.FlightTensorServer) -> None:
+    schema = Descriptor([DYNAMIC, 3], hb.float32)
+    rng = np.random.default_rng(0)
+    items = [rng.standard_normal((n, 3)).astype(np.float32) for n in (3, 0, 5, 1, 1000)]
+    got = round_trip(server, items, schema)
+    assert [t.shape for t in got] == [a.shape for a in items]
+    for t, a in zip(got, items):
+        assert bytes(t.memoryview()) == a.tobytes()
+        # shared Arrow memory is immutable; a copy (of memory that arrived unaligned) is not
+        assert t.readonly != t.copied
+    assert got[1].buffers[0].ptr == 0  # an empty batch: a NULL buffer, as everywhere
+    with F.get(server.location, "s", timeout=TIMEOUT) as reader:
+        assert reader.schema == schema
+
+
+def test_empty_stream_round_trips_its_schema(server: F.FlightTensorServer) -> None:
+    schema = Descriptor([DYNAMIC, DYNAMIC], hb.int16)
+    assert F.put(server.location, "empty", [], schema=schema, timeout=TIMEOUT) == 0
+    with F.get(server.location, "empty", timeout=TIMEOUT) as reader:
+        assert reader.schema == schema
+        assert list(reader) == []
+
+
+def test_schema_defaults_to_the_first_tensor(server: F.FlightTensorServer) -> None:
+    a = np.arange(12, dtype=np.int64).reshape(3, 4)
+    got = round_trip(server, [a, a[::-1]], None)  # a strided view is compacted
+    assert [np.asarray(t).tolist() for t in got] == [a.tolist(), a[::-1].tolist()]
+    with pytest.raises(hb.FormatError, match="axis 0 has size 2"):
+        F.put(server.location, "x", [a, a[:2]], timeout=TIMEOUT)
+    with pytest.raises(hb.UnsupportedError, match="schema="):
+        F.put(server.location, "x", [], timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize("name", ["bf16", "f16_nan", "c128", "int4_padded", "int4_packed"])
+def test_types_round_trip_bit_exact(server: F.FlightTensorServer, name: str) -> None:
+    rng = np.random.default_rng(1)
+    if name == "int4_packed":  # odd counts: the last byte holds one element
+        schema = Descriptor([DYNAMIC], hb.int4)
+        items = [make(schema.resolve([n]), rng.integers(0, 256, -(-n // 2)).astype(np.uint8)
+                      & (0x77 if n % 2 == 0 else 0x07)) for n in (7, 0, 8, 1)]
+    else:
+        ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+        a = {
+            "bf16": lambda: rng.standard_normal((5, 4)).astype(ml_dtypes.bfloat16),
+            "f16_nan": lambda: np.array([[0x7E01, 0xFE42, 1, 0x3C00]] * 5,
+                                        np.uint16).view(np.float16),
+            "c128": lambda: (rng.standard_normal((5, 4)) + 1j).astype(np.complex128),
+            "int4_padded": lambda: rng.integers(-8, 8, (5, 4)).astype(ml_dtypes.int4),
+        }[name]()
+        items = [hb.asarray(a), hb.asarray(a[:0]), hb.asarray(a[:2])]
+        d = items[0].descriptor
+        schema = Descriptor([DYNAMIC, 4], d.dtype, padded=d.padded)
+    got = round_trip(server, items, schema)
+    assert [snapshot(g) for g in got] == [snapshot(t) for t in items]
+
+
+def test_quantized_round_trip(server: F.FlightTensorServer) -> None:
+    q = Quantization(QuantScheme.PER_AXIS, "float32", "int8", axis=1)
+    schema = Descriptor([DYNAMIC, 3], hb.int8, quantization=q)
+    items = [make(schema.resolve([n]), np.arange(3 * n, dtype=np.int8),
+                  np.array([0.5, 1.0, 2.0], np.float32), np.array([1, 0, -1], np.int8))
+             for n in (2, 0, 4)]
+    got = round_trip(server, items, schema)
+    assert [snapshot(g) for g in got] == [snapshot(t) for t in items]
+    # DATA, SCALES and ZERO_POINTS share one column, each at a 64-byte offset from its start
+    for g in got:
+        ptrs = [b.ptr for b in g.buffers if b.nbytes]
+        assert [p - ptrs[0] for p in ptrs] == [64 * i for i in range(len(ptrs))]
+
+
+def test_block_quantized_int4_round_trip(server: F.FlightTensorServer) -> None:
+    q = Quantization(QuantScheme.PER_BLOCK, "float16", None, axis=1, block_size=4)
+    schema = Descriptor([DYNAMIC, 8], hb.int4, quantization=q)
+    rng = np.random.default_rng(3)
+    items = [make(schema.resolve([n]), rng.integers(0, 256, 4 * n).astype(np.uint8),
+                  rng.standard_normal(2 * n).astype(np.float16)) for n in (3, 0, 1)]
+    got = round_trip(server, items, schema)
+    assert [snapshot(g) for g in got] == [snapshot(t) for t in items]
+
+
+def test_sparse_round_trip(server: F.FlightTensorServer) -> None:
+    schema = Descriptor([DYNAMIC, 4], hb.float32, Layout.CSR, sparse=Sparse(2, "int32"))
+    items = [
+        make(schema.resolve([2]), np.array([1.0, 2.0], np.float32),
+             np.array([0, 1, 2], np.int32), np.array([3, 0], np.int32)),
+        make(schema.resolve([5]), np.array([5.0, 6.0], np.float32),
+             np.array([0, 0, 0, 2, 2, 2], np.int32), np.array([1, 2], np.int32)),
+    ]
+    got = round_trip(server, items, schema)
+    assert [snapshot(g) for g in got] == [snapshot(t) for t in items]
+
+
+def test_a_put_replaces_a_stream_of_the_same_name(server: F.FlightTensorServer) -> None:
+    round_trip(server, [np.zeros(2, np.uint8)], None, name="a")
+    (got,) = round_trip(server, [np.ones(3, np.uint8)], None, name="a")
+    assert np.asarray(got).tolist() == [1, 1, 1]
+    assert server.names() == ["a"]
+
+
+def test_a_reader_left_mid_stream_cancels_its_call() -> None:
+    # the fixture's shutdown (bounded) would wait on a call still running on the server
+    for srv in _serve(F.FlightTensorServer("grpc://127.0.0.1:0")):
+        F.put(srv.location, "s", [np.zeros(1 << 16, np.uint8)] * 8, timeout=TIMEOUT)
+        with F.get(srv.location, "s", timeout=TIMEOUT) as reader:
+            first = next(reader)
+        with pytest.raises(StopIteration):
+            next(reader)
+        assert reader.messages_read == 1 and first.nbytes == 1 << 16
+
+
+def test_the_server_reports_where_clients_reach_it() -> None:
+    # a TCP location bound on port 0 reports the real port; a Unix socket, its path
+    folder = tempfile.mkdtemp(prefix="hbf")  # short: a socket path has ~100 bytes at most
+    try:
+        for where in (flight.Location.for_grpc_tcp("127.0.0.1", 0),
+                      f"grpc+unix://{folder}/s.sock"):
+            for srv in _serve(F.FlightTensorServer(where)):
+                assert not srv.location.endswith(":0")
+                (t,) = round_trip(srv, [np.arange(5, dtype=np.int16)], None)
+                assert np.asarray(t).tolist() == [0, 1, 2, 3, 4]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# ------------------------------------------------------------- zero copy
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32, np.float64])
+def test_received_tensors_share_the_record_batch(server: F.FlightTensorServer,
+                                                 dtype: Any) -> None:
+    a = np.arange((1 << 20) // np.dtype(dtype).itemsize).astype(dtype)  # 1 MiB
+    (t,) = round_trip(server, [a], None)
+    buf = t.owner
+    assert isinstance(buf, pa.Buffer)  # the record batch's own buffer, not a copy of it
+    assert buf.address <= t.data_ptr and t.data_ptr + t.nbytes <= buf.address + buf.size
+    assert not t.copied and t.readonly
+    # the sender placed the body at a 16-byte offset, so every element type is aligned
+    assert t.data_ptr % 16 == 0
+    assert bytes(t.memoryview()) == a.tobytes()
+
+
+def test_a_sent_tensor_is_handed_to_flight_without_a_copy() -> None:
+    a = np.arange(1000, dtype=np.float32)
+    t = hb.asarray(a)
+    arrow_schema = F._arrow_schema(Descriptor([DYNAMIC], hb.float32))
+    batch, md = F._batch(t, 0, arrow_schema, F._header_size(arrow_schema))
+    assert batch.column(0).buffers()[1].address == a.ctypes.data
+    assert md[:4] == b"HRYM"
+
+
+@pytest.mark.parametrize("header", [136, 200, 20000])
+def test_the_padding_puts_the_body_at_a_16_byte_offset(header: int) -> None:
+    # The FlightData protobuf: IPC header (tag, varint length), app_metadata (tag, varint
+    # length, which counts the padding), then the body's 2-byte tag and varint length.
+    def varint(n: int) -> int:
+        return max(1, -(-n.bit_length() // 7))
+
+    for md in range(300):  # across 127/128, where app_metadata's varint grows a byte
+        for body in (8, 1 << 20, 1 << 26):
+            pad = F._body_padding(header, md, body)
+            at = (1 + varint(header) + header + 1 + varint(md + pad) + md + pad
+                  + 2 + varint(body))
+            assert at % 16 == 0 and 0 <= pad < 32, (md, body, pad)
+
+
+def test_unaligned_memory_is_copied_and_reported() -> None:
+    a = np.arange(16, dtype=np.float64)
+    raw = pa.py_buffer(b"\0" + a.tobytes())
+    body = raw.slice(1)  # an address 8-aligned memory can never have
+    assert body.address % 8
+    d = Descriptor([16], hb.float64)
+    t = F._tensor(F._Message(d, [0], body))
+    assert t.copied and not t.readonly and t.data_ptr % 64 == 0
+    assert np.asarray(t).tolist() == a.tolist()
+
+
+# ------------------------------------------------------------- refusals
+def test_unknown_name_is_a_not_found_error(server: F.FlightTensorServer) -> None:
+    round_trip(server, [np.zeros(1, np.uint8)], None, name="here")
+    with pytest.raises(hb.NotFoundError, match="'missing'") as info:
+        list(F.get(server.location, "missing", timeout=TIMEOUT))
+    assert isinstance(info.value, KeyError) and "'here'" in str(info.value)
+
+
+def test_bad_arguments_are_refused(server: F.FlightTensorServer) -> None:
+    with pytest.raises(hb.UnsupportedError, match="non-empty str"):
+        F.put(server.location, "", [np.zeros(1)], timeout=TIMEOUT)
+    with pytest.raises(hb.UnsupportedError, match="location must be"):
+        F.get(8815, "s")
+    with pytest.raises(hb.FormatError, match="timeout"):
+        F.get(server.location, "s", timeout=-1)
+    with pytest.raises(hb.UnsupportedError, match="schema must be"):
+        F.put(server.location, "s", [], schema="float32")  # type: ignore[arg-type]
+
+
+def test_a_failed_put_leaves_nothing_behind(server: F.FlightTensorServer) -> None:
+    schema = Descriptor([DYNAMIC, 2], hb.float32)
+    ok = np.zeros((1, 2), np.float32)
+    with pytest.raises(hb.FormatError, match="axis 1 has size 3"):
+        F.put(server.location, "half", [ok, np.zeros((1, 3), np.float32)], schema=schema,
+              timeout=TIMEOUT)
+
+    def failing() -> Iterator[Any]:
+        yield ok
+        raise RuntimeError("producer died")
+
+    with pytest.raises(RuntimeError, match="producer died"):
+        F.put(server.location, "half", failing(), schema=schema, timeout=TIMEOUT)
+    assert server.names() == []
+    with pytest.raises(hb.NotFoundError):
+        F.get(server.location, "half", timeout=TIMEOUT)
+
+
+def _raw_put(server: F.FlightTensorServer, arrow_schema: Any,
+             messages: list[tuple[Any, bytes]]) -> None:
+    client = flight.connect(server.location)
+    try:
+        writer, _ = client.do_put(flight.FlightDescriptor.for_path(b"raw"), arrow_schema,
+                                  options=flight.FlightCallOptions(timeout=TIMEOUT))
+        for batch, md in messages:
+            writer.write_with_metadata(batch, pa.py_buffer(md))
+        writer.close()
+    finally:
+        client.close()
+
+
+def _good(schema: Descriptor, a: Any) -> tuple[Any, Any, bytes]:
+    arrow_schema = F._arrow_schema(schema)
+    batch, md = F._batch(hb.asarray(a), 0, arrow_schema, F._header_size(arrow_schema))
+    return arrow_schema, batch, md
+
+
+CORRUPTIONS = {
+    # (what is done to the app_metadata, the field the refusal names)
+    "descriptor magic": (lambda md: md[:32] + b"XRYD" + md[36:], "magic"),
+    "descriptor truncated": (lambda md: md[:40], "header"),
+    "static axis changed": (lambda md: md[:32] + _other_shape(md) + md[32 + 72:], "descriptor"),
+    "buffer length": (lambda md: md[:32 + 72 - 8] + (4).to_bytes(8, "little") + md[32 + 72:],
+                      "descriptor.buffers[0].length"),
+    "sequence": (lambda md: md[:8] + (7).to_bytes(8, "little") + md[16:], "sequence"),
+    "payload size": (lambda md: md[:16] + (1).to_bytes(8, "little") + md[24:], "payload_size"),
+    "trailing junk": (lambda md: md + b"\1", "app_metadata"),
+}
+
+
+def _other_shape(md: bytes) -> bytes:
+    """A valid descriptor of the same length whose static axis differs from the schema's."""
+    assert hb.Descriptor.from_bytes(md[32:32 + 72]) == Descriptor([2, 3], hb.float32)
+    return Descriptor([2, 5], hb.float32).to_bytes()
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_a_corrupt_message_is_refused_at_put(server: F.FlightTensorServer, case: str) -> None:
+    corrupt, field = CORRUPTIONS[case]
+    arrow_schema, batch, md = _good(Descriptor([DYNAMIC, 3], hb.float32),
+                                    np.ones((2, 3), np.float32))
+    # the server's FormatError (a ValueError) reaches a plain Flight client as ArrowInvalid
+    with pytest.raises(pa.ArrowInvalid, match=rf"message\[0\]\.[\w.]*{re.escape(field)}"):
+        _raw_put(server, arrow_schema, [(batch, corrupt(md))])
+    assert server.names() == []
+
+
+def test_a_plain_record_batch_stream_is_refused_at_put(server: F.FlightTensorServer) -> None:
+    arrow_schema = pa.schema([pa.field("x", pa.float32())])
+    batch = pa.record_batch([pa.array([1.0], pa.float32())], schema=arrow_schema)
+    with pytest.raises(pa.ArrowInvalid, match=r"flight\.schema"):
+        _raw_put(server, arrow_schema, [(batch, b"")])
+    assert server.names() == []
+
+
+class _Scripted(F.FlightTensorServer):
+    """Serves one stream as scripted: messages edited, an error or an early stop."""
+
+    def __init__(self, script: Any) -> None:
+        super().__init__("grpc://127.0.0.1:0")
+        self.script = script
+
+    def do_get(self, context: Any, ticket: Any) -> Any:
+        arrow_schema, messages = self._streams[ticket.ticket]
+        return flight.GeneratorStream(arrow_schema, self.script(messages))
+
+
+def _scripted(script: Any) -> Iterator[_Scripted]:
+    srv = _Scripted(script)
+    yield from _serve(srv)
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_a_corrupt_message_is_refused_at_get(case: str) -> None:
+    corrupt, field = CORRUPTIONS[case]
+
+    def script(messages: list[Any]) -> Iterator[Any]:
+        (batch, md), *rest = messages
+        yield batch, pa.py_buffer(corrupt(md.to_pybytes()))
+        yield from rest
+
+    for srv in _scripted(script):
+        schema = Descriptor([DYNAMIC, 3], hb.float32)
+        F.put(srv.location, "s", [np.ones((2, 3), np.float32)], schema=schema, timeout=TIMEOUT)
+        with F.get(srv.location, "s", timeout=TIMEOUT) as reader:
+            with pytest.raises(hb.FormatError, match=rf"message\[0\]\.[\w.]*{re.escape(field)}"):
+                next(reader)
+            with pytest.raises(StopIteration):  # nothing after a refusal
+                next(reader)
+
+
+def test_a_server_failing_mid_stream_raises_naming_the_count() -> None:
+    def script(messages: list[Any]) -> Iterator[Any]:
+        yield from messages[:2]
+        raise RuntimeError("disk on fire")
+
+    for srv in _scripted(script):
+        items = [np.full(4, i, np.int32) for i in range(5)]
+        F.put(srv.location, "s", items, timeout=TIMEOUT)
+        reader = F.get(srv.location, "s", timeout=TIMEOUT)
+        got = [next(reader), next(reader)]
+        with pytest.raises(hb.TransportError, match=r"after 2 whole tensors.*disk on fire"):
+            next(reader)
+        assert [np.asarray(t).tolist() for t in got] == [[0] * 4, [1] * 4]
+
+
+def test_a_stream_that_stops_before_its_end_is_not_taken_as_whole() -> None:
+    def script(messages: list[Any]) -> Iterator[Any]:
+        yield from messages[:-2]  # no end-of-stream message, no last tensor
+
+    for srv in _scripted(script):
+        F.put(srv.location, "s", [np.zeros(3, np.uint8)] * 3, timeout=TIMEOUT)
+        reader = F.get(srv.location, "s", timeout=TIMEOUT)
+        with pytest.raises(hb.FormatError, match="ended after 2 tensors without an end"):
+            list(reader)
+
+
+_CHILD = """
+import sys, time, threading
+import numpy as np
+import pyarrow.flight as flight
+from hurray_bridge.adapters.arrow import flight as F
+
+class Slow(F.FlightTensorServer):
+    def do_get(self, context, ticket):
+        schema, messages = self._streams[ticket.ticket]
+        def gen():
+            yield messages[0]
+            time.sleep(120)  # the parent kills this process here
+            yield from messages[1:]
+        return flight.GeneratorStream(schema, gen())
+
+srv = Slow("grpc://127.0.0.1:0")
+threading.Thread(target=srv.serve, daemon=True).start()
+F.put(srv.location, "s", [np.arange(1000, dtype=np.float32)] * 3, timeout=30)
+print(srv.location, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_server_killed_mid_stream_raises_naming_the_count() -> None:
+    child = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE,
+                             text=True, cwd=ROOT, env=_child_env())
+    try:
+        location = _read_line(child, TIMEOUT)
+        reader = F.get(location, "s", timeout=TIMEOUT)
+        first = next(reader)
+        child.kill()
+        child.wait(TIMEOUT)
+        with pytest.raises(hb.TransportError, match="after 1 whole tensors"):
+            next(reader)
+        assert np.asarray(first).tolist() == list(range(1000))
+    finally:
+        child.kill()
+        child.wait(TIMEOUT)
+        assert child.stdout is not None
+        child.stdout.close()
+
+
+def _child_env() -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _read_line(child: subprocess.Popen[str], timeout: float) -> str:
+    """The child's first line of output, or a failure after ``timeout`` seconds."""
+    line: list[str] = []
+    th = threading.Thread(target=lambda: line.append(child.stdout.readline()),  # type: ignore[union-attr]
+                          daemon=True)
+    th.start()
+    th.join(timeout)
+    assert line and line[0].strip(), f"the child server did not start (rc={child.poll()})"
+    return line[0].strip()
