@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from ._copy_policy import check_copy
+from ._deferred import FileTarget, Pending, Run
 from ._disk import (
     SUFFIX_FORMATS,
     WRITES_VECTORS,
@@ -45,12 +46,14 @@ from ._disk import (
     _write_all,
     _write_vectors,
     atomic_output,
+    atomic_temporary,
     check_suffix,
     checkpoint,
     interruptible,
     stale_temporaries,
 )
 from ._memory import alloc_aligned, buffer_address
+from ._registry import deferred_save
 from ._safetensors_header import (
     looks_like_safetensors,
     read_header_and_descriptors,
@@ -706,6 +709,15 @@ class _Mapping:
         return f"<hurray mapping of {self.path or 'a buffer'}, {len(self.view)} bytes>"
 
 
+def mapped_file_origin(t: Tensor) -> tuple[str, int] | None:
+    """``(path, file offset of its first byte)`` for a tensor that points into a file
+    :func:`load` mapped, so that another process can map the same bytes; else ``None``."""
+    owner = t.owner
+    if type(owner) is not _Mapping or owner.mm is None or owner.path is None or not t.nbytes:
+        return None
+    return owner.path, t.data_ptr - owner.address
+
+
 def _tensors_over(entries: Sequence[EntryInfo], base: int, owner: object,
                   readonly: bool) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {}
@@ -1273,6 +1285,8 @@ class _Plan:
     data_offset: int
     data_length: int
     keep_alive: Sequence[object]
+    # Entries the processes holding their parts write: (entry index, saver, value).
+    deferred: Sequence[tuple[int, Any, Any]] = ()
 
     @property
     def file_size(self) -> int:
@@ -1402,6 +1416,10 @@ def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece]]],
             else:
                 offsets.append(0)
         desc = encode(d, offsets)
+        if isinstance(sources[0], Pending):  # written elsewhere, whole bytes, one buffer
+            entries.append(_PlanEntry(nb, desc, tuple(sources), tuple(offsets)))
+            table += _ENTRY.size + _pad8(len(nb)) + len(desc)
+            continue
         # Each buffer as the pieces to write: packed sub-byte data ends with zero bits.
         # (A file region slices like the view it stands for.)
         views = cast(Sequence[memoryview], sources)
@@ -1414,22 +1432,35 @@ def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece]]],
 
 
 def _plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
-                  alignment: int, checksums: bool) -> _Plan:
+                  alignment: int, checksums: bool, *, defer: bool = False) -> _Plan:
+    """The plan of a file of ``mapping``; with ``defer``, values whose adapter writes them
+    from where their parts live (``_deferred``) are planned without reading them."""
     if sys.byteorder != "little":
         raise UnsupportedError("Hurray files are little-endian; this host is big-endian")
     if not isinstance(mapping, Mapping):
         raise UnsupportedError(f"expected a mapping of names to tensors, got "
                                f"{type(mapping).__name__}")
-    items, keep = [], []
+    items: list[tuple[str, Descriptor, Sequence[_Piece]]] = []
+    keep: list[object] = []
+    deferred = []
     for name, value in mapping.items():
         if not isinstance(name, str):
             raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
                                    f"{name!r}")
+        saver = deferred_save(type(value)) if defer else None
+        if saver is not None:
+            d = saver.describe(value)
+            deferred.append((len(items), saver, value))
+            # Not a piece to write: _plan places it, _write_deferred leaves it to the saver.
+            items.append((name, d, [cast(_Piece, Pending(d.nbytes))]))
+            continue
         for entry, t in _host_entries(name, value):
             keep.append(t)
             items.append((entry, t.descriptor, [t.memoryview(b.role) for b in t.buffers]))
     _check_shard_entries({name: d for name, d, _ in items})
-    return _plan(items, metadata, alignment, checksums, keep)
+    plan = _plan(items, metadata, alignment, checksums, keep)
+    plan.deferred = deferred
+    return plan
 
 
 _RING = 4  # buffers in flight: one read, one checksummed, one written, one to spare
@@ -1883,6 +1914,57 @@ def _write_plan(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool,
         _write_all(fd, plan.head(crcs))
 
 
+def _write_deferred(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool) -> None:
+    """Write ``plan``, whose deferred entries the processes holding their parts write into
+    the preallocated temporary (``_deferred``), atomically."""
+    with atomic_temporary(path, fsync=fsync) as (fd, tmp):
+        os.ftruncate(fd, plan.file_size)  # the gaps and padding read as zeros
+        st = os.fstat(fd)
+        crcs = [0] * len(plan.entries)
+        pending = {i for i, _, _ in plan.deferred}
+        for i, e in enumerate(plan.entries):
+            if i in pending:
+                continue
+            for src, off in zip(e.sources, e.offsets, strict=True):
+                if len(src):
+                    os.lseek(fd, plan.data_offset + off, os.SEEK_SET)
+                    _write_all(fd, src)
+                    if plan.checksums:
+                        crcs[i] = _crc32(src, crcs[i])
+        target = FileTarget(tmp, st.st_dev, st.st_ino, plan.file_size)
+        by_saver: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
+        for i, saver, value in plan.deferred:
+            by_saver.setdefault(id(saver), (saver, []))[1].append((i, value))
+        for saver, jobs in by_saver.values():
+            starts = [plan.data_offset + plan.entries[i].offsets[0] for i, _ in jobs]
+            written = saver.write(target, [(v, at) for (_, v), at in zip(jobs, starts)],
+                                  plan.checksums)
+            for (i, _), at, runs in zip(jobs, starts, written, strict=True):
+                crcs[i] = _combined(plan.entries[i], at, runs)
+        os.lseek(fd, 0, os.SEEK_SET)
+        _write_all(fd, plan.head(crcs))
+
+
+def _combined(e: _PlanEntry, start: int, runs: Sequence[Run]) -> int:
+    """The CRC-32 of a deferred entry from its runs, which must tile its bytes exactly."""
+    crc, pos, end = 0, start, start + len(e.sources[0])
+    for r in sorted(runs):
+        if r.offset != pos:
+            what = "overlap" if r.offset < pos else "leave a gap"
+            raise FormatError(
+                f"entry {e.name_bytes.decode()!r}: the chunks written {what} at file offset "
+                f"{min(pos, r.offset)}; each byte must be written once (the chunks must tile "
+                "the array)", field="chunks")
+        crc = _crc32_combine(crc, r.crc, r.length)
+        pos += r.length
+    if pos != end:
+        raise FormatError(
+            f"entry {e.name_bytes.decode()!r}: the chunks written end at file offset {pos}, "
+            f"the entry at {end}; each byte must be written once (the chunks must tile the "
+            "array)", field="chunks")
+    return crc
+
+
 def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
             alignment: int = BUFFER_ALIGNMENT, checksums: bool = True, fsync: bool = True,
             verify: bool = True, progress: _PROGRESS | None = None) -> int:
@@ -2049,8 +2131,11 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
     permission bits are kept. See :func:`atomic_output`.
     """
     check_suffix(_fspath(path, "path"), "hurray")
-    plan = _plan_tensors(mapping, metadata, alignment, checksums)
-    _write_plan(path, plan, fsync=fsync)
+    plan = _plan_tensors(mapping, metadata, alignment, checksums, defer=True)
+    if plan.deferred:
+        _write_deferred(path, plan, fsync=fsync)
+    else:
+        _write_plan(path, plan, fsync=fsync)
 
 
 def dumps(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None = None, *,
