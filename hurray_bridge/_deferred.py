@@ -6,23 +6,19 @@ plans the file from the entry's descriptor alone (a :class:`Pending` stands for 
 bytes), preallocates the temporary at the planned size, writes the other entries,
 and hands the adapter a :class:`FileTarget` and the file offset of each deferred
 entry. The adapter has each chunk written where it is computed, with
-:func:`write_box`, which answers the CRC-32 of every contiguous run it wrote; the
+:func:`container.write_box`, which answers the CRC-32 of every contiguous run it wrote; the
 saver checks that the runs tile the entry and combines their checksums in file
 order, then writes the header and renames the temporary (docs/spec/container.md §8).
 """
 
 from __future__ import annotations
 
-import os
-import stat
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from .descriptor import Descriptor
-from .errors import FormatError, UnsupportedError
 
-__all__ = ["DeferredSave", "FileTarget", "Pending", "Run", "box_runs", "write_box"]
+__all__ = ["DeferredSave", "FileTarget", "Pending", "Run", "box_runs"]
 
 
 class Pending:
@@ -103,55 +99,3 @@ def box_runs(shape: Sequence[int], itemsize: int, start: Sequence[int],
             ax -= 1
         if ax < 0:
             return
-
-
-def write_box(target: FileTarget, entry_offset: int, shape: Sequence[int], itemsize: int,
-              start: Sequence[int], stop: Sequence[int], data: Any,
-              checksums: bool) -> list[Run]:
-    """Write one chunk, the box ``[start, stop)`` of an entry at ``entry_offset``, whose
-    row-major bytes are ``data`` (any buffer), into ``target``; the runs written.
-
-    Runs in the process that holds the chunk. The temporary is opened for writing by
-    name, never created, and refused unless it is the planned file.
-    """
-    view = memoryview(data).cast("B")
-    volume = itemsize
-    for a, b in zip(start, stop, strict=True):
-        volume *= max(b - a, 0)
-    if len(view) != volume:
-        raise FormatError(
-            f"a chunk of box {list(start)}..{list(stop)} holds {len(view)} bytes, but the box "
-            f"needs {volume} ({itemsize}-byte elements): the chunk's shape or type is not the "
-            "one the file was planned with (check the array's chunks and dtype)", field="chunk")
-    try:
-        fd = os.open(target.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise UnsupportedError(
-            f"the save's temporary {target.path!r} cannot be opened here: this process does "
-            "not see the saving process's file system; save where every worker sees that "
-            "path (a shared file system, or a cluster on this machine)") from None
-    runs = []
-    try:
-        st = os.fstat(fd)
-        if ((st.st_dev, st.st_ino, st.st_size) != target[1:]
-                or not stat.S_ISREG(st.st_mode)):
-            raise UnsupportedError(
-                f"{target.path!r} here is not the save's temporary (device {st.st_dev}, inode "
-                f"{st.st_ino}, {st.st_size} bytes; planned {target.device}, {target.inode}, "
-                f"{target.size}): another file system holds that path; save where every "
-                "worker sees the same file")
-        at = 0
-        for offset, length in box_runs(shape, itemsize, start, stop):
-            piece = view[at:at + length]
-            pos = entry_offset + offset
-            done = 0
-            while done < length:
-                n = os.pwrite(fd, piece[done:], pos + done)
-                if n <= 0:
-                    raise OSError(f"pwrite wrote {n} bytes into {target.path!r}")
-                done += n
-            runs.append(Run(pos, length, zlib.crc32(piece) if checksums else 0))
-            at += length
-    finally:
-        os.close(fd)
-    return runs

@@ -26,6 +26,7 @@ import operator
 import os
 import re
 import shlex
+import stat
 import struct
 import sys
 import threading
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from ._copy_policy import check_copy
-from ._deferred import FileTarget, Pending, Run
+from ._deferred import FileTarget, Pending, Run, box_runs
 from ._disk import (
     SUFFIX_FORMATS,
     WRITES_VECTORS,
@@ -1943,6 +1944,62 @@ def _write_deferred(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool) -
                 crcs[i] = _combined(plan.entries[i], at, runs)
         os.lseek(fd, 0, os.SEEK_SET)
         _write_all(fd, plan.head(crcs))
+
+
+def write_box(target: FileTarget, entry_offset: int, shape: Sequence[int], itemsize: int,
+              start: Sequence[int], stop: Sequence[int], data: Any,
+              checksums: bool) -> list[Run]:
+    """Write one chunk, the box ``[start, stop)`` of an entry at ``entry_offset``, whose
+    row-major bytes are ``data`` (any buffer), into ``target``; the runs written.
+
+    Runs in the process that holds the chunk. The temporary is opened for writing by
+    name, never created, and refused unless it is the planned file.
+    """
+    view = memoryview(data).cast("B")
+    volume = itemsize
+    for a, b in zip(start, stop, strict=True):
+        volume *= max(b - a, 0)
+    if len(view) != volume:
+        raise FormatError(
+            f"a chunk of box {list(start)}..{list(stop)} holds {len(view)} bytes, but the box "
+            f"needs {volume} ({itemsize}-byte elements): the chunk's shape or type is not the "
+            "one the file was planned with (check the array's chunks and dtype)", field="chunk")
+    try:
+        fd = os.open(target.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UnsupportedError(
+            f"the save's temporary {target.path!r} cannot be opened here: this process does "
+            "not see the saving process's file system; save where every worker sees that "
+            "path (a shared file system, or a cluster on this machine)") from None
+    runs = []
+    try:
+        st = os.fstat(fd)
+        if ((st.st_dev, st.st_ino, st.st_size) != target[1:]
+                or not stat.S_ISREG(st.st_mode)):
+            raise UnsupportedError(
+                f"{target.path!r} here is not the save's temporary (device {st.st_dev}, inode "
+                f"{st.st_ino}, {st.st_size} bytes; planned {target.device}, {target.inode}, "
+                f"{target.size}): another file system holds that path; save where every "
+                "worker sees the same file")
+        at = 0
+        for offset, length in box_runs(shape, itemsize, start, stop):
+            pos, crc = entry_offset + offset, 0
+            # In cache-sized slices: each checksummed right before it is written.
+            for cut in range(0, length, _CHUNK):
+                piece = view[at + cut:at + min(length, cut + _CHUNK)]
+                if checksums:
+                    crc = _crc32(piece, crc)
+                done = 0
+                while done < len(piece):
+                    n = os.pwrite(fd, piece[done:], pos + cut + done)
+                    if n <= 0:
+                        raise _bad_count("pwrite", n, len(piece) - done)
+                    done += n
+            runs.append(Run(pos, length, crc))
+            at += length
+    finally:
+        os.close(fd)
+    return runs
 
 
 def _combined(e: _PlanEntry, start: int, runs: Sequence[Run]) -> int:

@@ -29,9 +29,9 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph
 
 from hurray_bridge._copy_policy import check_copy, require_copy
-from hurray_bridge._deferred import FileTarget, Run, write_box
+from hurray_bridge._deferred import FileTarget, Run
 from hurray_bridge._registry import get_adapter
-from hurray_bridge.container import mapped_file_origin
+from hurray_bridge.container import mapped_file_origin, write_box
 from hurray_bridge.conversion import asarray
 from hurray_bridge.descriptor import Descriptor
 from hurray_bridge.dtypes import DType

@@ -216,7 +216,8 @@ def test_chunk_that_computes_another_dtype_is_refused_and_nothing_replaced(
 
 
 def test_write_box_refuses_a_file_that_is_not_the_planned_one(tmp_path: Path) -> None:
-    from hurray_bridge._deferred import FileTarget, write_box
+    from hurray_bridge._deferred import FileTarget
+    from hurray_bridge.container import write_box
 
     other = tmp_path / "other"
     other.write_bytes(bytes(64))
