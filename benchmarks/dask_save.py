@@ -14,8 +14,8 @@ so neither side gathers anything into the client:
 Neither flushes to disk (``fsync=False``; the memmap is not flushed): both leave the
 same dirty pages. Rounds alternate the order, each after ``os.sync()`` and a reset of
 every process's peak resident set (``/proc/self/clear_refs``), so the peak each worker
-reports (``VmHWM``) is that of the one save. The memmap's written pages are mapped
-into the peer's workers and count in their resident set; ``pwrite`` maps nothing.
+reports (``VmHWM``) is that of the one save. The peer maps the memmap afresh for each
+chunk, so at most one chunk's written pages count in its resident set at a time.
 The client's peak is reported too: neither side holds the array there.
 
 ``python -m benchmarks.dask_save [--size 1GiB] [--rounds 3]``;
@@ -162,8 +162,7 @@ def run(small: bool = False, size: int | None = None, rounds: int = 3) -> dict[s
             f"workers; {rounds} rounds, alternating order, peak RSS reset before each save",
             f"hb.save: {gib_s:.2f} GiB/s; peak RSS per worker (max of the two, median over "
             f"rounds): hb.save {statistics.median(peaks['hurray']):.0f} MiB, da.store into "
-            f"memmap {statistics.median(peaks['peer']):.0f} MiB (its mapped file pages "
-            "count); array "
+            f"memmap {statistics.median(peaks['peer']):.0f} MiB; array "
             f"{nbytes >> 20} MiB",
             "client peak RSS during a save: hb.save "
             f"{statistics.median(client_peaks['hurray']):.0f} MiB, da.store "

@@ -85,6 +85,17 @@ def test_file_entry_is_read_lazily_chunk_by_chunk(tmp_path: Path) -> None:
     np.testing.assert_array_equal(x.compute(), a)
 
 
+def test_safetensors_entry_is_read_from_its_file_too(tmp_path: Path) -> None:
+    from hurray_bridge import safetensors_io
+
+    a = np.arange(300, dtype=np.float16).reshape(30, 10)
+    path = tmp_path / "m.safetensors"
+    safetensors_io.save(path, {"w": a})
+    x = D.from_hurray(hb.load(path)["w"], chunks=(7, 10))
+    assert all(not isinstance(v, np.ndarray) for v in dict(x.dask).values())
+    np.testing.assert_array_equal(x.compute(), a)
+
+
 def test_file_entry_refused_once_the_file_is_replaced(tmp_path: Path) -> None:
     path = tmp_path / "a.hurray"
     hb.save(path, {"a": np.zeros(1000)})
@@ -147,6 +158,8 @@ def test_sharded_without_a_grid_is_assembled_as_a_reported_copy() -> None:
     boxes = [Box((0, 0), (1, 3)), Box((0, 3), (1, 1)), Box((1, 0), (1, 1)), Box((1, 1), (1, 3))]
     st = hb.split(a, boxes)
     assert from_sharded(st) is NotImplemented
+    with pytest.raises(hb.CopyRequiredError, match="assembled into one array"):
+        hb.convert(st, "dask", copy=False)
     with pytest.warns(hb.CopyWarning):
         x = hb.convert(st, "dask")
     np.testing.assert_array_equal(x.compute(), a)
@@ -236,3 +249,12 @@ def test_dumps_computes_the_array() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # dumps builds bytes here: no copy to report
         assert hb.dumps({"x": da.from_array(a, chunks=4)}) == hb.dumps({"x": a})
+
+
+def test_several_dask_entries_are_written_in_one_computation(tmp_path: Path) -> None:
+    a = np.arange(40, dtype=np.int64).reshape(8, 5)
+    b = np.linspace(0, 1, 33, dtype=np.float32)
+    x, y = da.from_array(a, chunks=(3, 2)), da.from_array(b, chunks=10)
+    hb.save(tmp_path / "d.hurray", {"x": x, "mid": b[:3], "y": y}, checksums=False)
+    hb.save(tmp_path / "n.hurray", {"x": a, "mid": b[:3], "y": b}, checksums=False)
+    assert (tmp_path / "d.hurray").read_bytes() == (tmp_path / "n.hurray").read_bytes()

@@ -11,6 +11,8 @@ Skipped when dask or distributed is not installed.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,6 +88,9 @@ def test_each_chunk_is_written_by_the_worker_that_computed_it(client: Any,
     want = bounded(x.compute)
     np.testing.assert_array_equal(hb.convert(hb.load(path)["x"], "numpy"), want)
     verify(path)  # the CRC-32 combined from the workers' runs is the entry's
+    cli = subprocess.run([sys.executable, "-m", "hurray_bridge", "verify", str(path)],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
     hb.save(tmp_path / "n.hurray", {"x": want})
     assert path.read_bytes() == (tmp_path / "n.hurray").read_bytes()
     assert sorted(os.listdir(tmp_path)) == ["n.hurray", "x.hurray"]
