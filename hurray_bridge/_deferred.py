@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 from .descriptor import Descriptor
 
-__all__ = ["DeferredSave", "FileTarget", "Pending", "Run", "box_runs"]
+__all__ = ["DeferredSave", "FileTarget", "Job", "Pending", "Run", "box_runs"]
 
 
 class Pending:
@@ -52,6 +52,16 @@ class Run(NamedTuple):
     crc: int
 
 
+class Job(NamedTuple):
+    """One deferred entry to write: the value, the file offset of its bytes, its planned
+    (row-major) descriptor and its name."""
+
+    value: Any
+    offset: int
+    descriptor: Descriptor
+    name: str
+
+
 class DeferredSave(Protocol):
     """What an adapter declares as ``DEFERRED_SAVE`` for values it writes itself."""
 
@@ -59,9 +69,10 @@ class DeferredSave(Protocol):
         """The row-major descriptor ``obj``'s entry will have (its bytes untouched)."""
         ...
 
-    def write(self, target: FileTarget, jobs: Sequence[tuple[Any, int]],
+    def write(self, target: FileTarget, jobs: Sequence[Job],
               checksums: bool) -> list[list[Run]]:
-        """Write each ``(obj, file offset)`` of ``jobs``; the runs written, per job."""
+        """Write each of ``jobs``, chunk by chunk, with ``container.write_box`` in the
+        processes that hold the chunks; the runs written, per job."""
         ...
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from ._copy_policy import check_copy
-from ._deferred import FileTarget, Pending, Run, box_runs
+from ._deferred import FileTarget, Job, Pending, Run, box_runs
 from ._disk import (
     SUFFIX_FORMATS,
     WRITES_VECTORS,
@@ -60,9 +60,10 @@ from ._safetensors_header import (
     read_header_and_descriptors,
     read_header_from,
 )
-from ._trailing import high_bits, placed_pieces, set_trailing_bits
+from ._trailing import high_bits, placed_pieces, set_trailing_bits, written_pieces
 from .conversion import asarray, asarray_one
 from .descriptor import Descriptor
+from .dtypes import bool8
 from .errors import ClosedFileError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
 from .shards import ShardedTensor, _missing_box, check_set
@@ -1286,8 +1287,8 @@ class _Plan:
     data_offset: int
     data_length: int
     keep_alive: Sequence[object]
-    # Entries the processes holding their parts write: (entry index, saver, value).
-    deferred: Sequence[tuple[int, Any, Any]] = ()
+    # Entries the processes holding their parts write: (entry index, saver, value, descriptor).
+    deferred: Sequence[tuple[int, Any, Any, Descriptor]] = ()
 
     @property
     def file_size(self) -> int:
@@ -1451,7 +1452,7 @@ def _plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None
         saver = deferred_save(type(value)) if defer else None
         if saver is not None:
             d = saver.describe(value)
-            deferred.append((len(items), saver, value))
+            deferred.append((len(items), saver, value, d))
             # Not a piece to write: _plan places it, _write_deferred leaves it to the saver.
             items.append((name, d, [cast(_Piece, Pending(d.nbytes))]))
             continue
@@ -1922,7 +1923,7 @@ def _write_deferred(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool) -
         os.ftruncate(fd, plan.file_size)  # the gaps and padding read as zeros
         st = os.fstat(fd)
         crcs = [0] * len(plan.entries)
-        pending = {i for i, _, _ in plan.deferred}
+        pending = {i for i, *_ in plan.deferred}
         for i, e in enumerate(plan.entries):
             if i in pending:
                 continue
@@ -1933,37 +1934,48 @@ def _write_deferred(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool) -
                     if plan.checksums:
                         crcs[i] = _crc32(src, crcs[i])
         target = FileTarget(tmp, st.st_dev, st.st_ino, plan.file_size)
-        by_saver: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
-        for i, saver, value in plan.deferred:
-            by_saver.setdefault(id(saver), (saver, []))[1].append((i, value))
-        for saver, jobs in by_saver.values():
-            starts = [plan.data_offset + plan.entries[i].offsets[0] for i, _ in jobs]
-            written = saver.write(target, [(v, at) for (_, v), at in zip(jobs, starts)],
-                                  plan.checksums)
-            for (i, _), at, runs in zip(jobs, starts, written, strict=True):
-                crcs[i] = _combined(plan.entries[i], at, runs)
+        by_saver: dict[int, tuple[Any, list[int], list[Job]]] = {}
+        for i, saver, value, d in plan.deferred:
+            e = plan.entries[i]
+            _, index, jobs = by_saver.setdefault(id(saver), (saver, [], []))
+            index.append(i)
+            jobs.append(Job(value, plan.data_offset + e.offsets[0], d, e.name_bytes.decode()))
+        for saver, index, jobs in by_saver.values():
+            written = saver.write(target, jobs, plan.checksums)
+            for i, job, runs in zip(index, jobs, written, strict=True):
+                crcs[i] = _combined(plan.entries[i], job.offset, runs)
         os.lseek(fd, 0, os.SEEK_SET)
         _write_all(fd, plan.head(crcs))
 
 
-def write_box(target: FileTarget, entry_offset: int, shape: Sequence[int], itemsize: int,
-              start: Sequence[int], stop: Sequence[int], data: Any,
-              checksums: bool) -> list[Run]:
-    """Write one chunk, the box ``[start, stop)`` of an entry at ``entry_offset``, whose
-    row-major bytes are ``data`` (any buffer), into ``target``; the runs written.
+def write_box(target: FileTarget, job: Job, start: Sequence[int], stop: Sequence[int],
+              data: Any, checksums: bool) -> list[Run]:
+    """Write one chunk of a deferred entry, its box ``[start, stop)``, whose row-major bytes
+    are ``data`` (any buffer), into ``target``; the runs written.
 
-    Runs in the process that holds the chunk. The temporary is opened for writing by
-    name, never created, and refused unless it is the planned file.
+    Runs in the process that holds the chunk (``job.value`` is not used here). The bytes
+    are checked and masked as every save's are (a bool8 byte that is no bool8 value is
+    refused; padded sub-byte elements are written with their high bits clear). The
+    temporary is opened for writing by name, never created, and refused unless it is the
+    planned file.
     """
+    d = job.descriptor
+    itemsize = d.dtype.itemsize
     view = memoryview(data).cast("B")
     volume = itemsize
     for a, b in zip(start, stop, strict=True):
         volume *= max(b - a, 0)
     if len(view) != volume:
         raise FormatError(
-            f"a chunk of box {list(start)}..{list(stop)} holds {len(view)} bytes, but the box "
-            f"needs {volume} ({itemsize}-byte elements): the chunk's shape or type is not the "
-            "one the file was planned with (check the array's chunks and dtype)", field="chunk")
+            f"entry {job.name!r}: a chunk of box {list(start)}..{list(stop)} holds {len(view)} "
+            f"bytes, but the box needs {volume} ({itemsize}-byte elements): the chunk's shape "
+            "or type is not the one the file was planned with (check the array's chunks and "
+            "dtype)", field="chunk")
+    if volume and (d.padded or d.dtype == bool8):
+        flat = Descriptor((volume // itemsize,), d.dtype, padded=d.padded)
+        (pieces,) = written_pieces(flat, [view], f"{job.name} (the chunk at {list(start)})")
+        if len(pieces) > 1 or pieces[0] is not view:
+            view = memoryview(b"".join(bytes(p) for p in pieces))
     try:
         fd = os.open(target.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -1982,8 +1994,8 @@ def write_box(target: FileTarget, entry_offset: int, shape: Sequence[int], items
                 f"{target.size}): another file system holds that path; save where every "
                 "worker sees the same file")
         at = 0
-        for offset, length in box_runs(shape, itemsize, start, stop):
-            pos, crc = entry_offset + offset, 0
+        for offset, length in box_runs(d.shape, itemsize, start, stop):
+            pos, crc = job.offset + offset, 0
             # In cache-sized slices: each checksummed right before it is written.
             for cut in range(0, length, _CHUNK):
                 piece = view[at + cut:at + min(length, cut + _CHUNK)]

@@ -29,7 +29,7 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph
 
 from hurray_bridge._copy_policy import check_copy, require_copy
-from hurray_bridge._deferred import FileTarget, Run
+from hurray_bridge._deferred import FileTarget, Job, Run
 from hurray_bridge._registry import get_adapter
 from hurray_bridge.container import mapped_file_origin, write_box
 from hurray_bridge.conversion import asarray
@@ -175,21 +175,20 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None,
 
 
 # ------------------------------------------------------------- saves by the workers
-def _write_chunk(chunk: Any, target: FileTarget, entry_offset: int, shape: tuple[int, ...],
-                 start: tuple[int, ...], stop: tuple[int, ...], dtype: np.dtype,
-                 checksums: bool) -> list[Run]:
+def _write_chunk(chunk: Any, target: FileTarget, job: Job, start: tuple[int, ...],
+                 stop: tuple[int, ...], dtype: np.dtype, checksums: bool) -> list[Run]:
     """Write one computed chunk into the save's temporary (in the process computing it)."""
     want = tuple(b - a for a, b in zip(start, stop, strict=True))
     if not isinstance(chunk, np.ndarray) or chunk.dtype != dtype or chunk.shape != want:
         got = (f"{type(chunk).__name__} of {chunk.dtype} {chunk.shape}"
                if isinstance(chunk, np.ndarray) else type(chunk).__name__)
         raise FormatError(
-            f"a chunk at {list(start)} computed as {got}, but the file was planned from the "
-            f"Dask array's metadata, {dtype} {want}: the array's dtype or chunks are not what "
-            "its graph computes (fix the map_blocks dtype=/chunks=, or compute it first)",
-            field="chunk")
+            f"entry {job.name!r}: a chunk at {list(start)} computed as {got}, but the file was "
+            f"planned from the Dask array's metadata, {dtype} {want}: the array's dtype or "
+            "chunks are not what its graph computes (fix the map_blocks dtype=/chunks=, or "
+            "compute it first)", field="chunk")
     flat = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
-    return write_box(target, entry_offset, shape, dtype.itemsize, start, stop, flat, checksums)
+    return write_box(target, job, start, stop, flat, checksums)
 
 
 class _DeferredSave:
@@ -201,21 +200,22 @@ class _DeferredSave:
         dtype = dtype_of(obj.dtype)
         return Descriptor(shape, dtype, padded=dtype.bits < 8)
 
-    def write(self, target: FileTarget, jobs: list[tuple[Any, int]],
-              checksums: bool) -> list[list[Run]]:
+    def write(self, target: FileTarget, jobs: list[Job], checksums: bool) -> list[list[Run]]:
         tasks, counts = [], []
         write = dask.delayed(_write_chunk, pure=False)
-        for x, offset in jobs:
-            shape = tuple(int(n) for n in x.shape)
+        for job in jobs:
+            x = job.value
             bounds = [np.cumsum((0, *c)).tolist() for c in x.chunks]
             blocks = x.to_delayed()
             name = f"hurray-write-{x.name}"
+            # What travels with each task: the job without the array (the task has its chunk).
+            small = job._replace(value=None)
             for idx in np.ndindex(*blocks.shape):
                 start = tuple(b[i] for b, i in zip(bounds, idx, strict=True))
                 stop = tuple(b[i + 1] for b, i in zip(bounds, idx, strict=True))
                 # Named after the chunk's own key: the scheduler runs it where the chunk is.
-                tasks.append(write(blocks[idx], target, offset, shape, start, stop, x.dtype,
-                                   checksums, dask_key_name=(name, *idx)))
+                tasks.append(write(blocks[idx], target, small, start, stop, x.dtype, checksums,
+                                   dask_key_name=(name, *idx)))
             counts.append(blocks.size)
         done = dask.compute(*tasks)
         out, at = [], 0

@@ -229,19 +229,41 @@ def test_chunk_that_computes_another_dtype_is_refused_and_nothing_replaced(
 
 
 def test_write_box_refuses_a_file_that_is_not_the_planned_one(tmp_path: Path) -> None:
-    from hurray_bridge._deferred import FileTarget
+    from hurray_bridge._deferred import FileTarget, Job
     from hurray_bridge.container import write_box
 
     other = tmp_path / "other"
     other.write_bytes(bytes(64))
     st = os.stat(other)
+    job = Job(None, 0, hb.Descriptor((8,), hb.float64), "x")
     target = FileTarget(str(other), st.st_dev, st.st_ino + 1, 64)
     with pytest.raises(hb.UnsupportedError, match="not the save's temporary"):
-        write_box(target, 0, (8,), 8, (0,), (8,), np.zeros(8), False)
+        write_box(target, job, (0,), (8,), np.zeros(8), False)
     with pytest.raises(hb.UnsupportedError, match="cannot be opened here"):
-        write_box(FileTarget(str(tmp_path / "gone"), 0, 0, 64), 0, (8,), 8, (0,), (8,),
+        write_box(FileTarget(str(tmp_path / "gone"), 0, 0, 64), job, (0,), (8,),
                   np.zeros(8), False)
     assert other.read_bytes() == bytes(64)
+    assert not (tmp_path / "gone").exists()  # opened by name, never created
+
+
+def test_padded_high_bits_are_cleared_as_every_save_clears_them(tmp_path: Path) -> None:
+    ml = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    # int4 held one per byte, from the bytes of -8..23: most have bits above the element's
+    # set, which every save clears (the raw bytes are not in the file).
+    a = np.arange(-8, 24, dtype=np.int8).view(ml.int4).reshape(4, 8)
+    hb.save(tmp_path / "d.hurray", {"x": da.from_array(a, chunks=(3, 5))})
+    hb.save(tmp_path / "n.hurray", {"x": a})
+    data = (tmp_path / "d.hurray").read_bytes()
+    assert data == (tmp_path / "n.hurray").read_bytes()
+    assert a.view(np.uint8).tobytes() not in data
+    verify(tmp_path / "d.hurray")
+
+
+def test_a_bool8_byte_that_is_no_bool8_value_is_refused(tmp_path: Path) -> None:
+    a = np.frombuffer(bytes([0, 1, 1, 0, 2, 1]), np.bool_).reshape(2, 3)
+    with pytest.raises(hb.FormatError, match=r"'x \(the chunk at \[1, 0\]\)'.*0x02"):
+        hb.save(tmp_path / "d.hurray", {"x": da.from_array(a, chunks=(1, 3))})
+    assert os.listdir(tmp_path) == []
 
 
 def test_dumps_computes_the_array() -> None:
