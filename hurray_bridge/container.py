@@ -696,12 +696,14 @@ class _Mapping:
     file descriptor.
     """
 
-    __slots__ = ("__weakref__", "address", "alignment_note", "mm", "path", "view")
+    __slots__ = ("__weakref__", "address", "alignment_note", "mm", "path", "stamp", "view")
 
-    def __init__(self, view: memoryview, mm: _mmap.mmap | None = None, path: str | None = None):
+    def __init__(self, view: memoryview, mm: _mmap.mmap | None = None, path: str | None = None,
+                 stamp: tuple[int, int, int, int] | None = None):
         self.view = view
         self.mm = mm
         self.path = path
+        self.stamp = stamp  # the mapped file's (device, inode, size, mtime_ns) when mapped
         self.address = buffer_address(view)[0]  # view pins the memory
         # Why many of this file's tensors are unaligned, and the fix; what a copy made
         # for that reason adds to its warning (_copy_policy.alignment_note).
@@ -711,13 +713,21 @@ class _Mapping:
         return f"<hurray mapping of {self.path or 'a buffer'}, {len(self.view)} bytes>"
 
 
-def mapped_file_origin(t: Tensor) -> tuple[str, int] | None:
-    """``(path, file offset of its first byte)`` for a tensor that points into a file
-    :func:`load` mapped, so that another process can map the same bytes; else ``None``."""
+def file_stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What tells one file from its replacement or a rewrite: device, inode, size and
+    modification time (ns)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def mapped_file_origin(t: Tensor) -> tuple[str, int, tuple[int, int, int, int]] | None:
+    """``(path, file offset of its first byte, the file's stamp when mapped)`` for a tensor
+    that points into a file :func:`load` mapped, so that another process can map the same
+    bytes (and tell whether the file under ``path`` is still that one); else ``None``."""
     owner = t.owner
-    if type(owner) is not _Mapping or owner.mm is None or owner.path is None or not t.nbytes:
+    if (type(owner) is not _Mapping or owner.mm is None or owner.path is None
+            or owner.stamp is None or not t.nbytes):
         return None
-    return owner.path, t.data_ptr - owner.address
+    return owner.path, t.data_ptr - owner.address, owner.stamp
 
 
 def _tensors_over(entries: Sequence[EntryInfo], base: int, owner: object,
@@ -844,7 +854,7 @@ def _mapping(f: Any, size: int, path: str,
     try:
         if check is not None:
             check(view)
-        return _Mapping(view, mm, path)
+        return _Mapping(view, mm, path, file_stamp(os.fstat(f.fileno())))
     except BaseException:
         view.release()
         try:

@@ -31,7 +31,7 @@ from dask.highlevelgraph import HighLevelGraph
 from hurray_bridge._copy_policy import check_copy, require_copy
 from hurray_bridge._deferred import FileTarget, Job, Run
 from hurray_bridge._registry import get_adapter
-from hurray_bridge.container import mapped_file_origin, write_box
+from hurray_bridge.container import file_stamp, mapped_file_origin, write_box
 from hurray_bridge.conversion import asarray
 from hurray_bridge.descriptor import Descriptor
 from hurray_bridge.dtypes import DType
@@ -123,8 +123,8 @@ class _FileSlices:
 
     Dask slices it once per chunk, in the process that computes the chunk, which maps
     the file there: so a chunk is a view of a map in the worker that holds it. The
-    file must still be the one loaded (same device, inode, size and modification
-    time); a replaced or rewritten file is refused.
+    file must still be the one ``hb.load`` mapped (same device, inode, size and
+    modification time as then); a replaced or rewritten file is refused.
     """
 
     def __init__(self, path: str, offset: int, shape: tuple[int, ...], dtype: np.dtype,
@@ -134,19 +134,13 @@ class _FileSlices:
         self.ndim = len(shape)
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        st = os.stat(self.path)
-        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.stamp:
+        if file_stamp(os.stat(self.path)) != self.stamp:
             raise FormatError(
                 f"{self.path!r} changed after it was loaded (device, inode, size or "
                 "modification time differ), so a chunk of its entry cannot be read as it "
                 "was; load the file again and convert its entry again", field="file")
         whole = np.memmap(self.path, self.dtype, "r", self.offset, self.shape)
         return np.asarray(whole[key])
-
-
-def _stamp(path: str) -> tuple[int, int, int, int]:
-    st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None,
@@ -165,9 +159,9 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None,
     origin = mapped_file_origin(t) if not copy else None
     if (origin is not None and t.is_dense and t.strides is None
             and (t.dtype.bits >= 8 or t.descriptor.padded)):
-        path, offset = origin
+        path, offset, stamp = origin
         dt = native_dtype(t.dtype)
-        src = _FileSlices(path, offset, t.shape, dt, _stamp(path))
+        src = _FileSlices(path, offset, t.shape, dt, stamp)
         return da.from_array(src, chunks=chunks, lock=False, asarray=False,
                              inline_array=True, meta=np.empty((0,) * t.ndim, dt))
     arr = _numpy().from_hurray(t, copy=copy)

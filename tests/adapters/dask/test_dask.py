@@ -105,6 +105,16 @@ def test_file_entry_refused_once_the_file_is_replaced(tmp_path: Path) -> None:
         x.compute()
 
 
+def test_file_replaced_between_load_and_convert_is_refused_too(tmp_path: Path) -> None:
+    path = tmp_path / "a.hurray"
+    hb.save(path, {"a": np.zeros(1000)})
+    f = hb.load(path)
+    hb.save(path, {"a": np.ones(1000)})  # before the conversion: the map still holds zeros
+    x = hb.convert(f["a"], "dask")
+    with pytest.raises(hb.FormatError, match="changed after it was loaded"):
+        x.compute()
+
+
 def test_asarray_computes_a_copy_and_copy_false_refuses() -> None:
     a = np.arange(100, dtype=np.int32).reshape(10, 10)
     x = da.from_array(a, chunks=3)
