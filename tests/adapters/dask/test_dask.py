@@ -17,7 +17,6 @@ da = pytest.importorskip("dask.array", reason="dask is not installed: pip instal
                                               "'hurray-bridge[dask]'")
 
 import hurray_bridge as hb  # noqa: E402
-from hurray_bridge._deferred import box_runs  # noqa: E402
 from hurray_bridge.adapters import dask as D  # noqa: E402
 from hurray_bridge.adapters.dask.shards import from_sharded, grid_of  # noqa: E402
 from hurray_bridge.container import verify  # noqa: E402
@@ -176,19 +175,6 @@ def test_sharded_without_a_grid_is_assembled_as_a_reported_copy() -> None:
 
 
 # ------------------------------------------------------------------ saves
-def test_box_runs_cover_a_box_in_row_major_order() -> None:
-    shape, item = (3, 4, 5), 2
-    flat = np.arange(60).reshape(shape)
-    for start, stop in [((0, 0, 0), (3, 4, 5)), ((1, 0, 0), (2, 4, 5)), ((0, 1, 2), (3, 3, 4)),
-                        ((2, 3, 4), (3, 4, 5)), ((0, 2, 0), (3, 4, 5))]:
-        runs = list(box_runs(shape, item, start, stop))
-        got = np.concatenate([flat.reshape(-1)[o // item:(o + n) // item] for o, n in runs])
-        box = tuple(slice(a, b) for a, b in zip(start, stop))
-        np.testing.assert_array_equal(got, flat[box].reshape(-1))
-    assert list(box_runs((3, 4, 5), 2, (0, 0, 0), (3, 4, 5))) == [(0, 120)]
-    assert list(box_runs((), 8, (), ())) == [(0, 8)]
-
-
 @pytest.mark.parametrize("chunks", [(4, 16), (3, 5), (16, 1), (1, 16)],
                          ids=["rows", "blocks", "columns", "single-rows"])
 def test_save_is_byte_identical_to_a_save_of_the_computed_array(tmp_path: Path,
@@ -236,24 +222,6 @@ def test_chunk_that_computes_another_dtype_is_refused_and_nothing_replaced(
         hb.save(path, {"x": liar})
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["x.hurray"]
-
-
-def test_write_box_refuses_a_file_that_is_not_the_planned_one(tmp_path: Path) -> None:
-    from hurray_bridge._deferred import FileTarget, Job
-    from hurray_bridge.container import write_box
-
-    other = tmp_path / "other"
-    other.write_bytes(bytes(64))
-    st = os.stat(other)
-    job = Job(None, 0, hb.Descriptor((8,), hb.float64), "x")
-    target = FileTarget(str(other), st.st_dev, st.st_ino + 1, 64)
-    with pytest.raises(hb.UnsupportedError, match="not the save's temporary"):
-        write_box(target, job, (0,), (8,), np.zeros(8), False)
-    with pytest.raises(hb.UnsupportedError, match="cannot be opened here"):
-        write_box(FileTarget(str(tmp_path / "gone"), 0, 0, 64), job, (0,), (8,),
-                  np.zeros(8), False)
-    assert other.read_bytes() == bytes(64)
-    assert not (tmp_path / "gone").exists()  # opened by name, never created
 
 
 def test_padded_high_bits_are_cleared_as_every_save_clears_them(tmp_path: Path) -> None:
