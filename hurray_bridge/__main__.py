@@ -897,8 +897,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Hand one tensor per element type across every pair of "
                                    "installed frameworks and report zero-copy, copies and "
                                    "refusals with their reasons and timings.")
-    m.add_argument("--frameworks", nargs="+", metavar="NAME", choices=tuple(ADAPTERS),
-                   help=f"a subset of {' '.join(ADAPTERS)} (default: the installed CPU ones)")
+    in_matrix = tuple(n for n, a in ADAPTERS.items() if not a.not_in_matrix)
+    m.add_argument("--frameworks", nargs="+", metavar="NAME", choices=in_matrix,
+                   help=f"a subset of {' '.join(in_matrix)} (default: the installed CPU ones)")
     m.add_argument("--dtypes", nargs="+", metavar="DTYPE", help="element types (default: all)")
     m.add_argument("--size", type=_at_least_one, default=1024,
                    help="elements per sample tensor (>= 1; default 1024)")

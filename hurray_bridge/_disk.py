@@ -309,6 +309,19 @@ def _name_target(exc: OSError, target: str, tmp: str) -> None:
 def atomic_output(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterator[int]:
     """A file descriptor whose content replaces ``path`` only if the block succeeds.
 
+    See :func:`atomic_temporary`, which this is, giving the descriptor only.
+    """
+    with atomic_temporary(path, fsync=fsync) as (fd, _):
+        yield fd
+
+
+@contextlib.contextmanager
+def atomic_temporary(path: str | os.PathLike[str], *,
+                     fsync: bool = True) -> Iterator[tuple[int, str]]:
+    """The file descriptor and path of a temporary whose content replaces ``path`` only if
+    the block succeeds. (The path is for writers in other processes, as a Dask save's
+    workers are: they open it by that name, never creating it.)
+
     The data goes to a temporary file in the same directory (so the rename
     cannot cross file systems), which is fsynced, renamed over ``path`` with
     ``os.replace`` (atomic on POSIX and Windows) and whose directory entry is
@@ -343,7 +356,7 @@ def atomic_output(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterat
         try:
             if old is not None:
                 _keep_attributes(fd, old)
-            yield fd
+            yield fd, tmp
             if fsync:
                 _flush(fd)
         finally:

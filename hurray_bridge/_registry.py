@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from .errors import BackendNotAvailableError, UnsupportedError
 
-__all__ = ["ADAPTERS", "adapter_for", "adapter_name_for_type", "get_adapter",
+__all__ = ["ADAPTERS", "adapter_for", "adapter_name_for_type", "deferred_save", "get_adapter",
            "get_adapter_module", "host_memory_hold", "legacy_exports_mutable"]
 
 
@@ -29,6 +29,9 @@ class AdapterSpec(NamedTuple):
     framework: str  # top-level import name
     extra: str  # pip extra that installs it
     note: str = ""  # added to the not-installed message
+    # Why `hurray matrix` leaves it out ("" when it is in): the report hands one array's
+    # memory to another framework and compares addresses, which a lazy collection has not.
+    not_in_matrix: str = ""
 
 
 ADAPTERS: dict[str, AdapterSpec] = {
@@ -38,6 +41,10 @@ ADAPTERS: dict[str, AdapterSpec] = {
     "arrow": AdapterSpec("arrow", "pyarrow", "arrow"),
     "cupy": AdapterSpec("cupy", "cupy", "cupy", "that extra installs cupy-cuda12x (CUDA 12); "
                         "for CUDA 13 use 'hurray-bridge[cupy-cuda13]'"),
+    "dask": AdapterSpec("dask", "dask", "dask", not_in_matrix=(
+        "a Dask array is a lazy collection of NumPy chunks, not one block of memory to hand "
+        "off: its chunks are NumPy views (tests/adapters/dask proves it), and the NumPy "
+        "column of the report stands for them")),
 }
 # Top-level module of an object's type -> adapter name.
 _MODULE_TO_ADAPTER = {
@@ -48,6 +55,7 @@ _MODULE_TO_ADAPTER = {
     "pyarrow": "arrow",
     "cupy": "cupy",
     "cupyx": "cupy",
+    "dask": "dask",
 }
 _ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch"}
 
@@ -137,6 +145,13 @@ def host_memory_hold(tp: type) -> Any:
     loaded, gives ``None``.
     """
     return _declared(tp, "HOLD_HOST_MEMORY", None)
+
+
+def deferred_save(tp: type) -> Any:
+    """How ``tp`` values are written into a file by the processes that hold their parts
+    (``DEFERRED_SAVE`` of its adapter, a ``_deferred.DeferredSave``), or ``None`` for
+    values the saving process writes itself."""
+    return _declared(tp, "DEFERRED_SAVE", None)
 
 
 def _declared(tp: type, declaration: str, default: Any) -> Any:

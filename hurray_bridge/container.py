@@ -26,6 +26,7 @@ import operator
 import os
 import re
 import shlex
+import stat
 import struct
 import sys
 import threading
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from ._copy_policy import check_copy
+from ._deferred import FileTarget, Job, Pending, Run, box_runs
 from ._disk import (
     SUFFIX_FORMATS,
     WRITES_VECTORS,
@@ -45,20 +47,23 @@ from ._disk import (
     _write_all,
     _write_vectors,
     atomic_output,
+    atomic_temporary,
     check_suffix,
     checkpoint,
     interruptible,
     stale_temporaries,
 )
 from ._memory import alloc_aligned, buffer_address
+from ._registry import deferred_save
 from ._safetensors_header import (
     looks_like_safetensors,
     read_header_and_descriptors,
     read_header_from,
 )
-from ._trailing import high_bits, placed_pieces, set_trailing_bits
+from ._trailing import high_bits, placed_pieces, set_trailing_bits, written_pieces
 from .conversion import asarray, asarray_one
 from .descriptor import Descriptor
+from .dtypes import bool8
 from .errors import ClosedFileError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
 from .shards import ShardedTensor, _missing_box, check_set
@@ -691,12 +696,14 @@ class _Mapping:
     file descriptor.
     """
 
-    __slots__ = ("__weakref__", "address", "alignment_note", "mm", "path", "view")
+    __slots__ = ("__weakref__", "address", "alignment_note", "mm", "path", "stamp", "view")
 
-    def __init__(self, view: memoryview, mm: _mmap.mmap | None = None, path: str | None = None):
+    def __init__(self, view: memoryview, mm: _mmap.mmap | None = None, path: str | None = None,
+                 stamp: tuple[int, int, int, int] | None = None):
         self.view = view
         self.mm = mm
         self.path = path
+        self.stamp = stamp  # the mapped file's (device, inode, size, mtime_ns) when mapped
         self.address = buffer_address(view)[0]  # view pins the memory
         # Why many of this file's tensors are unaligned, and the fix; what a copy made
         # for that reason adds to its warning (_copy_policy.alignment_note).
@@ -704,6 +711,23 @@ class _Mapping:
 
     def __repr__(self) -> str:
         return f"<hurray mapping of {self.path or 'a buffer'}, {len(self.view)} bytes>"
+
+
+def file_stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What tells one file from its replacement or a rewrite: device, inode, size and
+    modification time (ns)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def mapped_file_origin(t: Tensor) -> tuple[str, int, tuple[int, int, int, int]] | None:
+    """``(path, file offset of its first byte, the file's stamp when mapped)`` for a tensor
+    that points into a file :func:`load` mapped, so that another process can map the same
+    bytes (and tell whether the file under ``path`` is still that one); else ``None``."""
+    owner = t.owner
+    if (type(owner) is not _Mapping or owner.mm is None or owner.path is None
+            or owner.stamp is None or not t.nbytes):
+        return None
+    return owner.path, t.data_ptr - owner.address, owner.stamp
 
 
 def _tensors_over(entries: Sequence[EntryInfo], base: int, owner: object,
@@ -830,7 +854,7 @@ def _mapping(f: Any, size: int, path: str,
     try:
         if check is not None:
             check(view)
-        return _Mapping(view, mm, path)
+        return _Mapping(view, mm, path, file_stamp(os.fstat(f.fileno())))
     except BaseException:
         view.release()
         try:
@@ -1273,6 +1297,8 @@ class _Plan:
     data_offset: int
     data_length: int
     keep_alive: Sequence[object]
+    # Entries the processes holding their parts write: (entry index, saver, value, descriptor).
+    deferred: Sequence[tuple[int, Any, Any, Descriptor]] = ()
 
     @property
     def file_size(self) -> int:
@@ -1402,6 +1428,10 @@ def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece]]],
             else:
                 offsets.append(0)
         desc = encode(d, offsets)
+        if isinstance(sources[0], Pending):  # written elsewhere, whole bytes, one buffer
+            entries.append(_PlanEntry(nb, desc, tuple(sources), tuple(offsets)))
+            table += _ENTRY.size + _pad8(len(nb)) + len(desc)
+            continue
         # Each buffer as the pieces to write: packed sub-byte data ends with zero bits.
         # (A file region slices like the view it stands for.)
         views = cast(Sequence[memoryview], sources)
@@ -1414,22 +1444,35 @@ def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece]]],
 
 
 def _plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
-                  alignment: int, checksums: bool) -> _Plan:
+                  alignment: int, checksums: bool, *, defer: bool = False) -> _Plan:
+    """The plan of a file of ``mapping``; with ``defer``, values whose adapter writes them
+    from where their parts live (``_deferred``) are planned without reading them."""
     if sys.byteorder != "little":
         raise UnsupportedError("Hurray files are little-endian; this host is big-endian")
     if not isinstance(mapping, Mapping):
         raise UnsupportedError(f"expected a mapping of names to tensors, got "
                                f"{type(mapping).__name__}")
-    items, keep = [], []
+    items: list[tuple[str, Descriptor, Sequence[_Piece]]] = []
+    keep: list[object] = []
+    deferred = []
     for name, value in mapping.items():
         if not isinstance(name, str):
             raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
                                    f"{name!r}")
+        saver = deferred_save(type(value)) if defer else None
+        if saver is not None:
+            d = saver.describe(value)
+            deferred.append((len(items), saver, value, d))
+            # Not a piece to write: _plan places it, _write_deferred leaves it to the saver.
+            items.append((name, d, [cast(_Piece, Pending(d.nbytes))]))
+            continue
         for entry, t in _host_entries(name, value):
             keep.append(t)
             items.append((entry, t.descriptor, [t.memoryview(b.role) for b in t.buffers]))
     _check_shard_entries({name: d for name, d, _ in items})
-    return _plan(items, metadata, alignment, checksums, keep)
+    plan = _plan(items, metadata, alignment, checksums, keep)
+    plan.deferred = deferred
+    return plan
 
 
 _RING = 4  # buffers in flight: one read, one checksummed, one written, one to spare
@@ -1883,6 +1926,124 @@ def _write_plan(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool,
         _write_all(fd, plan.head(crcs))
 
 
+def _write_deferred(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool) -> None:
+    """Write ``plan``, whose deferred entries the processes holding their parts write into
+    the preallocated temporary (``_deferred``), atomically."""
+    with atomic_temporary(path, fsync=fsync) as (fd, tmp):
+        os.ftruncate(fd, plan.file_size)  # the gaps and padding read as zeros
+        st = os.fstat(fd)
+        crcs = [0] * len(plan.entries)
+        pending = {i for i, *_ in plan.deferred}
+        for i, e in enumerate(plan.entries):
+            if i in pending:
+                continue
+            for src, off in zip(e.sources, e.offsets, strict=True):
+                if len(src):
+                    os.lseek(fd, plan.data_offset + off, os.SEEK_SET)
+                    _write_all(fd, src)
+                    if plan.checksums:
+                        crcs[i] = _crc32(src, crcs[i])
+        target = FileTarget(tmp, st.st_dev, st.st_ino, plan.file_size)
+        by_saver: dict[int, tuple[Any, list[int], list[Job]]] = {}
+        for i, saver, value, d in plan.deferred:
+            e = plan.entries[i]
+            _, index, jobs = by_saver.setdefault(id(saver), (saver, [], []))
+            index.append(i)
+            jobs.append(Job(value, plan.data_offset + e.offsets[0], d, e.name_bytes.decode()))
+        for saver, index, jobs in by_saver.values():
+            written = saver.write(target, jobs, plan.checksums)
+            for i, job, runs in zip(index, jobs, written, strict=True):
+                crcs[i] = _combined(plan.entries[i], job.offset, runs)
+        os.lseek(fd, 0, os.SEEK_SET)
+        _write_all(fd, plan.head(crcs))
+
+
+def write_box(target: FileTarget, job: Job, start: Sequence[int], stop: Sequence[int],
+              data: Any, checksums: bool) -> list[Run]:
+    """Write one chunk of a deferred entry, its box ``[start, stop)``, whose row-major bytes
+    are ``data`` (any buffer), into ``target``; the runs written.
+
+    Runs in the process that holds the chunk (``job.value`` is not used here). The bytes
+    are checked and masked as every save's are (a bool8 byte that is no bool8 value is
+    refused; padded sub-byte elements are written with their high bits clear). The
+    temporary is opened for writing by name, never created, and refused unless it is the
+    planned file.
+    """
+    d = job.descriptor
+    itemsize = d.dtype.itemsize
+    view = memoryview(data).cast("B")
+    volume = itemsize
+    for a, b in zip(start, stop, strict=True):
+        volume *= max(b - a, 0)
+    if len(view) != volume:
+        raise FormatError(
+            f"entry {job.name!r}: a chunk of box {list(start)}..{list(stop)} holds {len(view)} "
+            f"bytes, but the box needs {volume} ({itemsize}-byte elements): the chunk's shape "
+            "or type is not the one the file was planned with (check the array's chunks and "
+            "dtype)", field="chunk")
+    if volume and (d.padded or d.dtype == bool8):
+        flat = Descriptor((volume // itemsize,), d.dtype, padded=d.padded)
+        (pieces,) = written_pieces(flat, [view], f"{job.name} (the chunk at {list(start)})")
+        if len(pieces) > 1 or pieces[0] is not view:
+            view = memoryview(b"".join(bytes(p) for p in pieces))
+    try:
+        fd = os.open(target.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UnsupportedError(
+            f"the save's temporary {target.path!r} cannot be opened here: this process does "
+            "not see the saving process's file system; save where every worker sees that "
+            "path (a shared file system, or a cluster on this machine)") from None
+    runs = []
+    try:
+        st = os.fstat(fd)
+        if ((st.st_dev, st.st_ino, st.st_size) != target[1:]
+                or not stat.S_ISREG(st.st_mode)):
+            raise UnsupportedError(
+                f"{target.path!r} here is not the save's temporary (device {st.st_dev}, inode "
+                f"{st.st_ino}, {st.st_size} bytes; planned {target.device}, {target.inode}, "
+                f"{target.size}): another file system holds that path; save where every "
+                "worker sees the same file")
+        at = 0
+        for offset, length in box_runs(d.shape, itemsize, start, stop):
+            pos, crc = job.offset + offset, 0
+            # In cache-sized slices: each checksummed right before it is written.
+            for cut in range(0, length, _CHUNK):
+                piece = view[at + cut:at + min(length, cut + _CHUNK)]
+                if checksums:
+                    crc = _crc32(piece, crc)
+                done = 0
+                while done < len(piece):
+                    n = os.pwrite(fd, piece[done:], pos + cut + done)
+                    if n <= 0:
+                        raise _bad_count("pwrite", n, len(piece) - done)
+                    done += n
+            runs.append(Run(pos, length, crc))
+            at += length
+    finally:
+        os.close(fd)
+    return runs
+
+
+def _combined(e: _PlanEntry, start: int, runs: Sequence[Run]) -> int:
+    """The CRC-32 of a deferred entry from its runs, which must tile its bytes exactly."""
+    crc, pos, end = 0, start, start + len(e.sources[0])
+    for r in sorted(runs):
+        if r.offset != pos:
+            what = "overlap" if r.offset < pos else "leave a gap"
+            raise FormatError(
+                f"entry {e.name_bytes.decode()!r}: the chunks written {what} at file offset "
+                f"{min(pos, r.offset)}; each byte must be written once (the chunks must tile "
+                "the array)", field="chunks")
+        crc = _crc32_combine(crc, r.crc, r.length)
+        pos += r.length
+    if pos != end:
+        raise FormatError(
+            f"entry {e.name_bytes.decode()!r}: the chunks written end at file offset {pos}, "
+            f"the entry at {end}; each byte must be written once (the chunks must tile the "
+            "array)", field="chunks")
+    return crc
+
+
 def rewrite(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
             alignment: int = BUFFER_ALIGNMENT, checksums: bool = True, fsync: bool = True,
             verify: bool = True, progress: _PROGRESS | None = None) -> int:
@@ -2049,8 +2210,11 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
     permission bits are kept. See :func:`atomic_output`.
     """
     check_suffix(_fspath(path, "path"), "hurray")
-    plan = _plan_tensors(mapping, metadata, alignment, checksums)
-    _write_plan(path, plan, fsync=fsync)
+    plan = _plan_tensors(mapping, metadata, alignment, checksums, defer=True)
+    if plan.deferred:
+        _write_deferred(path, plan, fsync=fsync)
+    else:
+        _write_plan(path, plan, fsync=fsync)
 
 
 def dumps(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None = None, *,

@@ -215,6 +215,9 @@ def _check_args(names: Sequence[str], n: int, repeat: int) -> None:
         raise UnsupportedError(f"frameworks: unknown {', '.join(map(repr, unknown))}; the "
                                f"frameworks are {', '.join(ADAPTERS)}")
     for f in names:
+        if ADAPTERS[f].not_in_matrix:
+            raise UnsupportedError(f"frameworks: {f!r} is not in the report: "
+                                   f"{ADAPTERS[f].not_in_matrix}")
         if importlib.util.find_spec(ADAPTERS[f].framework) is None:
             raise BackendNotAvailableError(ADAPTERS[f].framework, ADAPTERS[f].extra,
                                            f"the report was asked for {f}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-ADAPTERS = ("numpy", "torch", "jax", "arrow", "cupy")
+ADAPTERS = ("numpy", "torch", "jax", "arrow", "cupy", "dask")
 # Public modules inside an adapter's package, imported by name only (not by the adapter).
 ADAPTER_SUBMODULES = (("arrow", "flight"),)
 # hurray_bridge's own submodules that its __all__ exports as modules.

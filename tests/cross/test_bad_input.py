@@ -1197,6 +1197,66 @@ CASES += [
 ]
 
 
+
+# -- Dask arrays: computed copies, chunk grids, saves the workers write (container.md §7.1)
+def _dask() -> Any:
+    return pytest.importorskip("dask.array", reason="dask is not installed")
+
+
+def _dask_unknown_chunks() -> Any:
+    x = _dask().arange(10, chunks=5)
+    return x[x > 3]
+
+
+def _dask_lying_dtype() -> Any:
+    x = _dask().ones((4, 4), chunks=2, dtype=np.float32)
+    return x.map_blocks(lambda b: b.astype(np.float64), dtype=np.float32)
+
+
+def _dask_save(value: Any) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        hb.save(pathlib.Path(d) / "x.hurray", {"x": value})
+
+
+def _dask_replaced_file() -> Any:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = pathlib.Path(d) / "x.hurray"
+        hb.save(path, {"x": np.zeros(8)})
+        x = hb.get_adapter("dask").from_hurray(hb.load(path)["x"])
+        hb.save(path, {"x": np.ones(8)})
+        return x.compute()
+
+
+CASES += [
+    Case("dask-asarray-copy-false", "hb.asarray(dask_array, copy=False)",
+         lambda: hb.asarray(_dask().ones(4, chunks=2), copy=False), hb.CopyRequiredError,
+         ("gathers its chunks", "copy=False", "hb.save")),
+    Case("dask-asarray-unknown-chunks", "hb.asarray(x[x > 3]) (chunk sizes unknown)",
+         lambda: hb.asarray(_dask_unknown_chunks()), hb.UnsupportedError,
+         ("unknown size", "x.compute_chunk_sizes()")),
+    Case("dask-save-unknown-chunks", "hb.save(path, {'x': x[x > 3]})",
+         lambda: _dask_save(_dask_unknown_chunks()), hb.UnsupportedError,
+         ("hb.save", "unknown size", "x.compute_chunk_sizes()")),
+    Case("dask-save-chunks-of-another-dtype",
+         "hb.save(path, {'x': x.map_blocks(to float64, dtype=float32)})",
+         lambda: _dask_save(_dask_lying_dtype()), hb.FormatError,
+         ("float64", "planned from the Dask array's metadata", "float32", "dtype=")),
+    Case("dask-convert-device", "hb.convert(t, 'dask', device='cuda')",
+         lambda: hb.convert(np.zeros(3), "dask", device="cuda"), hb.UnsupportedError,
+         ("host memory", "device='cuda'")),
+    Case("matrix-dask", "run_matrix(['numpy', 'dask'])",
+         lambda: hb_matrix.run_matrix(["numpy", "dask"]), hb.UnsupportedError,
+         ("'dask' is not in the report", "lazy collection", "NumPy views")),
+    Case("dask-file-entry-after-replace",
+         "hb.convert(hb.load(p)['x'], 'dask'), p saved again, .compute()",
+         _dask_replaced_file, hb.FormatError,
+         ("changed after it was loaded", "load the file again")),
+]
+
 # ----------------------------------------------------------------------- the test
 def _param(c: Case) -> Any:
     pending = c.xfail and c.xfail.split(" ", 1)[0] in PENDING

@@ -424,7 +424,8 @@ def test_adapters_declare_whether_their_legacy_exports_are_mutable() -> None:
             continue
     # NumPy refuses a legacy export of a read-only array; torch has no read-only tensors;
     # JAX and Arrow memory is immutable.
-    expected = {"numpy": True, "torch": True, "jax": False, "arrow": False, "cupy": True}
+    expected = {"numpy": True, "torch": True, "jax": False, "arrow": False, "cupy": True,
+                "dask": False}
     assert declared == {k: v for k, v in expected.items() if k in declared}
     assert "numpy" in declared
 
