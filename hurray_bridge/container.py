@@ -902,6 +902,12 @@ def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], mmap: 
     must tile its global shape (a missing or overlapping box is a
     :class:`FormatError` naming it and the files), an unsharded name may be in
     one file only, and ``metadata`` keeps the items on which every file agrees.
+
+    A folder, or a checkpoint index (a path ending in ``.json``, such as Hugging Face's
+    ``model.safetensors.index.json``), loads every shard file of the checkpoint as one
+    mapping, each tensor zero-copy in its own file's map, after checking the files against
+    the index (a :class:`hurray_bridge.checkpoint_dir.CheckpointFile`;
+    :func:`hurray_bridge.checkpoint_dir.load_checkpoint`, container.md §11).
     """
     # Any Sequence, as annotated (a list[Path] is no list[str | PathLike[str]] to a type
     # checker, so the annotation must be Sequence); str and bytes are Sequences too, but one
@@ -910,6 +916,10 @@ def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], mmap: 
             not isinstance(path, (str, bytes, bytearray, memoryview, os.PathLike))
             and isinstance(path, Sequence)):
         return _load_files(path, mmap, verify)
+    from .checkpoint_dir import is_checkpoint_path, load_checkpoint  # (it imports this module)
+
+    if is_checkpoint_path(path):
+        return load_checkpoint(path, mmap, verify=verify)
     # (a byte buffer, outside the annotation, reaches os.fspath, whose TypeError names it)
     return _grouped(_load_file(path, mmap, verify))  # type: ignore[arg-type]
 
