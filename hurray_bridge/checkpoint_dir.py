@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeGuard
 
 from ._disk import _fspath, _open_regular, _write_all, atomic_output
-from ._safetensors_header import looks_like_safetensors
+from ._safetensors_header import looks_like_safetensors, read_header_from
 from .container import (
+    _CHECKPOINT_OPENERS,
     BUFFER_ALIGNMENT,
     MAGIC,
     MAX_BUFFER_ALIGNMENT,
@@ -36,7 +37,6 @@ from .container import (
 )
 from .container import read_index as _read_hurray_index
 from .errors import FormatError, UnsupportedError
-from .safetensors_io import hurray_to_safetensors, read_header, safetensors_to_hurray
 
 __all__ = [
     "FORMATS",
@@ -350,6 +350,13 @@ def load_checkpoint(path: str | os.PathLike[str], mmap: bool = True, *,
     return CheckpointFile(grouped, per_file, index, meta, alignment)
 
 
+def _open_if_checkpoint(path: Any, mmap: bool, verify: bool) -> CheckpointFile | None:
+    return load_checkpoint(path, mmap, verify=verify) if is_checkpoint_path(path) else None
+
+
+_CHECKPOINT_OPENERS.append(_open_if_checkpoint)
+
+
 # ---------------------------------------------------------------- converting
 def _renamed(name: str, src: str | None, dst: str) -> str:
     """A shard or index name with its format's suffix swapped (added when it has none)."""
@@ -366,7 +373,8 @@ def _renamed(name: str, src: str | None, dst: str) -> str:
 def _names_in(path: str, fmt: str) -> list[str]:
     """The tensor names of a shard file, from its header alone."""
     if fmt == "safetensors":
-        return [e.name for e in read_header(path).entries]
+        with _open_regular(path) as f:
+            return [e.name for e in read_header_from(f).entries]
     return [e.name for e in _read_hurray_index(path).entries]
 
 
@@ -408,6 +416,9 @@ def convert_checkpoint(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     leaves no index naming a file that is not there. ``progress(done, total)`` counts the
     input files' bytes, over all of them (one bar).
     """
+    # (imported here: hb.load, which imports this module with the package, never writes)
+    from .safetensors_io import hurray_to_safetensors, safetensors_to_hurray
+
     index, paths, src_dir = _resolve(src)
     _check_files_exist(index, paths)
     formats = {p: _sniff(p) for p in paths}

@@ -871,6 +871,12 @@ def verify(path: str | os.PathLike[str]) -> FileIndex:
     return _index_from(h, entries, meta)
 
 
+# What hb.load of a folder or a checkpoint index calls (None: ``path`` is no such thing).
+# checkpoint_dir, which imports this module, adds its reader here as the package is imported:
+# an import of it from here would be a cycle.
+_CHECKPOINT_OPENERS: list[Callable[[Any, bool, bool], TensorFile | None]] = []
+
+
 def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], mmap: bool = True, *,
          verify: bool = False) -> TensorFile:
     """Load a Hurray file as ``{name: hb.Tensor}`` (a :class:`TensorFile`, with ``.metadata``).
@@ -916,10 +922,10 @@ def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], mmap: 
             not isinstance(path, (str, bytes, bytearray, memoryview, os.PathLike))
             and isinstance(path, Sequence)):
         return _load_files(path, mmap, verify)
-    from .checkpoint_dir import is_checkpoint_path, load_checkpoint  # (it imports this module)
-
-    if is_checkpoint_path(path):
-        return load_checkpoint(path, mmap, verify=verify)
+    for opener in _CHECKPOINT_OPENERS:
+        checkpoint = opener(path, mmap, verify)
+        if checkpoint is not None:
+            return checkpoint
     # (a byte buffer, outside the annotation, reaches os.fspath, whose TypeError names it)
     return _grouped(_load_file(path, mmap, verify))  # type: ignore[arg-type]
 
