@@ -328,7 +328,7 @@ def load_checkpoint(path: str | os.PathLike[str], mmap: bool = True, *,
     index: file by file, in name order). Sharded tensors' entries (``NAME[k]``) are
     grouped as ``hb.load`` groups them.
     """
-    index, paths, folder = _resolve(path)
+    index, paths, _ = _resolve(path)
     _check_files_exist(index, paths)
     loaded: dict[str, TensorFile] = {}
     alignment = MAX_BUFFER_ALIGNMENT
@@ -339,8 +339,9 @@ def load_checkpoint(path: str | os.PathLike[str], mmap: bool = True, *,
     _check_names(index, {p: f.keys() for p, f in loaded.items()})
     tensors: dict[str, Any] = {}
     if index is not None:
+        by_name = {os.path.basename(p): f for p, f in loaded.items()}
         for name, file in index.weight_map.items():
-            tensors[name] = loaded[os.path.join(folder, file)][name]
+            tensors[name] = by_name[file][name]
     else:
         for f in loaded.values():
             tensors.update(f)
