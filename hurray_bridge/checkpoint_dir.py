@@ -9,7 +9,7 @@ The index is the JSON document Hugging Face writes beside a sharded checkpoint
 and its Hurray counterpart (``model.hurray.index.json``, the same shape, naming ``.hurray``
 files). :func:`hurray_bridge.load` of such an index, or of the folder holding it, gives one
 mapping over every shard (:func:`load_checkpoint`); ``hurray convert DIR OUT`` converts the
-whole folder both ways (:func:`convert_checkpoint`). ``docs/spec/container.md`` §11 is the
+whole folder both ways (:func:`convert_checkpoint`). ``docs/spec/container.md`` §12 is the
 normative text: how a folder is read, what is checked, how metadata merges.
 
 The index is outside input: it is read within :data:`MAX_INDEX_BYTES`, as strict JSON, and it
@@ -87,7 +87,7 @@ class CheckpointFile(TensorFile):
     """What :func:`hurray_bridge.load` returns for a checkpoint folder or index: one
     :class:`~hurray_bridge.container.TensorFile` over every shard file.
 
-    ``metadata`` merges the files' and the index's (container.md §11.3); ``file_metadata``
+    ``metadata`` merges the files' and the index's (container.md §12.2); ``file_metadata``
     is each shard file's own, by file name; ``index`` the :class:`CheckpointIndex`
     (``None`` for a folder read without one). Every tensor points into the memory map of
     its own file; ``close()`` (or the end of a ``with`` block) drops them all, and each

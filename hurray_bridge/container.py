@@ -913,7 +913,7 @@ def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], mmap: 
     ``model.safetensors.index.json``), loads every shard file of the checkpoint as one
     mapping, each tensor zero-copy in its own file's map, after checking the files against
     the index (a :class:`hurray_bridge.checkpoint_dir.CheckpointFile`;
-    :func:`hurray_bridge.checkpoint_dir.load_checkpoint`, container.md §11).
+    :func:`hurray_bridge.checkpoint_dir.load_checkpoint`, container.md §12).
     """
     # Any Sequence, as annotated (a list[Path] is no list[str | PathLike[str]] to a type
     # checker, so the annotation must be Sequence); str and bytes are Sequences too, but one

@@ -1,4 +1,4 @@
-"""Checkpoints of several files (container.md §11): ``hb.load`` of a folder or its index gives
+"""Checkpoints of several files (container.md §12): ``hb.load`` of a folder or its index gives
 one mapping over every shard, zero-copy in each file's map; the files are checked against the
 index; ``hurray convert DIR OUT`` converts the folder both ways, byte-identical on the way back.
 
