@@ -19,9 +19,10 @@ reads one file, and the names the files hold must be those the index places in t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeGuard
 
 from ._disk import _fspath, _open_regular, _write_all, atomic_output
@@ -34,6 +35,7 @@ from .container import (
     TensorFile,
     _grouped,
     _load_file,
+    _load_files,
 )
 from .container import read_index as _read_hurray_index
 from .errors import FormatError, UnsupportedError
@@ -214,7 +216,7 @@ def find_checkpoint(folder: str | os.PathLike[str]) -> tuple[CheckpointIndex | N
     The folder's one ``*.safetensors.index.json`` or ``*.hurray.index.json`` (two or more
     are a :class:`~hurray_bridge.FormatError` listing them: pass the one to read);
     without one, every ``*.safetensors`` and ``*.hurray`` file in it, in name order, with
-    no index (their names may then be in one file only). Other files (``config.json``,
+    no index. Other files (``config.json``,
     ``pytorch_model.bin.index.json`` ...) are not read.
     """
     d = _fspath(folder, "path")
@@ -250,7 +252,7 @@ def _check_files_exist(index: CheckpointIndex | None, paths: Sequence[str]) -> N
     if index is None:
         return
     for path in paths:
-        if not os.path.lexists(path):
+        if not os.path.exists(path):  # (a link to nothing too: a cache's blob not fetched)
             name = os.path.basename(path)
             held = [t for t, f in index.weight_map.items() if f == name]
             raise FormatError(
@@ -324,31 +326,51 @@ def load_checkpoint(path: str | os.PathLike[str], mmap: bool = True, *,
     map. Before any file is opened the index's files must all be there; then each name
     must be in one file only, in the one the index places it in, and every name of the
     index in its file (a :class:`~hurray_bridge.FormatError` naming the tensor, the
-    files and the index). The tensors come in the index's order (a folder without an
-    index: file by file, in name order). Sharded tensors' entries (``NAME[k]``) are
-    grouped as ``hb.load`` groups them.
+    files and the index; a defect inside a file names the file). The tensors come in the
+    index's order; sharded tensors' entries (``NAME[k]``) are grouped as ``hb.load``
+    groups them. A folder without an index loads as ``hb.load`` of the list of its files:
+    each sharded tensor's shards from all of them together (every rank's file), any other
+    name in one file only.
     """
     index, paths, _ = _resolve(path)
     _check_files_exist(index, paths)
     loaded: dict[str, TensorFile] = {}
-    alignment = MAX_BUFFER_ALIGNMENT
-    for p in paths:
-        f = _load_file(p, mmap, verify)
+
+    def shard(p: str, mmap: bool, verify: bool) -> TensorFile:
+        with _in_shard(p, index):
+            f = _load_file(p, mmap, verify)
         loaded[p] = f
-        alignment = min(alignment, f.alignment)
+        return f
+
+    if index is None:
+        # Every file of the folder, as hb.load of the list of them: a sharded tensor's
+        # entries (NAME[k], each rank's file numbering its own from 0) merge into one.
+        merged = _load_files(paths, mmap, verify, opener=shard)
+        per_file = {os.path.basename(p): f.metadata for p, f in loaded.items()}
+        return CheckpointFile(merged, per_file, None, merged.metadata, merged.alignment)
+    for p in paths:
+        shard(p, mmap, verify)
     _check_names(index, {p: f.keys() for p, f in loaded.items()})
-    tensors: dict[str, Any] = {}
-    if index is not None:
-        by_name = {os.path.basename(p): f for p, f in loaded.items()}
-        for name, file in index.weight_map.items():
-            tensors[name] = by_name[file][name]
-    else:
-        for f in loaded.values():
-            tensors.update(f)
+    by_name = {os.path.basename(p): f for p, f in loaded.items()}
+    tensors = {name: by_name[file][name] for name, file in index.weight_map.items()}
     per_file = {os.path.basename(p): f.metadata for p, f in loaded.items()}
     meta = _merged_metadata(index, list(per_file.values()))
+    alignment = min((f.alignment for f in loaded.values()), default=MAX_BUFFER_ALIGNMENT)
     grouped = _grouped(TensorFile(tensors, meta, alignment))
     return CheckpointFile(grouped, per_file, index, meta, alignment)
+
+
+@contextlib.contextmanager
+def _in_shard(path: str, index: CheckpointIndex | None) -> Iterator[None]:
+    """A shard's defect, with the shard named (one file's reader names none: it has one)."""
+    try:
+        yield
+    except FormatError as exc:
+        message = str(exc)
+        if exc.field and message.startswith(exc.field + ": "):
+            message = message[len(exc.field) + 2:]
+        of = f" (a shard of the checkpoint index {index.path})" if index is not None else ""
+        raise FormatError(f"{path}{of}: {message}", field=exc.field) from None
 
 
 def _open_if_checkpoint(path: Any, mmap: bool, verify: bool) -> CheckpointFile | None:
@@ -438,7 +460,11 @@ def convert_checkpoint(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         raise UnsupportedError(f"{same[0]} is {dst_fmt} already; a checkpoint converts from "
                                "one format to the other (convert its files one by one to "
                                "re-lay out Hurray files)")
-    _check_names(index, {p: _names_in(p, formats[p]) for p in paths})
+    names = {}
+    for p in paths:
+        with _in_shard(p, index):
+            names[p] = _names_in(p, formats[p])
+    _check_names(index, names)
     out_dir = _fspath(dst, "dst")
     os.makedirs(out_dir, exist_ok=True)
     if os.path.samefile(out_dir, src_dir):

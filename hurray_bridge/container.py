@@ -1148,8 +1148,10 @@ def _grouped(tensors: TensorFile) -> TensorFile:
     return TensorFile(out, tensors.metadata, tensors.alignment)
 
 
-def _load_files(paths: Sequence[Any], mmap: bool, verify: bool) -> TensorFile:
-    """:func:`load` of several files, such as every rank's file of one checkpoint."""
+def _load_files(paths: Sequence[Any], mmap: bool, verify: bool,
+                opener: Callable[[Any, bool, bool], TensorFile] | None = None) -> TensorFile:
+    """:func:`load` of several files, such as every rank's file of one checkpoint; each is
+    read by ``opener`` (:func:`_load_file` by default)."""
     if not paths:
         raise UnsupportedError("hb.load() of a list needs at least one path")
     order: dict[str, None] = {}  # the names in the order they first appear
@@ -1158,7 +1160,7 @@ def _load_files(paths: Sequence[Any], mmap: bool, verify: bool) -> TensorFile:
     metas, alignment = [], MAX_BUFFER_ALIGNMENT
     for path in paths:
         where = _fspath(path, "path")
-        f = _load_file(path, mmap, verify)
+        f = (opener or _load_file)(path, mmap, verify)
         metas.append(f.metadata)
         alignment = min(alignment, f.alignment)
         for name, t in f.items():

@@ -207,9 +207,59 @@ def test_a_folder_without_an_index_loads_its_files_and_refuses_a_name_in_two(
     assert isinstance(f, CheckpointFile) and f.index is None and list(f) == ["a", "b"]
     assert f.file_metadata == {"x.safetensors": {}, "y.hurray": {"k": "v"}}
     safetensors_io.save(tmp_path / "z.safetensors", {"a": np.ones(2)})
-    with pytest.raises(hb.FormatError, match=r"'a' is in two files, .*x\.safetensors and "
-                                             r".*z\.safetensors"):
+    with pytest.raises(hb.FormatError, match=r"z\.safetensors: entry 'a' and .*x\.safetensors: "
+                                             r"entry 'a' both claim the name 'a'"):
         hb.load(tmp_path)
+
+
+def test_a_folder_of_every_ranks_file_loads_each_sharded_tensor_whole(
+        tmp_path: pathlib.Path) -> None:
+    a = np.arange(48, dtype=np.float32).reshape(6, 8)
+    st = hb.split(a, hb.grid_boxes(a.shape, (2, 2)))
+    for rank, keep in enumerate([[3, 0], [2], [1]]):  # each file numbers its shards from 0
+        part = hb.ShardedTensor(st.descriptor, [st.shards[i] for i in keep], partial=True)
+        hb.save(tmp_path / f"rank{rank}.hurray", {"w": part}, {"run": "x", "rank": str(rank)},
+                fsync=False)
+    f = hb.load(tmp_path)
+    w = f["w"]
+    assert isinstance(w, hb.ShardedTensor) and w.is_complete
+    np.testing.assert_array_equal(np.asarray(hb.assemble(w)), a)
+    assert f.metadata == {"run": "x"}  # what every file agrees on
+    assert f.file_metadata["rank2.hurray"] == {"run": "x", "rank": "2"}
+    (tmp_path / "rank2.hurray").unlink()
+    with pytest.raises(hb.FormatError, match="is in no file given"):
+        hb.load(tmp_path)
+
+
+def test_a_damaged_shard_is_named(tmp_path: pathlib.Path, hand: pathlib.Path) -> None:
+    shard = hand / "model-00002-of-00002.safetensors"
+    raw = bytearray(shard.read_bytes())
+    raw[9:13] = b"!!!!"  # inside the JSON header
+    shard.write_bytes(bytes(raw))
+    for call in (lambda: hb.load(hand), lambda: convert_checkpoint(hand, tmp_path / "o")):
+        with pytest.raises(hb.FormatError) as e:
+            call()
+        msg = str(e.value)
+        assert f"{shard} (a shard of the checkpoint index {hand / INDEX}): " in msg, msg
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_hub_cache_snapshot_of_links_to_blobs_loads(tmp_path: pathlib.Path,
+                                                      hand: pathlib.Path) -> None:
+    # huggingface_hub's cache: snapshots/<rev>/<name> are links to blobs/<hash>
+    blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "abc"
+    blobs.mkdir()
+    snap.mkdir(parents=True)
+    for p in hand.iterdir():
+        blob = blobs / hashlib.sha256(p.read_bytes()).hexdigest()
+        p.rename(blob)
+        (snap / p.name).symlink_to(blob)
+    f = hb.load(snap)
+    np.testing.assert_array_equal(np.asarray(f["c"]), HAND["c"])
+    blob = (snap / "model-00001-of-00002.safetensors").resolve()
+    blob.unlink()  # a link to a blob never fetched
+    with pytest.raises(hb.FormatError, match=r"model-00001-of-00002\.safetensors is missing"):
+        hb.load(snap)
 
 
 def test_verify_reaches_every_shard(tmp_path: pathlib.Path, hand: pathlib.Path) -> None:
