@@ -471,6 +471,13 @@ def convert_checkpoint(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         raise UnsupportedError(
             f"{out_dir} is the input's own folder: the converted checkpoint would sit beside "
             "the input, a folder of two checkpoints; write it to another folder")
+    index_name = index and _renamed(os.path.basename(index.path), index.format, dst_fmt)
+    others = [n for n in sorted(os.listdir(out_dir)) if n != index_name
+              and n.endswith(_INDEX) and _format_of(n) is not None]
+    if others:
+        raise UnsupportedError(
+            f"{out_dir} holds another checkpoint's index ({', '.join(others)}): a folder of "
+            "two checkpoints is refused by the reader; write to an empty folder, or remove it")
     outputs = {p: os.path.join(out_dir, _renamed(os.path.basename(p), formats[p], dst_fmt))
                for p in paths}
     if len(set(outputs.values())) != len(outputs):
@@ -481,13 +488,14 @@ def convert_checkpoint(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     tensors = 0
     for p in paths:
         step = _share(progress, base, sizes[p], total)
-        if dst_fmt == "hurray":
-            tensors += safetensors_to_hurray(p, outputs[p], checksums=checksums, fsync=fsync,
-                                             progress=step,
-                                             alignment=alignment or BUFFER_ALIGNMENT)
-        else:
-            tensors += hurray_to_safetensors(p, outputs[p], fsync=fsync, progress=step,
-                                             verify=verify)
+        with _in_shard(p, index):
+            if dst_fmt == "hurray":
+                tensors += safetensors_to_hurray(p, outputs[p], checksums=checksums,
+                                                 fsync=fsync, progress=step,
+                                                 alignment=alignment or BUFFER_ALIGNMENT)
+            else:
+                tensors += hurray_to_safetensors(p, outputs[p], fsync=fsync, progress=step,
+                                                 verify=verify)
         base += sizes[p]
         if progress is not None:
             progress(base, total)
@@ -496,8 +504,8 @@ def convert_checkpoint(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         doc = dict(index.document)
         doc["weight_map"] = {k: os.path.basename(outputs[os.path.join(src_dir, v)])
                              for k, v in index.weight_map.items()}
-        name = _renamed(os.path.basename(index.path), index.format, dst_fmt)
-        with atomic_output(os.path.join(out_dir, name), fsync=fsync) as fd:
+        assert index_name is not None
+        with atomic_output(os.path.join(out_dir, index_name), fsync=fsync) as fd:
             _write_all(fd, _index_text(doc).encode("utf-8"))
         written += 1
     return written, tensors

@@ -465,10 +465,14 @@ def test_convert_refuses_a_broken_checkpoint_before_writing_anything(
     assert not out.exists() or not any(out.iterdir())
 
 
-@pytest.mark.parametrize("case", ["own folder", "same format", "--name"])
+@pytest.mark.parametrize("case", ["own folder", "same format", "--name", "other index"])
 def test_convert_refusals(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path,
                           hand: pathlib.Path, case: str) -> None:
+    if case == "other index":
+        (tmp_path / "o").mkdir()
+        (tmp_path / "o" / "old.safetensors.index.json").write_text('{"weight_map": {}}')
     argv: dict[str, list[str]] = {
+        "other index": [str(hand), str(tmp_path / "o")],
         "own folder": [str(hand), str(hand)],
         "same format": [str(hand), str(tmp_path / "o"), "--to", "safetensors"],
         "--name": [str(hand), str(tmp_path / "o"), "--name", "x"],
@@ -478,10 +482,13 @@ def test_convert_refusals(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.
     err = capsys.readouterr().err
     want: dict[str, str] = {"own folder": "the input's own folder",
                             "same format": "is safetensors already",
-                            "--name": "--name names the entry of a .npy input"}
+                            "--name": "--name names the entry of a .npy input",
+                            "other index": "holds another checkpoint's index "
+                                           "(old.safetensors.index.json)"}
     assert want[case] in err and err.count("\n") == 1
     assert digests(hand) == before  # nothing of the input touched
-    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+    written = list((tmp_path / "o").iterdir()) if (tmp_path / "o").exists() else []
+    assert [p.name for p in written] in ([], ["old.safetensors.index.json"])
 
 
 def test_renamed_swaps_the_format_suffix() -> None:
