@@ -499,3 +499,27 @@ def test_renamed_swaps_the_format_suffix() -> None:
         "model.hurray.index.json"
     assert rename("weights.bin", "safetensors", "hurray") == "weights.bin.hurray"
     assert rename("odd.index.json", None, "safetensors") == "odd.safetensors.index.json"
+
+
+def test_an_interrupted_convert_leaves_the_shards_written_and_no_index(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, hand: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = safetensors_io.safetensors_to_hurray
+    calls: list[str] = []
+
+    def second_interrupted(src: Any, dst: Any, **kw: Any) -> int:
+        calls.append(str(src))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C while the second shard converts
+        return real(src, dst, **kw)
+
+    monkeypatch.setattr(safetensors_io, "safetensors_to_hurray", second_interrupted)
+    out = tmp_path / "out"
+    assert main(["convert", str(hand), str(out), "--no-fsync"]) == 130
+    err = capsys.readouterr().err
+    assert err == (f"hurray: error: {out}: interrupted by SIGINT; the output folder has no "
+                   "index yet: run the conversion again\n")
+    assert sorted(p.name for p in out.iterdir()) == ["model-00001-of-00002.hurray"]
+    monkeypatch.undo()
+    assert main(["convert", str(hand), str(out), "--no-fsync"]) == 0  # again, in full
+    assert list(hb.load(out)) == ["a", "c", "b", "d"]  # the index's order
