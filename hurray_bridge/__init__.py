@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import (
     _source_tree,  # noqa: F401  (first: lets a source checkout find adapters/)
+    checkpoint_dir,  # noqa: F401  (hb.load of a folder or an index reads through it)
     dtypes,
     quant,
     shards,

@@ -670,9 +670,55 @@ def _convert_interrupted(output: str, signum: int, what: str, when: str = "") ->
     return 128 + signum  # what a shell reports for a command stopped by that signal
 
 
+def _cmd_convert_checkpoint(args: argparse.Namespace) -> int:
+    """``hurray convert DIR OUT``: a checkpoint folder (or its index), every shard file and the
+    index, under one progress bar (checkpoint_dir.convert_checkpoint)."""
+    from .checkpoint_dir import convert_checkpoint
+
+    if args.name is not None:
+        return _fail(args.input, FormatError("--name names the entry of a .npy input; a "
+                                             "checkpoint's names come from its files: drop it"))
+    bar = _ProgressBar(f"converting {args.input}", not args.quiet)
+    signals, restore_signals = _signals_flag()
+    try:
+        files, n = convert_checkpoint(args.input, args.output, args.to_format,
+                                      alignment=args.alignment,
+                                      checksums=not args.no_checksums,
+                                      verify=not args.no_verify, fsync=not args.no_fsync,
+                                      progress=bar)
+    except (HurrayError, OSError) as exc:
+        bar.close()
+        if signals:
+            return _convert_interrupted(args.output, signals[0], _CHECKPOINT_STOPPED)
+        return _fail(getattr(exc, "filename", None) or args.input, exc)
+    except (KeyboardInterrupt, _Stopped) as exc:
+        import signal
+
+        bar.close()
+        signum = exc.signum if isinstance(exc, _Stopped) else signal.SIGINT
+        return _convert_interrupted(args.output, signum, _CHECKPOINT_STOPPED)
+    finally:
+        restore_signals()
+    bar.close()
+    if signals:
+        return _convert_interrupted(args.output, signals[0], "the checkpoint was written in full",
+                                    " as the conversion ended")
+    if not args.quiet:
+        print(f"{_shown(args.input)} -> {_shown(args.output)}: {_count(files, 'file')}, "
+              f"{_count(n, 'tensor')}")
+    return 0
+
+
+# Files already converted stay (each was written whole); the index, written last, is not there.
+_CHECKPOINT_STOPPED = "the output folder has no index yet: run the conversion again"
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
     from . import container, safetensors_io
+    from .checkpoint_dir import is_checkpoint_path
 
+    if is_checkpoint_path(args.input):
+        return _cmd_convert_checkpoint(args)
     try:
         src_fmt = args.from_format or _sniff(args.input)
     except (HurrayError, OSError) as exc:
@@ -779,14 +825,19 @@ def _add_file_commands(sub: argparse._SubParsersAction) -> None:
     i.set_defaults(func=_cmd_inspect)
 
     c = sub.add_parser(
-        "convert", help="convert safetensors <-> hurray, and .npy/.npz -> hurray",
+        "convert", help="convert safetensors <-> hurray (files and checkpoint folders), "
+                        "and .npy/.npz -> hurray",
         description="Convert a file bit-exactly: safetensors -> hurray, hurray -> safetensors, "
-                    ".npy/.npz -> hurray (and hurray -> hurray to re-lay out a file). The "
+                    ".npy/.npz -> hurray (and hurray -> hurray to re-lay out a file). A folder "
+                    "(or a checkpoint index, *.index.json) converts the whole checkpoint into "
+                    "the folder OUTPUT: each shard file, then the index with its file names "
+                    "changed (model.safetensors.index.json <-> model.hurray.index.json). The "
                     "output is written atomically and, unless --no-fsync, durably (the file and "
                     "its folder are flushed to the disk). Formats come from the input's magic "
                     "bytes and the output's suffix unless given.")
-    c.add_argument("input", help="the file to convert")
-    c.add_argument("output", help="the file to write (.hurray or .safetensors)")
+    c.add_argument("input", help="the file, checkpoint folder or index to convert")
+    c.add_argument("output", help="the file to write (.hurray or .safetensors), or the folder "
+                                  "for a checkpoint")
     c.add_argument("--from", dest="from_format", choices=_FORMATS,
                    help="input format (default: detected)")
     c.add_argument("--to", dest="to_format", choices=("hurray", "safetensors"),

@@ -895,6 +895,12 @@ def verify(path: str | os.PathLike[str]) -> FileIndex:
     return _index_from(h, entries, meta)
 
 
+# What hb.load of a folder or a checkpoint index calls (None: ``path`` is no such thing).
+# checkpoint_dir, which imports this module, adds its reader here as the package is imported:
+# an import of it from here would be a cycle.
+_CHECKPOINT_OPENERS: list[Callable[[Any, bool, bool], TensorFile | None]] = []
+
+
 def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], mmap: bool = True, *,
          verify: bool = False) -> TensorFile:
     """Load a Hurray file as ``{name: hb.Tensor}`` (a :class:`TensorFile`, with ``.metadata``).
@@ -926,6 +932,12 @@ def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], mmap: 
     must tile its global shape (a missing or overlapping box is a
     :class:`FormatError` naming it and the files), an unsharded name may be in
     one file only, and ``metadata`` keeps the items on which every file agrees.
+
+    A folder, or a checkpoint index (a path ending in ``.json``, such as Hugging Face's
+    ``model.safetensors.index.json``), loads every shard file of the checkpoint as one
+    mapping, each tensor zero-copy in its own file's map, after checking the files against
+    the index (a :class:`hurray_bridge.checkpoint_dir.CheckpointFile`;
+    :func:`hurray_bridge.checkpoint_dir.load_checkpoint`, container.md §12).
     """
     # Any Sequence, as annotated (a list[Path] is no list[str | PathLike[str]] to a type
     # checker, so the annotation must be Sequence); str and bytes are Sequences too, but one
@@ -934,6 +946,10 @@ def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], mmap: 
             not isinstance(path, (str, bytes, bytearray, memoryview, os.PathLike))
             and isinstance(path, Sequence)):
         return _load_files(path, mmap, verify)
+    for opener in _CHECKPOINT_OPENERS:
+        checkpoint = opener(path, mmap, verify)
+        if checkpoint is not None:
+            return checkpoint
     # (a byte buffer, outside the annotation, reaches os.fspath, whose TypeError names it)
     return _grouped(_load_file(path, mmap, verify))  # type: ignore[arg-type]
 
@@ -1156,8 +1172,10 @@ def _grouped(tensors: TensorFile) -> TensorFile:
     return TensorFile(out, tensors.metadata, tensors.alignment)
 
 
-def _load_files(paths: Sequence[Any], mmap: bool, verify: bool) -> TensorFile:
-    """:func:`load` of several files, such as every rank's file of one checkpoint."""
+def _load_files(paths: Sequence[Any], mmap: bool, verify: bool,
+                opener: Callable[[Any, bool, bool], TensorFile] | None = None) -> TensorFile:
+    """:func:`load` of several files, such as every rank's file of one checkpoint; each is
+    read by ``opener`` (:func:`_load_file` by default)."""
     if not paths:
         raise UnsupportedError("hb.load() of a list needs at least one path")
     order: dict[str, None] = {}  # the names in the order they first appear
@@ -1166,7 +1184,7 @@ def _load_files(paths: Sequence[Any], mmap: bool, verify: bool) -> TensorFile:
     metas, alignment = [], MAX_BUFFER_ALIGNMENT
     for path in paths:
         where = _fspath(path, "path")
-        f = _load_file(path, mmap, verify)
+        f = (opener or _load_file)(path, mmap, verify)
         metas.append(f.metadata)
         alignment = min(alignment, f.alignment)
         for name, t in f.items():
