@@ -358,7 +358,6 @@ def export_array(t: Any, compact: bool, requested_schema: object = None, *,
     not cast.
     """
     _check_exportable(t, compact)
-    s = _schema_struct(t)
     if requested_schema is not None:
         if (type(requested_schema) is not _CAPSULE_TYPE
                 or _PyCapsule_GetName(requested_schema) != _SCHEMA_NAME):
@@ -366,13 +365,16 @@ def export_array(t: Any, compact: bool, requested_schema: object = None, *,
                 f"requested_schema must be an 'arrow_schema' capsule, got "
                 f"{type(requested_schema).__name__}")
         wanted = _storage_formats(_PyCapsule_GetPointer(requested_schema, _SCHEMA_NAME))
-        ours = _storage_formats(ctypes.addressof(s))
+        ours = [_value_schema(t)[0]]
+        if len(t.shape) > 1:
+            ours.insert(0, b"+w:%d" % prod(t.shape[1:]))
         if wanted != ours:
             raise UnsupportedError(
                 f"requested_schema asks for format {b' / '.join(wanted).decode(errors='replace')!r}"
                 f" and this {t.dtype.name} tensor of shape {t.shape} is "
                 f"{b' / '.join(ours).decode()!r}: the bridge exports its own type without a "
                 "cast; ask for none and cast on the consumer's side")
+    s = _schema_struct(t)
     n = t.shape[0]
     data = t.data_ptr
     if len(t.shape) == 1:
