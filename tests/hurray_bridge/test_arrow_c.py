@@ -512,7 +512,7 @@ def test_requested_schema_of_the_same_type_is_honoured_and_another_refused() -> 
 
 def test_device_array_keywords() -> None:
     t = hb.asarray(np.arange(3, dtype=np.int8))
-    s, a = t.__arrow_c_device_array__(future_option=None)  # unknown but None: accepted
+    _s, a = t.__arrow_c_device_array__(future_option=None)  # unknown but None: accepted
     dev = A.ArrowDeviceArray.from_address(_PyCapsule_GetPointer(a, _DEVICE))
     assert (dev.device_type, dev.device_id, dev.sync_event) == (1, 0, None)
     with pytest.raises(UnsupportedError, match="future_option"):
