@@ -127,34 +127,41 @@ def live_arrow_exports() -> int:
     return len(_NODES)
 
 
-def _release(p: int, release_offset: int, private_offset: int, is_schema: bool,
+def _release(p: int, release_offset: int, private_offset: int,
              _nodes: dict[int, tuple[tuple[object, ...], tuple[int, ...]]] = _NODES,
              _at: Any = _c_void_p.from_address) -> None:
-    # Children first, those still in place (a moved child has its own release to come),
-    # then our entry, then the struct is marked released, as the interface requires.
-    node = _nodes.pop(_at(p + private_offset).value or 0, None)
-    if node is not None:
-        for child in node[1]:
-            if _at(child + release_offset).value:
-                _release(child, release_offset, private_offset, is_schema)
-    _at(p + release_offset).value = None
+    # The struct, then the children the consumer left in place (a moved child has its own
+    # release to come), each marked released as the interface requires. ``held`` keeps
+    # the parents' entries, which own the child structs, until the walk is done. Every
+    # name is bound as a default: consumers release while module globals are torn down.
+    held = []
+    todo = [p]
+    while todo:
+        q = todo.pop()
+        node = _nodes.pop(_at(q + private_offset).value or 0, None)
+        if node is not None:
+            held.append(node)
+            todo += [c for c in node[1] if _at(c + release_offset).value]
+        _at(q + release_offset).value = None
 
 
 def _release_schema(p: int | None, _save: Any = _save_exception,
-                    _restore: Any = _restore_exception) -> None:
+                    _restore: Any = _restore_exception, _rel: Any = _release,
+                    _offsets: tuple[int, int] = (_SCHEMA_RELEASE, _SCHEMA_PRIVATE)) -> None:
     saved = _save()
     try:
-        _release(p or 0, _SCHEMA_RELEASE, _SCHEMA_PRIVATE, True)
+        _rel(p or 0, *_offsets)
     finally:
         if saved is not None:
             _restore(saved)
 
 
 def _release_array(p: int | None, _save: Any = _save_exception,
-                   _restore: Any = _restore_exception) -> None:
+                   _restore: Any = _restore_exception, _rel: Any = _release,
+                   _offsets: tuple[int, int] = (_ARRAY_RELEASE, _ARRAY_PRIVATE)) -> None:
     saved = _save()
     try:
-        _release(p or 0, _ARRAY_RELEASE, _ARRAY_PRIVATE, False)
+        _rel(p or 0, *_offsets)
     finally:
         if saved is not None:
             _restore(saved)
@@ -169,18 +176,21 @@ def _capsule_destructor(
     _schema: tuple[int, bytes] = (_SCHEMA_NAME_ADDR, _SCHEMA_NAME),
     _husks: dict[int, object] = _HUSKS,
     _at: Any = _c_void_p.from_address,
+    _string_at: Any = ctypes.string_at,
+    _rel: Any = _release,
+    _offsets: tuple[int, int, int, int] = (_SCHEMA_RELEASE, _SCHEMA_PRIVATE, _ARRAY_RELEASE,
+                                           _ARRAY_PRIVATE),
 ) -> None:
     # A struct nobody moved out is released here; the husk goes in every case.
     saved = _save()
     try:
         name = _get_name(c)
         is_schema = name == _schema[0]
-        p = _get_pointer(c, _schema[1] if is_schema else ctypes.string_at(name)) or 0
-        if is_schema:
-            if _at(p + _SCHEMA_RELEASE).value:
-                _release(p, _SCHEMA_RELEASE, _SCHEMA_PRIVATE, True)
-        elif _at(p + _ARRAY_RELEASE).value:  # an ArrowDeviceArray starts with its ArrowArray
-            _release(p, _ARRAY_RELEASE, _ARRAY_PRIVATE, False)
+        p = _get_pointer(c, _schema[1] if is_schema else _string_at(name)) or 0
+        # An ArrowDeviceArray starts with its ArrowArray: the same offsets.
+        release, private = _offsets[:2] if is_schema else _offsets[2:]
+        if _at(p + release).value:
+            _rel(p, release, private)
         _husks.pop(p, None)
     finally:
         if saved is not None:

@@ -185,3 +185,27 @@ def test_duckdb_queries_a_table_built_from_tensors() -> None:
         con.close()
     t = hb.asarray(out.column("score"))
     assert np.from_dlpack(t).tolist() == [2.5, 3.5, 4.5]
+
+
+def test_consumers_alive_at_exit_release_cleanly() -> None:
+    # In a child: pyarrow and polars objects over tensors live until the interpreter tears
+    # the bridge's modules down, and their release callbacks must still work then.
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np, pyarrow as pa, hurray_bridge as hb
+        src = np.arange(24, dtype=np.float32).reshape(4, 2, 3)
+        table = pa.table({"x": hb.asarray(src)})
+        flat = pa.array(hb.asarray(np.arange(3)))
+        try:
+            import polars as pl
+            series = pl.Series(hb.asarray(src))
+        except ImportError:
+            pass
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert (out.returncode, out.stdout.strip(), out.stderr) == (0, "ok", "")
