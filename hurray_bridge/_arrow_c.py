@@ -218,58 +218,54 @@ def _encode_metadata(pairs: list[tuple[bytes, bytes]]) -> bytes:
     return b"".join(out)
 
 
-def _text(b: bytes) -> Any:
-    return ctypes.create_string_buffer(b)
+def _address(b: bytes) -> int:
+    # Where the bytes object keeps its contents (no copy): the struct points there, and
+    # the node that owns the struct holds the object.
+    return ctypes.cast(ctypes.c_char_p(b), _c_void_p).value or 0
 
 
-def _fill_schema(s: ArrowSchema, fmt: bytes, name: bytes, metadata: bytes | None,
-                 children: tuple[ArrowSchema, ...]) -> None:
-    fmt_buf, name_buf = _text(fmt), _text(name)
-    keep: list[object] = [fmt_buf, name_buf]
-    s.format = ctypes.addressof(fmt_buf)
-    s.name = ctypes.addressof(name_buf)
-    if metadata is not None:
-        meta_buf = ctypes.create_string_buffer(metadata, len(metadata))
-        keep.append(meta_buf)
-        s.metadata = ctypes.addressof(meta_buf)
-    s.flags = _FLAG_NULLABLE
-    s.n_children = len(children)
-    if children:
-        ptrs = (_c_void_p * len(children))(*map(ctypes.addressof, children))
-        keep += [ptrs, *children]
-        s.children = ctypes.addressof(ptrs)
-    key = next(_keys)
-    _NODES[key] = (tuple(keep), tuple(map(ctypes.addressof, children)))
-    s.private_data = key
-    s.release = _RELEASE_SCHEMA_ADDR
+# One buffer per exported tree (the structs, their pointer arrays), filled with
+# struct.pack_into: one ctypes object to make and free instead of one per struct.
+_SCHEMA_SIZE, _ARRAY_SIZE, _DEVICE_SIZE = 72, 80, 128
+_pack_schema = struct.Struct("@PPPqqPPPP").pack_into
+_pack_array = struct.Struct("@qqqqqPPPPP").pack_into
+_pack_device = struct.Struct("@qi4xP3q").pack_into  # after the ArrowArray it starts with
+_pack_pointers = struct.Struct("@PP").pack_into
+_pack_pointer = struct.Struct("@P").pack_into
+assert (ctypes.sizeof(ArrowSchema), ctypes.sizeof(ArrowArray),
+        ctypes.sizeof(ArrowDeviceArray)) == (_SCHEMA_SIZE, _ARRAY_SIZE, _DEVICE_SIZE)
+_buffer_types: dict[int, Any] = {}
+
+# Strings every export shares: formats, names, bool8's metadata; immortal.
+_TEXT: dict[bytes, int] = {b: _address(b) for b in (b"", b"item", *_FORMAT.values())}
+_BOOL8_META = _encode_metadata([(EXTENSION_NAME, BOOL8), (EXTENSION_METADATA, b"")])
+_BOOL8_META_ADDR = _address(_BOOL8_META)
+# value shape -> (list format, extension metadata): a node holds what its struct uses, so
+# the cache may be emptied at any time.
+_LIST_TYPES: dict[tuple[int, ...], tuple[bytes, bytes]] = {}
 
 
-def _fill_array(a: ArrowArray, length: int, data: int | None, children: tuple[ArrowArray, ...],
-                owner: object) -> None:
-    a.length = length
-    a.null_count = 0
-    a.offset = 0
-    keep: list[object] = [owner]
-    if data is None:  # fixed_size_list: its one buffer is the validity bitmap, absent
-        bufs: Any = (_c_void_p * 1)(None)
-    else:
-        bufs = (_c_void_p * 2)(None, data or _EMPTY_ADDR)
-    keep.append(bufs)
-    a.n_buffers = len(bufs)
-    a.buffers = ctypes.addressof(bufs)
-    a.n_children = len(children)
-    if children:
-        ptrs = (_c_void_p * len(children))(*map(ctypes.addressof, children))
-        keep += [ptrs, *children]
-        a.children = ctypes.addressof(ptrs)
-    key = next(_keys)
-    _NODES[key] = (tuple(keep), tuple(map(ctypes.addressof, children)))
-    a.private_data = key
-    a.release = _RELEASE_ARRAY_ADDR
+def _new_buffer(nbytes: int) -> Any:
+    tp = _buffer_types.get(nbytes)
+    if tp is None:
+        tp = _buffer_types[nbytes] = ctypes.c_uint64 * (nbytes // 8)
+    return tp()
 
 
-def _value_schema(t: Any) -> tuple[bytes, bytes | None]:
-    """The format string of ``t``'s elements and the metadata that goes with it."""
+def _list_type(value_shape: tuple[int, ...]) -> tuple[bytes, bytes]:
+    out = _LIST_TYPES.get(value_shape)
+    if out is None:
+        if len(_LIST_TYPES) >= 256:
+            _LIST_TYPES.clear()
+        ext = json.dumps({"shape": list(value_shape)}, separators=(",", ":")).encode()
+        out = _LIST_TYPES[value_shape] = (
+            b"+w:%d" % prod(value_shape),
+            _encode_metadata([(EXTENSION_NAME, FIXED_SHAPE_TENSOR), (EXTENSION_METADATA, ext)]))
+    return out
+
+
+def _value_format(t: Any) -> bytes:
+    """The format string of ``t``'s elements; refuses types Arrow has none for."""
     d = t.dtype
     fmt = _FORMAT.get(d.tag)
     if fmt is None:
@@ -281,9 +277,7 @@ def _value_schema(t: Any) -> tuple[bytes, bytes | None]:
         raise UnsupportedError(
             f"a {d.name} tensor in the padded form (one byte per value) has no Arrow form: "
             "Arrow's boolean is bit-packed; pack it first (t.copy() gives the packed form)")
-    if d is bool8:
-        return fmt, _encode_metadata([(EXTENSION_NAME, BOOL8), (EXTENSION_METADATA, b"")])
-    return fmt, None
+    return fmt
 
 
 def _check_exportable(t: Any, compact: bool) -> None:
@@ -310,24 +304,67 @@ def _check_exportable(t: Any, compact: bool) -> None:
             "a multiple of 8 values only")
 
 
-def _schema_struct(t: Any) -> ArrowSchema:
-    fmt, meta = _value_schema(t)
-    s = ArrowSchema()
+def _schema_tree(t: Any, fmt: bytes) -> Any:
+    """The ArrowSchema of ``t`` (and its child, rank >= 2) in one buffer, registered."""
+    meta_addr = _BOOL8_META_ADDR if t.dtype is bool8 else 0
     if len(t.shape) == 1:
-        _fill_schema(s, fmt, b"", meta, ())
-        return s
-    child = ArrowSchema()
-    _fill_schema(child, fmt, b"item", meta, ())
-    ext = json.dumps({"shape": list(t.shape[1:])}, separators=(",", ":")).encode()
-    _fill_schema(s, b"+w:%d" % prod(t.shape[1:]), b"",
-                 _encode_metadata([(EXTENSION_NAME, FIXED_SHAPE_TENSOR),
-                                   (EXTENSION_METADATA, ext)]), (child,))
-    return s
+        buf = _new_buffer(_SCHEMA_SIZE)
+        key = next(_keys)
+        _NODES[key] = ((buf,), ())
+        _pack_schema(buf, 0, _TEXT[fmt], _TEXT[b""], meta_addr, _FLAG_NULLABLE, 0, 0, 0,
+                     _RELEASE_SCHEMA_ADDR, key)
+        return buf
+    list_fmt, list_meta = _list_type(t.shape[1:])
+    buf = _new_buffer(2 * _SCHEMA_SIZE + 8)
+    p = ctypes.addressof(buf)
+    child = p + _SCHEMA_SIZE + 8
+    top_key, child_key = next(_keys), next(_keys)
+    _NODES[child_key] = ((buf,), ())
+    _NODES[top_key] = ((buf, list_fmt, list_meta), (child,))
+    _pack_schema(buf, 0, _address(list_fmt), _TEXT[b""], _address(list_meta), _FLAG_NULLABLE,
+                 1, p + _SCHEMA_SIZE, 0, _RELEASE_SCHEMA_ADDR, top_key)
+    _pack_pointer(buf, _SCHEMA_SIZE, child)
+    _pack_schema(buf, _SCHEMA_SIZE + 8, _TEXT[fmt], _TEXT[b"item"], meta_addr, _FLAG_NULLABLE,
+                 0, 0, 0, _RELEASE_SCHEMA_ADDR, child_key)
+    return buf
 
 
-def _capsule(struct_: Any, name: bytes) -> object:
-    p = ctypes.addressof(struct_)
-    _HUSKS[p] = struct_
+def _array_tree(t: Any, device: bool) -> Any:
+    """The ArrowArray (or ArrowDeviceArray) of ``t`` and its child, buffer pointer arrays
+    included, in one buffer, registered; each node holds ``t``."""
+    head = _DEVICE_SIZE if device else _ARRAY_SIZE
+    n = t.shape[0]
+    data = t.data_ptr or _EMPTY_ADDR
+    if len(t.shape) == 1:
+        buf = _new_buffer(head + 16)
+        p = ctypes.addressof(buf)
+        key = next(_keys)
+        _NODES[key] = ((buf, t), ())
+        _pack_array(buf, 0, n, 0, 0, 2, 0, p + head, 0, 0, _RELEASE_ARRAY_ADDR, key)
+        _pack_pointers(buf, head, 0, data)
+    else:
+        # [top][top's buffers: validity][top's children][child][child's buffers]
+        buf = _new_buffer(head + 16 + _ARRAY_SIZE + 16)
+        p = ctypes.addressof(buf)
+        child = p + head + 16
+        top_key, child_key = next(_keys), next(_keys)
+        _NODES[child_key] = ((buf, t), ())
+        _NODES[top_key] = ((buf, t), (child,))
+        _pack_array(buf, 0, n, 0, 0, 1, 1, p + head, p + head + 8, 0, _RELEASE_ARRAY_ADDR,
+                    top_key)
+        _pack_pointers(buf, head, 0, child)
+        _pack_array(buf, head + 16, n * prod(t.shape[1:]), 0, 0, 2, 0, child + _ARRAY_SIZE, 0,
+                    0, _RELEASE_ARRAY_ADDR, child_key)
+        _pack_pointers(buf, head + 16 + _ARRAY_SIZE, 0, data)
+    if device:
+        # Arrow numbers devices as DLPack does; host memory needs no sync event.
+        _pack_device(buf, _ARRAY_SIZE, t.device.id, t.device.type, 0, 0, 0, 0)
+    return buf
+
+
+def _capsule(buf: Any, name: bytes) -> object:
+    p = ctypes.addressof(buf)
+    _HUSKS[p] = buf
     try:
         return _PyCapsule_New(p, name, _DESTRUCTOR_ADDR)
     except BaseException:
@@ -339,7 +376,7 @@ def export_schema(t: Any, compact: bool) -> object:
     """``t.__arrow_c_schema__()``: an ``arrow_schema`` capsule describing the hb.Tensor ``t``
     as an array (``compact``: its values are row-major without gaps)."""
     _check_exportable(t, compact)
-    return _capsule(_schema_struct(t), _SCHEMA_NAME)
+    return _capsule(_schema_tree(t, _value_format(t)), _SCHEMA_NAME)
 
 
 def _storage_formats(p: int) -> list[bytes]:
@@ -368,6 +405,7 @@ def export_array(t: Any, compact: bool, requested_schema: object = None, *,
     not cast.
     """
     _check_exportable(t, compact)
+    fmt = _value_format(t)
     if requested_schema is not None:
         if (type(requested_schema) is not _CAPSULE_TYPE
                 or _PyCapsule_GetName(requested_schema) != _SCHEMA_NAME):
@@ -375,38 +413,16 @@ def export_array(t: Any, compact: bool, requested_schema: object = None, *,
                 f"requested_schema must be an 'arrow_schema' capsule, got "
                 f"{type(requested_schema).__name__}")
         wanted = _storage_formats(_PyCapsule_GetPointer(requested_schema, _SCHEMA_NAME))
-        ours = [_value_schema(t)[0]]
-        if len(t.shape) > 1:
-            ours.insert(0, b"+w:%d" % prod(t.shape[1:]))
+        ours = [fmt] if len(t.shape) == 1 else [_list_type(t.shape[1:])[0], fmt]
         if wanted != ours:
             raise UnsupportedError(
                 f"requested_schema asks for format {b' / '.join(wanted).decode(errors='replace')!r}"
                 f" and this {t.dtype.name} tensor of shape {t.shape} is "
                 f"{b' / '.join(ours).decode()!r}: the bridge exports its own type without a "
                 "cast; ask for none and cast on the consumer's side")
-    s = _schema_struct(t)
-    n = t.shape[0]
-    data = t.data_ptr
-    if len(t.shape) == 1:
-        top = ArrowArray()
-        _fill_array(top, n, data, (), t)
-    else:
-        child = ArrowArray()
-        _fill_array(child, n * prod(t.shape[1:]), data, (), t)
-        top = ArrowArray()
-        _fill_array(top, n, None, (child,), t)
-    schema = _capsule(s, _SCHEMA_NAME)
-    if not device:
-        return schema, _capsule(top, _ARRAY_NAME)
-    dev = ArrowDeviceArray()
-    # The struct is moved into the device array: its children and buffers stay where
-    # they are, held by the node its private_data names; only `top` itself is not needed.
-    ctypes.memmove(ctypes.addressof(dev.array), ctypes.addressof(top), ctypes.sizeof(top))
-    top.release = None
-    # Arrow's device types are DLPack's numbers; host memory needs no sync event.
-    dev.device_type = t.device.type
-    dev.device_id = t.device.id
-    return schema, _capsule(dev, _DEVICE_ARRAY_NAME)
+    schema = _capsule(_schema_tree(t, fmt), _SCHEMA_NAME)
+    array = _array_tree(t, device)
+    return schema, _capsule(array, _DEVICE_ARRAY_NAME if device else _ARRAY_NAME)
 
 
 # -- import -----------------------------------------------------------------------------------
@@ -595,6 +611,20 @@ def _locate(p: int, typ: _Type, level: int, first: int, count: int, path: str) -
     return data + phys * bits // 8, phys * bits % 8
 
 
+# Foreign callbacks by address: a ctypes function object is costly to make, and a
+# producer has a few callbacks for all its arrays.
+_foreign: dict[tuple[Any, int], Any] = {}
+
+
+def _foreign_fn(proto: Any, address: int) -> Any:
+    fn = _foreign.get((proto, address))
+    if fn is None:
+        if len(_foreign) >= 64:  # a producer making a callback per array
+            _foreign.clear()
+        fn = _foreign[proto, address] = proto(address)
+    return fn
+
+
 class _ArrowRelease:
     """Owns a moved ArrowArray: its ``release`` runs once, when this object goes."""
 
@@ -603,11 +633,13 @@ class _ArrowRelease:
     def __init__(self, array: ArrowArray) -> None:
         self._array = array
 
-    def release(self) -> None:
+    def release(self, _fn: Any = _foreign_fn, _proto: Any = _ReleaseFn,
+                _addressof: Any = ctypes.addressof) -> None:
         """Release the array now (idempotent); its memory must no longer be used."""
+        # Bound as defaults: a tensor alive at exit is freed after module globals go.
         a = self._array
         if a.release:
-            _ReleaseFn(a.release)(ctypes.addressof(a))
+            _fn(_proto, a.release)(_addressof(a))
 
     __del__ = release
 
@@ -711,7 +743,7 @@ _MAX_CHUNKS = 1 << 20
 
 
 def _stream_error(st: ArrowArrayStream, p: int, rc: int, what: str) -> FormatError:
-    msg = _GetErrorFn(st.get_last_error)(p) if st.get_last_error else None
+    msg = _foreign_fn(_GetErrorFn, st.get_last_error)(p) if st.get_last_error else None
     detail = msg.decode(errors="replace") if msg else "no message"
     return FormatError(f"the Arrow stream's {what} failed with error {rc}: {detail}",
                        field=f"stream.{what}")
@@ -725,16 +757,16 @@ def _import_stream(obj: Any, copy: bool | None) -> ArrowView:
         raise FormatError("the ArrowArrayStream is released or lacks get_schema/get_next",
                           field="stream")
     schema = ArrowSchema()
-    rc = _GetSchemaFn(st.get_schema)(p, ctypes.addressof(schema))
+    rc = _foreign_fn(_GetSchemaFn, st.get_schema)(p, ctypes.addressof(schema))
     if rc:
         raise _stream_error(st, p, rc, "get_schema")
     try:
         typ = _parse_schema(ctypes.addressof(schema))
     finally:
         if schema.release:
-            _ReleaseFn(schema.release)(ctypes.addressof(schema))
+            _foreign_fn(_ReleaseFn, schema.release)(ctypes.addressof(schema))
     chunks: list[_ArrowRelease] = []
-    get_next = _GetNextFn(st.get_next)
+    get_next = _foreign_fn(_GetNextFn, st.get_next)
     for _ in range(_MAX_CHUNKS):
         a = ArrowArray()
         rc = get_next(p, ctypes.addressof(a))

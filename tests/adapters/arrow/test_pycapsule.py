@@ -202,6 +202,7 @@ def test_consumers_alive_at_exit_release_cleanly() -> None:
         try:
             import polars as pl
             series = pl.Series(hb.asarray(src))
+            back = hb.asarray(series)  # held through a released stream's array
         except ImportError:
             pass
         print("ok")
