@@ -482,8 +482,9 @@ def _parse_schema(p: int, path: str = "schema") -> _Type:
     fmt = ctypes.string_at(s.format)
     if s.dictionary:
         raise UnsupportedError(
-            f"{path} is dictionary-encoded (format {fmt!r}): a tensor holds values, not "
-            "indices into a dictionary; decode it first (pyarrow: arr.dictionary_decode())")
+            f"{path} is dictionary-encoded (format {fmt.decode(errors='replace')!r}): a tensor "
+            "holds values, not indices into a dictionary; decode it on the producer's side "
+            "first")
     meta = _read_metadata(s.metadata)
     ext = meta.get(EXTENSION_NAME)
     shown = fmt.decode(errors="replace")
@@ -547,8 +548,8 @@ def _fixed_shape(text: bytes, size: int, path: str) -> tuple[int, ...]:
     if perm is not None and perm != list(range(len(shape))):
         raise UnsupportedError(
             f"{path}: an arrow.fixed_shape_tensor with permutation {perm} is not read through "
-            "the capsule interface; pass the pyarrow array itself (its adapter reads "
-            "permutations) or make it row-major first")
+            "the capsule interface; pass the array object itself where an adapter claims it "
+            "(the Arrow adapter reads permutations), or make it row-major first")
     if prod(shape) != size:
         raise FormatError(f"arrow.fixed_shape_tensor shape {shape} has {prod(shape)} "
                           f"elements, and its fixed_size_list holds {size}", field=where)
@@ -595,7 +596,7 @@ def _locate(p: int, typ: _Type, level: int, first: int, count: int, path: str) -
         raise UnsupportedError(
             f"{path} holds nulls: a tensor has no validity bitmap, and dropping it would "
             "turn the nulls into whatever bytes are under them; fill them first "
-            "(pyarrow.compute.fill_null, polars fill_null)")
+            "(the producer's fill_null)")
     if not leaf:
         if not a.children:
             raise FormatError("NULL children array", field=f"{path}.children")
@@ -790,7 +791,7 @@ def _import_stream(obj: Any, copy: bool | None) -> ArrowView:
         raise CopyRequiredError(
             f"the Arrow stream has {len(parts)} chunks and a tensor is one block of memory: "
             "joining them is a copy, but copy=False; pass copy=None, or combine the chunks "
-            "on the producer's side (pyarrow: combine_chunks, polars: rechunk)")
+            "on the producer's side (combine_chunks, rechunk)")
     return _join(parts, typ)
 
 
