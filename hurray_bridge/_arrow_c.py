@@ -26,6 +26,7 @@ import ctypes
 import itertools
 import json
 import struct
+from functools import lru_cache
 from math import prod
 from typing import Any
 
@@ -427,11 +428,19 @@ def export_array(t: Any, compact: bool, requested_schema: object = None, *,
 
 # -- import -----------------------------------------------------------------------------------
 
+_METHODS = ("__arrow_c_array__", "__arrow_c_device_array__", "__arrow_c_stream__")
+
+
+@lru_cache(maxsize=256)
+def _arrow_method(tp: type) -> str | None:
+    # Per type, once: a missing attribute costs microseconds on some types (a metaclass
+    # with __getattr__), and the protocol is looked up on the type anyway.
+    return next((m for m in _METHODS if hasattr(tp, m)), None)
+
+
 def has_arrow_interface(obj: Any) -> bool:
     """Whether ``obj`` speaks the Arrow PyCapsule interface for arrays or streams."""
-    tp = type(obj)
-    return (hasattr(tp, "__arrow_c_array__") or hasattr(tp, "__arrow_c_device_array__")
-            or hasattr(tp, "__arrow_c_stream__"))
+    return _arrow_method(type(obj)) is not None  # type: ignore[arg-type]  # types are hashable
 
 
 _MAX_METADATA = 1 << 20  # bytes of one key or value; far more than any type's metadata
@@ -715,12 +724,13 @@ def import_arrow(obj: Any, copy: bool | None = None) -> ArrowView:
     the caller's to honour.
     """
     tp = type(obj)
-    if hasattr(tp, "__arrow_c_array__"):
+    method = _arrow_method(tp)  # type: ignore[arg-type]
+    if method == "__arrow_c_array__":
         sc, ac = _pair(obj.__arrow_c_array__(), "__arrow_c_array__")
         typ = _parse_schema(_capsule_pointer(sc, _SCHEMA_NAME, "__arrow_c_array__"))
         p = _capsule_pointer(ac, _ARRAY_NAME, "__arrow_c_array__")
         return _view_of(p, typ, ac, copy)
-    if hasattr(tp, "__arrow_c_device_array__"):
+    if method == "__arrow_c_device_array__":
         sc, ac = _pair(obj.__arrow_c_device_array__(), "__arrow_c_device_array__")
         typ = _parse_schema(_capsule_pointer(sc, _SCHEMA_NAME, "__arrow_c_device_array__"))
         p = _capsule_pointer(ac, _DEVICE_ARRAY_NAME, "__arrow_c_device_array__")
@@ -731,7 +741,7 @@ def import_arrow(obj: Any, copy: bool | None = None) -> ArrowView:
                 f"{dev.device_id}); the bridge imports Arrow device arrays in CPU memory "
                 "(device type 1) only; import it through DLPack, or copy it to the CPU first")
         return _view_of(p, typ, ac, copy)
-    if hasattr(tp, "__arrow_c_stream__"):
+    if method == "__arrow_c_stream__":
         return _import_stream(obj, copy)
     raise UnsupportedError(f"{tp.__module__}.{tp.__qualname__} does not speak the Arrow "
                            "PyCapsule interface (no __arrow_c_array__ or __arrow_c_stream__)")
