@@ -210,3 +210,14 @@ def test_consumers_alive_at_exit_release_cleanly() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert (out.returncode, out.stdout.strip(), out.stderr) == (0, "ok", "")
+
+
+def test_duckdb_scans_a_tensor_directly() -> None:
+    duckdb = pytest.importorskip("duckdb", reason="duckdb is not installed")
+    t = hb.asarray(np.arange(12, dtype=np.float32).reshape(4, 3))  # noqa: F841 (scanned by name)
+    rel = duckdb.sql("SELECT * FROM t")
+    assert [str(x) for x in rel.types] == ["FLOAT[3]"]  # the fixed_shape_tensor's storage
+    assert rel.fetchall()[1] == ((3.0, 4.0, 5.0),)
+    c = hb.asarray(np.zeros(3, dtype=np.complex64))  # noqa: F841
+    with pytest.raises(Exception, match="no type for complex64"):  # duckdb wraps our error
+        duckdb.sql("SELECT * FROM c").fetchall()
