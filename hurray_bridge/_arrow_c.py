@@ -15,8 +15,9 @@ Ownership (the C Data Interface's rules): a consumer either moves a struct out o
 capsule (copies it and sets the original's ``release`` to NULL) or leaves it there, and the
 capsule's destructor calls ``release`` if it is still set. Every struct we export carries in
 ``private_data`` a key of :data:`_NODES`, whose entry keeps the tensor and the memory the
-struct points to (format string, metadata, buffer and child arrays) alive until its
-``release`` runs. A parent's ``release`` releases the children the consumer did not move.
+struct points to (the one buffer that holds its tree of structs and pointer arrays, the
+format and metadata strings) alive until its ``release`` runs. A parent's ``release``
+releases the children the consumer did not move.
 The callbacks follow ``_capsule``'s rules for exceptions in flight (they reuse its helpers).
 """
 
@@ -597,8 +598,9 @@ def _locate(p: int, typ: _Type, level: int, first: int, count: int, path: str) -
     if not a.buffers:
         raise FormatError("NULL buffers array", field=f"{path}.buffers")
     phys = a.offset + first
-    if a.null_count < -1:
-        raise FormatError(f"null_count {a.null_count} is below -1", field=f"{path}.null_count")
+    if not -1 <= a.null_count <= a.length:
+        raise FormatError(f"null_count {a.null_count} is outside -1..{a.length} (the length)",
+                          field=f"{path}.null_count")
     validity = _c_void_p.from_address(a.buffers).value
     if count and (a.null_count > 0 or (a.null_count == -1 and validity
                                        and _count_valid(validity, phys, count) != count)):

@@ -400,7 +400,7 @@ CASES: list[Case] = [
          ("holds nulls", "fill them first")),
     Case("arrow-import-null-count", "ArrowArray.null_count = -5",
          lambda: hb.asarray(ArrowDoctored("null_count", -5)), hb.FormatError,
-         ("array.null_count", "-5", "below -1")),
+         ("array.null_count", "-5", "outside -1..6")),
     Case("arrow-import-negative-length", "ArrowArray.length = -1",
          lambda: hb.asarray(ArrowDoctored("length", -1)), hb.FormatError,
          ("array.length", "-1", "must not be negative")),

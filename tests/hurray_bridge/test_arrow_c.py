@@ -22,6 +22,8 @@ import weakref
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import hurray_bridge as hb
 from hurray_bridge import _arrow_c as A
@@ -342,6 +344,7 @@ BAD_ARRAYS = [
     ("negative length", {"length": -1}, FormatError, "array.length"),
     ("negative offset", {"offset": -2}, FormatError, "array.length"),
     ("null_count below -1", {"null_count": -7}, FormatError, "null_count"),
+    ("null_count above length", {"null_count": 9}, FormatError, "outside -1..8"),
     ("NULL data with values", {"buffers": [None, None]}, FormatError, r"buffers\[1\]"),
     ("one buffer", {"buffers": [None]}, FormatError, "n_buffers"),
     ("NULL buffers array", {"buffers": [None, None], "n_buffers": 2, "buffers_null": True},
@@ -542,3 +545,32 @@ def test_exports_alive_at_exit_do_not_crash_the_interpreter() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
     assert out.stderr == ""  # no release callback failed while the module was torn down
+
+
+@settings(max_examples=200, deadline=None)
+@given(length=st.integers(-3, 40), offset=st.integers(-3, 24),
+       null_count=st.integers(-3, 3), n_buffers=st.integers(0, 3),
+       data_null=st.booleans(), bitmap=st.sampled_from([None, 0x00, 0xFF]))
+def test_fuzzed_array_fields_are_refused_or_stay_inside_the_buffer(
+        length: int, offset: int, null_count: int, n_buffers: int, data_null: bool,
+        bitmap: int | None) -> None:
+    # A 64-value buffer and fields drawn around their valid values (offset + length never
+    # past the buffer: the C interface carries no buffer sizes, so no consumer can check
+    # that). The import either refuses with a HurrayError or gives a tensor over exactly
+    # the values the fields name, none of them null.
+    h = Hand()
+    data = h.data(np.arange(64, dtype=np.int32))
+    validity = None if bitmap is None else h.data(np.full(8, bitmap, dtype=np.uint8))
+    buffers = [validity, None if data_null else data, data][:n_buffers]
+    p = h.producer(h.schema(b"i"), h.array(length, buffers, offset=offset,
+                                           null_count=null_count))
+    try:
+        t = hb.asarray(p)
+    except hb.HurrayError:
+        return
+    assert length >= 0 and offset >= 0 and n_buffers == 2
+    assert null_count == 0 or (null_count == -1 and (bitmap != 0x00 or length == 0))
+    assert t.shape == (length,)
+    if length:
+        assert not data_null and t.data_ptr == data + 4 * offset
+        assert np.from_dlpack(t).tolist() == list(range(offset, offset + length))
