@@ -574,3 +574,26 @@ def test_fuzzed_array_fields_are_refused_or_stay_inside_the_buffer(
     if length:
         assert not data_null and t.data_ptr == data + 4 * offset
         assert np.from_dlpack(t).tolist() == list(range(offset, offset + length))
+
+
+@settings(max_examples=200, deadline=None)
+@given(fmt=st.one_of(
+    st.binary(min_size=1, max_size=8).filter(lambda b: b"\0" not in b),
+    st.sampled_from([b"+w:", b"+w:-1", b"+w:99999999999999999999", b"+w:2", b"+w:0",
+                     b"w:4", b"+l", b"+s", b"e", b"b", b"z", b"tss:"])),
+       children=st.integers(0, 2))
+def test_fuzzed_formats_are_refused_or_read_as_a_known_type(fmt: bytes, children: int) -> None:
+    h = Hand()
+    data = h.data(np.zeros(64, dtype=np.int64))
+    kids = tuple(h.schema(b"c") for _ in range(children))
+    child_arrays = tuple(h.array(64, [None, data]) for _ in range(children))
+    buffers: list[int | None] = [None] if children else [None, data]
+    p = h.producer(h.schema(fmt, children=kids), h.array(2, buffers, children=child_arrays))
+    try:
+        t = hb.asarray(p)
+    except hb.HurrayError:
+        return
+    if fmt.startswith(b"+w:"):
+        assert children == 1 and t.shape == (2, int(fmt[3:])) and t.dtype == hb.int8
+    else:
+        assert children == 0 and A._DTYPE_OF_FORMAT[fmt] == t.dtype and t.shape == (2,)
