@@ -597,3 +597,15 @@ def test_fuzzed_formats_are_refused_or_read_as_a_known_type(fmt: bytes, children
         assert children == 1 and t.shape == (2, int(fmt[3:])) and t.dtype == hb.int8
     else:
         assert children == 0 and A._DTYPE_OF_FORMAT[fmt] == t.dtype and t.shape == (2,)
+
+
+def test_a_tensor_in_device_memory_is_refused_by_both_exports() -> None:
+    # A tensor that says it lives on CUDA device 0 (never dereferenced here): Arrow gets
+    # host memory only, and the refusal names the device.
+    keep = np.zeros(4, dtype=np.float32)
+    t = hb.Tensor(hb.Descriptor((4,), hb.float32),
+                  [hb.Buffer(hb.BufferRole.DATA, keep.ctypes.data, 16)], device=(2, 0),
+                  owner=keep)
+    for call in (t.__arrow_c_array__, t.__arrow_c_device_array__, t.__arrow_c_schema__):
+        with pytest.raises(UnsupportedError, match="cuda:0"):
+            call()
