@@ -420,6 +420,43 @@ class Tensor:
                              padded=self._padded, device=CPU, owner=alloc, readonly=False,
                              copied=True)
 
+    # ------------------------------------------------- Arrow PyCapsule interface
+    def _arrow_compact(self) -> bool:
+        return self._strides is None or _is_compact(self._shape, self._strides)
+
+    def __arrow_c_schema__(self) -> object:
+        """The Arrow type of this tensor as an array, an ``arrow_schema`` capsule: rank 1 a
+        primitive type, rank >= 2 ``arrow.fixed_shape_tensor`` over its first dimension
+        (docs/spec/interchange.md, "The Arrow PyCapsule interface")."""
+        from ._arrow_c import export_schema
+
+        return export_schema(self, self._arrow_compact())
+
+    def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]:
+        """This tensor as an Arrow array over its own memory (no copy): the
+        ``arrow_schema`` and ``arrow_array`` capsules of the Arrow PyCapsule interface.
+
+        The array keeps the tensor alive until its consumer releases it. A
+        ``requested_schema`` other than the tensor's own type is refused (no cast).
+        """
+        from ._arrow_c import export_array
+
+        return export_array(self, self._arrow_compact(), requested_schema)
+
+    def __arrow_c_device_array__(self, requested_schema: object = None,
+                                 **kwargs: Any) -> tuple[object, object]:
+        """:meth:`__arrow_c_array__` with the device: an ``arrow_device_array`` capsule
+        (host memory only, with no sync event). Keywords this version does not know are
+        accepted when ``None``, as the interface asks, and refused otherwise."""
+        from ._arrow_c import export_array
+
+        unknown = {k: v for k, v in kwargs.items() if v is not None}
+        if unknown:
+            raise UnsupportedError(
+                f"__arrow_c_device_array__ got keywords it does not know: {unknown!r}; "
+                "this version takes requested_schema only")
+        return export_array(self, self._arrow_compact(), requested_schema, device=True)
+
     # --------------------------------------------------------------- DLPack
     def __dlpack_device__(self) -> tuple[DLDeviceType, int]:
         t = self._device.type
@@ -829,14 +866,24 @@ def from_native(obj: Any, copy: bool | None = None) -> Tensor:
 
 def from_producer(obj: Any, copy: bool | None) -> Tensor:
     """The end of every "any array to hb.Tensor" path: :func:`from_dlpack` for an object
-    with ``__dlpack__`` that no adapter claimed, else the error naming what is accepted."""
+    with ``__dlpack__`` that no adapter claimed, then the Arrow PyCapsule interface
+    (``__arrow_c_array__``, ``__arrow_c_device_array__``, ``__arrow_c_stream__``), else
+    the error naming what is accepted."""
     if hasattr(obj, "__dlpack__"):
         return from_dlpack(obj, copy=copy)
+    from ._arrow_c import has_arrow_interface, import_arrow
+
+    if has_arrow_interface(obj):
+        v = import_arrow(obj, copy)
+        t = Tensor._dense(v.data, v.shape, v.dtype, strides=None, padded=False, device=CPU,
+                          owner=v.owner, readonly=not v.copied, copied=v.copied)
+        return t.copy() if copy and not v.copied else t
     from ._registry import ADAPTERS
 
     raise UnsupportedError(
         f"cannot convert {type(obj).__module__}.{type(obj).__qualname__} to hb.Tensor: "
-        f"it is not an array of {', '.join(ADAPTERS)} and has no __dlpack__"
+        f"it is not an array of {', '.join(ADAPTERS)} and has neither __dlpack__ nor the "
+        "Arrow PyCapsule interface (__arrow_c_array__, __arrow_c_stream__)"
     )
 
 

@@ -16,6 +16,7 @@ that every case is there).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import io
 import math
@@ -128,6 +129,41 @@ class Garbage:
     def __dlpack__(self, **kw: Any) -> object:
         if isinstance(self.what, BaseException):
             raise self.what
+        return self.what()
+
+
+_U_FORMAT = ctypes.create_string_buffer(b"u")  # an Arrow format no tensor has (utf8)
+
+
+class ArrowDoctored:
+    """``__arrow_c_array__`` of a float32 tensor's export with one field of its
+    ``ArrowArray`` (or, with ``schema=True``, ``ArrowSchema``) rewritten: a producer bug."""
+
+    def __init__(self, field: str, value: Any, schema: bool = False,
+                 t: Any = None) -> None:
+        self.field, self.value, self.schema, self.t = field, value, schema, t
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+        from hurray_bridge import _arrow_c
+
+        s, a = (self.t if self.t is not None else _tensor()).__arrow_c_array__()
+        if self.schema:
+            struct_ = _arrow_c.ArrowSchema.from_address(
+                _capsule._PyCapsule_GetPointer(s, b"arrow_schema"))
+        else:
+            struct_ = _arrow_c.ArrowArray.from_address(
+                _capsule._PyCapsule_GetPointer(a, b"arrow_array"))
+        setattr(struct_, self.field, self.value)
+        return s, a
+
+
+class ArrowReturns:
+    """``__arrow_c_array__`` returns ``what()``."""
+
+    def __init__(self, what: Any) -> None:
+        self.what = what
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
         return self.what()
 
 
@@ -333,6 +369,60 @@ CASES: list[Case] = [
     Case("dlpack-copy-str", "t.__dlpack__(copy='x')", lambda: _tensor().__dlpack__(copy="x"),
          hb.UnsupportedError, ("copy", "'x'", "True, False or None"),
          xfail=TENSOR + "any truthy copy means True"),
+    # -- the Arrow PyCapsule interface: exports Arrow cannot hold, producers that lie
+    Case("arrow-export-complex", "complex64 tensor.__arrow_c_array__()",
+         lambda: hb.asarray(np.zeros(3, np.complex64)).__arrow_c_array__(), hb.UnsupportedError,
+         ("no type for complex64", "convert the values")),
+    Case("arrow-export-rank-0", "rank-0 tensor.__arrow_c_array__()",
+         lambda: hb.asarray(np.float32(1)).__arrow_c_array__(), hb.UnsupportedError,
+         ("rank-0", "shape (1,)")),
+    Case("arrow-export-strided", "t[:, ::2].__arrow_c_array__()",
+         lambda: hb.asarray(np.zeros((4, 4), np.float32)[:, ::2]).__arrow_c_array__(),
+         hb.UnsupportedError, ("strides", "t.copy()")),
+    Case("arrow-export-requested-schema", "t.__arrow_c_array__(requested_schema=<int64>)",
+         lambda: _tensor().__arrow_c_array__(
+             hb.asarray(np.zeros(2, np.int64)).__arrow_c_schema__()), hb.UnsupportedError,
+         ("requested_schema asks for format 'l'", "float32", "without a cast")),
+    Case("arrow-export-requested-schema-str", "t.__arrow_c_array__(requested_schema='f')",
+         lambda: _tensor().__arrow_c_array__("f"), hb.UnsupportedError,
+         ("requested_schema", "'arrow_schema' capsule", "str")),
+    Case("arrow-device-keyword", "t.__arrow_c_device_array__(stream=5)",
+         lambda: _tensor().__arrow_c_device_array__(stream=5), hb.UnsupportedError,
+         ("does not know", "'stream': 5")),
+    Case("arrow-import-not-a-pair", "__arrow_c_array__() -> 'x'",
+         lambda: hb.asarray(ArrowReturns(lambda: "x")), hb.FormatError,
+         ("__arrow_c_array__", "pair of capsules")),
+    Case("arrow-import-not-capsules", "__arrow_c_array__() -> (1, 2)",
+         lambda: hb.asarray(ArrowReturns(lambda: (1, 2))), hb.FormatError,
+         ("__arrow_c_array__", "int", "'arrow_schema' capsule")),
+    Case("arrow-import-nulls", "ArrowArray.null_count = 1",
+         lambda: hb.asarray(ArrowDoctored("null_count", 1)), hb.UnsupportedError,
+         ("holds nulls", "fill them first")),
+    Case("arrow-import-null-count", "ArrowArray.null_count = -5",
+         lambda: hb.asarray(ArrowDoctored("null_count", -5)), hb.FormatError,
+         ("array.null_count", "-5", "outside -1..6")),
+    Case("arrow-import-negative-length", "ArrowArray.length = -1",
+         lambda: hb.asarray(ArrowDoctored("length", -1)), hb.FormatError,
+         ("array.length", "-1", "must not be negative")),
+    Case("arrow-import-offset-past-end", "ArrowArray.offset = 2**40",
+         lambda: hb.asarray(ArrowDoctored("offset", 2**40, t=hb.asarray(
+             np.zeros((2, 2), np.float32)))), hb.FormatError,
+         ("children[0].length", "needs slots")),
+    Case("arrow-import-buffers", "ArrowArray.n_buffers = 3",
+         lambda: hb.asarray(ArrowDoctored("n_buffers", 3)), hb.FormatError,
+         ("array.n_buffers", "3 buffers", "calls for 2")),
+    Case("arrow-import-null-buffers", "ArrowArray.buffers = NULL",
+         lambda: hb.asarray(ArrowDoctored("buffers", None)), hb.FormatError,
+         ("array.buffers", "NULL buffers array")),
+    Case("arrow-import-format", "ArrowSchema.format = 'u' (utf8)",
+         lambda: hb.asarray(ArrowDoctored("format", ctypes.addressof(_U_FORMAT), True)),
+         hb.UnsupportedError, ("format 'u'", "no tensor type")),
+    Case("arrow-import-null-format", "ArrowSchema.format = NULL",
+         lambda: hb.asarray(ArrowDoctored("format", None, True)), hb.FormatError,
+         ("schema.format", "NULL format string")),
+    Case("arrow-import-children", "ArrowSchema.n_children = 1 on a primitive",
+         lambda: hb.asarray(ArrowDoctored("n_children", 1, True)), hb.FormatError,
+         ("schema.n_children", "format 'f'", "expected 0")),
     # -- hb.from_dlpack: liars and garbage
     Case("from-dlpack-none", "hb.from_dlpack(None)", lambda: hb.from_dlpack(None),
          hb.UnsupportedError, ("NoneType", "not a DLPack producer", "__dlpack__")),

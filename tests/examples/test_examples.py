@@ -133,3 +133,21 @@ def test_the_license_pyproject_names_is_there() -> None:
     assert "Apache License\n                           Version 2.0, January 2004" in text
     assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
     assert "END OF TERMS AND CONDITIONS" in text
+
+
+def test_readme_arrow_lines_run_and_share_memory(tmp_path: pathlib.Path) -> None:
+    """The README's Arrow/Parquet lines as written (in a fresh interpreter, in a scratch
+    folder for the Parquet file); the line commented "True" is checked to be True."""
+    need("pyarrow", "polars", "jax", "torch")
+    block = _readme_block("import numpy as np, pyarrow as pa, pyarrow.parquet as pq")
+    lines = [f"assert {ln.split('#')[0].strip()}" if ln.rstrip().endswith("# True, no copy")
+             or "# True:" in ln else ln for ln in block.splitlines()]
+    assert any(ln.startswith("assert ") for ln in lines), block
+    code = "\n".join([*lines, "print('ok')"])
+    # Run from the scratch folder: the checkout goes first on the path, as it is here.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")) if p)}
+    res = subprocess.run([sys.executable, "-W", "ignore::UserWarning", "-c", code],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.endswith("ok\n") and (tmp_path / "x.parquet").exists()
