@@ -51,6 +51,7 @@ from ._disk import (
     stale_temporaries,
 )
 from ._memory import alloc_aligned, buffer_address
+from ._pread import read_all
 from ._safetensors_header import (
     looks_like_safetensors,
     read_header_and_descriptors,
@@ -760,17 +761,36 @@ def _truncated_read() -> FormatError:
 def _copy_tensors(entries: Sequence[EntryInfo],
                   read: Callable[[int, memoryview], None]) -> dict[str, Tensor]:
     """Tensors in fresh 64-byte aligned memory; ``read(offset, dest)`` fills each buffer."""
+    out, jobs = _fresh_tensors(entries)
+    for offset, dest in jobs:
+        read(offset, dest)
+    return out
+
+
+def _fresh_tensors(entries: Sequence[EntryInfo]
+                   ) -> tuple[dict[str, Tensor], list[tuple[int, memoryview]]]:
+    """Tensors over fresh 64-byte aligned memory (one allocation per buffer, so each
+    tensor's memory goes with it), and ``(data offset, dest)`` for each byte to fill."""
     out: dict[str, Tensor] = {}
+    jobs: list[tuple[int, memoryview]] = []
     for e in entries:
         bufs, allocs = [], []
         for b in e.buffers:
             alloc = alloc_aligned(b.length)
             if alloc is not None:
                 dest = memoryview((ctypes.c_ubyte * b.length).from_address(alloc.ptr)).cast("B")
-                read(b.offset, dest)
+                jobs.append((b.offset, dest))
                 allocs.append(alloc)
             bufs.append(Buffer(b.role, alloc.ptr if alloc else 0, b.length))
         out[e.name] = Tensor(e.descriptor, bufs, device=CPU, owner=tuple(allocs))
+    return out, jobs
+
+
+def _read_tensors(f: Any, entries: Sequence[EntryInfo], data_start: int) -> dict[str, Tensor]:
+    """Tensors in fresh 64-byte aligned memory read from the open file ``f`` (``load(mmap=
+    False)``): large positional reads on a few threads (:mod:`._pread`), no copy between."""
+    out, jobs = _fresh_tensors(entries)
+    read_all(f.fileno(), [(data_start + off, dest) for off, dest in jobs], _pread_into)
     return out
 
 
@@ -926,7 +946,7 @@ def _load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> Tensor
             if verify:
                 _verify_file(f, h, entries)
 
-            tensors = _copy_tensors(entries, _file_reader(f, h.data_offset))
+            tensors = _read_tensors(f, entries, h.data_offset)
             return TensorFile(tensors, meta, BUFFER_ALIGNMENT)
         if h.data_length == 0 and not verify:
             # Nothing to map: every tensor is empty and points nowhere.
@@ -956,7 +976,7 @@ def _load_safetensors(f: Any, path: str, *, mmap: bool = True,
                          (BufferEntry(BufferRole.DATA, e.begin, e.end - e.begin),), None)
                for i, e in enumerate(idx.entries)]
     if not mmap:
-        return TensorFile(_copy_tensors(entries, _file_reader(f, idx.data_start)),
+        return TensorFile(_read_tensors(f, entries, idx.data_start),
                           dict(idx.metadata), BUFFER_ALIGNMENT)
     if idx.file_size == idx.data_start:  # no tensor bytes: nothing to map
         return TensorFile(_tensors_over(entries, 0, None, True), dict(idx.metadata),
