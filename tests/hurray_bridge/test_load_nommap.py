@@ -192,3 +192,35 @@ def test_the_resident_set_grows_by_the_tensors_bytes_only(tmp_path: pathlib.Path
     assert after - before <= total + slack, (after - before) / total
     # No moment held more than the tensors: no staging buffer, no second copy.
     assert peak <= max(peak_before, before + total + slack), (peak - before) / total
+
+
+def test_verify_reads_the_data_once_and_checks_the_memory_it_read(
+        tmp_path: pathlib.Path, threaded: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    tensors = _tensors()
+    path = _write(tmp_path, "hurray", tensors)
+    idx = container.read_index(path)
+    data = sum(b.length for e in idx.entries for b in e.buffers)
+    read = [0]
+    real = container._pread_into
+
+    def counting(fd: int, view: memoryview, offset: int) -> None:
+        read[0] += len(view)
+        real(fd, view, offset)
+
+    monkeypatch.setattr(container, "_pread_into", counting)
+    out = hb.load(path, mmap=False, verify=True)
+    np.testing.assert_array_equal(np.asarray(out["w5"]), tensors["w5"])
+    # The data once, plus the padding between buffers and the header's: never twice.
+    assert data <= read[0] <= data + idx.data_offset + 64 * len(idx.entries), (read[0], data)
+
+    # A flipped byte in the middle of a tensor is still found, and named.
+    (b,) = next(e for e in idx.entries if e.name == "w7").buffers
+    with open(path, "r+b") as f:
+        f.seek(idx.data_offset + b.offset + b.length // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x10]))
+    with pytest.raises(hb.FormatError, match="checksum mismatch") as e:
+        hb.load(path, mmap=False, verify=True)
+    assert "w7" in str(e.value) and e.value.field == "entries[7].checksum"
+    hb.load(path, mmap=False)  # unverified, the same bytes load
