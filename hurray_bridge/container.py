@@ -776,7 +776,7 @@ def _fresh_tensors(entries: Sequence[EntryInfo]
     for e in entries:
         bufs, allocs = [], []
         for b in e.buffers:
-            alloc = alloc_aligned(b.length)
+            alloc = alloc_aligned(b.length, filled=True)
             if alloc is not None:
                 dest = memoryview((ctypes.c_ubyte * b.length).from_address(alloc.ptr)).cast("B")
                 jobs.append((b.offset, dest))

@@ -7,6 +7,7 @@ the thresholds are lowered here so that small files take the threaded path.
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 import pathlib
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 import hurray_bridge as hb
-from hurray_bridge import _pread, container
+from hurray_bridge import _memory, _pread, container
 from hurray_bridge import safetensors_io as sio
 
 from .test_container_files import child
@@ -224,3 +225,26 @@ def test_verify_reads_the_data_once_and_checks_the_memory_it_read(
         hb.load(path, mmap=False, verify=True)
     assert "w7" in str(e.value) and e.value.field == "entries[7].checksum"
     hb.load(path, mmap=False)  # unverified, the same bytes load
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_memory_to_be_filled_comes_untouched_from_the_os(monkeypatch: pytest.MonkeyPatch) -> None:
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    before = rss()
+    alloc = _memory.alloc_aligned(64 << 20, filled=True)
+    assert alloc is not None and alloc.ptr % mmap.PAGESIZE == 0
+    assert rss() - before < 4 << 20  # no page zeroed in advance: each is written once
+    view = _memory.host_view(alloc.ptr, alloc.nbytes, alloc)
+    assert not any(view[:: 1 << 16])  # zero, as every allocation
+    del view, alloc
+
+    # Out of maps (vm.max_map_count): the allocator's memory, still aligned.
+    def refuse(*args: object) -> None:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(_memory._mmap, "mmap", refuse)
+    alloc = _memory.alloc_aligned(2 << 20, filled=True)
+    assert alloc is not None and alloc.ptr % 64 == 0 and alloc.nbytes == 2 << 20
