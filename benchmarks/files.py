@@ -11,7 +11,11 @@ the same run:
 - load: ``hb.load`` (mmap) + the metadata + the first element of every tensor,
   against ``safe_open`` + ``get_tensor`` of every tensor (+ its first element);
 - every byte: the sum of every byte of every tensor, through each, and through
-  ``hb.load(verify=True)`` (the checksums checked first: the cost of the opt-in).
+  ``hb.load(verify=True)`` (the checksums checked first: the cost of the opt-in);
+- without mmap: ``hb.load(mmap=False)`` (every tensor read into its own 64-byte aligned
+  memory: positional reads of 8 MiB on up to four threads) against a plain sequential
+  copy of the whole file into one fresh buffer (``readinto`` of an unbuffered file, the
+  least a reader that owns its bytes can do), interleaved (``compare``), for both files.
 
 The files are read right after they are written, so both sides read from a
 warm page cache (nothing here can drop caches). Also reported: how much the
@@ -34,7 +38,7 @@ from typing import Any
 
 import hurray_bridge as hb
 
-from ._timing import Timing, measure
+from ._timing import Timing, compare, measure
 
 DEFAULT_SIZE = 1 << 30
 SMALL_SIZE = 32 << 20
@@ -174,6 +178,24 @@ def run(size: int | None = None, small: bool = False, n_tensors: int = N_TENSORS
         sum_hb_verified = timed("sum of every byte through hb.load(verify=True)",
                                 hb_sum_verified)
 
+        nommap_ratios = {}
+        for label, path in ((".hurray", hpath), (".safetensors", spath)):
+            file_size = os.path.getsize(path)
+
+            def plain_copy(path: str = path, file_size: int = file_size) -> int:
+                buf = bytearray(file_size)  # fresh, like the tensors' memory
+                with open(path, "rb", buffering=0) as f:
+                    return f.readinto(buf) or 0
+
+            def hb_no_mmap(path: str = path) -> int:
+                return len(hb.load(path, mmap=False))
+
+            a, b, nommap_ratios[label] = compare(
+                f"hb.load(mmap=False) of the {label} file", hb_no_mmap,
+                f"sequential readinto of the whole {label} file", plain_copy,
+                rounds=2 * repeat + 1, min_time=0.0)
+            t.extend([a.as_dict(), b.as_dict()])
+
         import gc
 
         gc.collect()
@@ -195,6 +217,9 @@ def run(size: int | None = None, small: bool = False, n_tensors: int = N_TENSORS
         r["sum_every_byte_verified_vs_unverified"] = {
             "value": sum_hb_verified / sum_hb, "goal": "informational: what verify=True, "
             "off by default, adds to a read of every byte (docs/spec/container.md §9)"}
+        for label, value in nommap_ratios.items():
+            r[f"load_no_mmap_vs_sequential_copy{label.replace('.', '_')}"] = {
+                "value": value, "goal": "<= 1.11 (at least 0.9x the copy's speed)"}
         if before is not None and after is not None:
             r["load_rss_growth_vs_file_size"] = {"value": (after - before) / total,
                                                  "goal": "<= 0.05"}

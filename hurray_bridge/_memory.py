@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import mmap as _mmap
 import sys
 from collections.abc import Sequence
 from math import prod
@@ -10,10 +11,14 @@ from typing import Any
 
 from ._numpy import numpy
 
-__all__ = ["ALIGNMENT", "HostAllocation", "aligned_zeros", "alloc_aligned", "buffer_address",
-           "host_array", "host_view"]
+__all__ = ["ALIGNMENT", "MAPPED_BYTES", "HostAllocation", "aligned_zeros", "alloc_aligned",
+           "buffer_address", "host_array", "host_view"]
 
 ALIGNMENT = 64
+
+
+MAPPED_BYTES = 1 << 20
+"""From this size, ``alloc_aligned(n, filled=True)`` takes fresh pages from the OS."""
 
 
 class HostAllocation:
@@ -21,7 +26,20 @@ class HostAllocation:
 
     __slots__ = ("__weakref__", "_raw", "nbytes", "ptr")
 
-    def __init__(self, nbytes: int) -> None:
+    def __init__(self, nbytes: int, mapped: bool = False) -> None:
+        if mapped:
+            try:
+                # An anonymous map: page-aligned zero pages the kernel supplies on first
+                # write. The allocator's calloc zeroes (so faults in) every page of memory
+                # it reuses, and a buffer about to be filled was then written twice.
+                raw = (ctypes.c_ubyte * nbytes).from_buffer(_mmap.mmap(-1, nbytes))
+            except OSError:  # out of maps (vm.max_map_count) or address space: as below
+                pass
+            else:
+                self._raw = raw  # keeps the map (its export) alive; unmapped with it
+                self.ptr = ctypes.addressof(raw)
+                self.nbytes = nbytes
+                return
         # Over-allocate and round up: Python's allocator guarantees only 16 bytes.
         raw = (ctypes.c_ubyte * (nbytes + ALIGNMENT - 1))()
         base = ctypes.addressof(raw)
@@ -30,8 +48,13 @@ class HostAllocation:
         self.nbytes = nbytes
 
 
-def alloc_aligned(nbytes: int) -> HostAllocation | None:
-    """A 64-byte aligned allocation, or ``None`` for 0 bytes (no zero-byte allocation)."""
+def alloc_aligned(nbytes: int, *, filled: bool = False) -> HostAllocation | None:
+    """A 64-byte aligned allocation, or ``None`` for 0 bytes (no zero-byte allocation).
+
+    ``filled``: the caller writes every byte at once (a read from a file); from
+    :data:`MAPPED_BYTES` the memory is then a fresh anonymous map, whose pages are
+    written once instead of zeroed first.
+    """
     if nbytes == 0:
         return None
     if nbytes > sys.maxsize - ALIGNMENT:
@@ -41,7 +64,7 @@ def alloc_aligned(nbytes: int) -> HostAllocation | None:
             f"cannot allocate {nbytes} bytes: more than this machine's address space holds "
             f"(at most {sys.maxsize} bytes in one object); a broadcast view that large cannot "
             "be copied")
-    return HostAllocation(nbytes)
+    return HostAllocation(nbytes, filled and nbytes >= MAPPED_BYTES)
 
 
 # ctypes array type per length: ``c_ubyte * n`` goes through ctypes' own type cache,

@@ -54,6 +54,7 @@ from ._disk import (
     stale_temporaries,
 )
 from ._memory import alloc_aligned, buffer_address
+from ._pread import read_all
 from ._registry import deferred_save
 from ._safetensors_header import (
     looks_like_safetensors,
@@ -784,17 +785,58 @@ def _truncated_read() -> FormatError:
 def _copy_tensors(entries: Sequence[EntryInfo],
                   read: Callable[[int, memoryview], None]) -> dict[str, Tensor]:
     """Tensors in fresh 64-byte aligned memory; ``read(offset, dest)`` fills each buffer."""
+    out, jobs = _fresh_tensors(entries)
+    for offset, dest in jobs:
+        read(offset, dest)
+    return out
+
+
+def _fresh_tensors(entries: Sequence[EntryInfo]
+                   ) -> tuple[dict[str, Tensor], list[tuple[int, memoryview]]]:
+    """Tensors over fresh 64-byte aligned memory (one allocation per buffer, so each
+    tensor's memory goes with it), and ``(data offset, dest)`` for each byte to fill."""
     out: dict[str, Tensor] = {}
+    jobs: list[tuple[int, memoryview]] = []
     for e in entries:
         bufs, allocs = [], []
         for b in e.buffers:
-            alloc = alloc_aligned(b.length)
+            alloc = alloc_aligned(b.length, filled=True)
             if alloc is not None:
                 dest = memoryview((ctypes.c_ubyte * b.length).from_address(alloc.ptr)).cast("B")
-                read(b.offset, dest)
+                jobs.append((b.offset, dest))
                 allocs.append(alloc)
             bufs.append(Buffer(b.role, alloc.ptr if alloc else 0, b.length))
         out[e.name] = Tensor(e.descriptor, bufs, device=CPU, owner=tuple(allocs))
+    return out, jobs
+
+
+def _read_tensors(f: Any, entries: Sequence[EntryInfo], data_start: int,
+                  check: _Header | None = None) -> dict[str, Tensor]:
+    """Tensors in fresh 64-byte aligned memory read from the open file ``f`` (``load(mmap=
+    False)``): large positional reads on a few threads (:mod:`._pread`), no copy between.
+
+    With ``check`` (the file's header: ``verify=True``), every byte is checked as
+    :func:`verify` checks it, in the same order, but the checksums are computed over the
+    memory just read: the file is read once, not once to check and once to load.
+    """
+    out, jobs = _fresh_tensors(entries)
+    fd = f.fileno()
+    read = functools.partial(_read_range, fd)
+    if check is not None:
+        _check_head_padding(read, check)
+    read_all(fd, [(data_start + off, dest) for off, dest in jobs], _pread_into)
+    if check is not None:
+        dests = iter([dest for _, dest in jobs])  # in entry and buffer order, as allocated
+        for e in entries:
+            crc = 0
+            for b in e.buffers:
+                if b.length:
+                    dest = next(dests)
+                    if e.checksum is not None:
+                        crc = _crc32(dest, crc)
+            _check_checksum(e, crc)
+        _check_padding_and_bits(read, check, entries)
+        _check_size(fd, check)
     return out
 
 
@@ -878,6 +920,10 @@ def _verify_file(f: Any, h: _Header, entries: Sequence[EntryInfo]) -> None:
             _check_checksum(e, _regions_crc([_Region(fd, h.data_offset + b.offset, b.length)
                                              for b in e.buffers], buf))
     _check_padding_and_bits(read, h, entries)
+    _check_size(fd, h)
+
+
+def _check_size(fd: int, h: _Header) -> None:
     if os.fstat(fd).st_size != h.file_size:  # a map would have seen it (grown; cut is read)
         raise FormatError("the file changed size while it was opened", field="file_size")
 
@@ -912,8 +958,10 @@ def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], mmap: 
     changes this load's private copy of the page, seen by every view of this
     load and never by the file or another load (container.md §8.2). With
     ``mmap=False`` each buffer is read into fresh, writable, 64-byte aligned
-    memory. ``verify=True`` first checks the data checksums and padding (it
-    reads the whole file).
+    memory, with large positional reads on a few threads (for network file
+    systems, or when the file may change while its tensors live). ``verify=True``
+    checks the data checksums and padding before any tensor is returned (it reads
+    the whole file; with ``mmap=False`` in the same pass that loads it).
 
     ``path`` is a path (an ``int`` is refused: it would be taken as a file
     descriptor and closed) of a regular file: FIFOs, devices and sockets are an
@@ -963,10 +1011,7 @@ def _load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> Tensor
             return _load_safetensors(f, os.fspath(path), mmap=mmap, verify=verify)
         h, entries, meta = _read_head(f)
         if not mmap:
-            if verify:
-                _verify_file(f, h, entries)
-
-            tensors = _copy_tensors(entries, _file_reader(f, h.data_offset))
+            tensors = _read_tensors(f, entries, h.data_offset, h if verify else None)
             return TensorFile(tensors, meta, BUFFER_ALIGNMENT)
         if h.data_length == 0 and not verify:
             # Nothing to map: every tensor is empty and points nowhere.
@@ -996,7 +1041,7 @@ def _load_safetensors(f: Any, path: str, *, mmap: bool = True,
                          (BufferEntry(BufferRole.DATA, e.begin, e.end - e.begin),), None)
                for i, e in enumerate(idx.entries)]
     if not mmap:
-        return TensorFile(_copy_tensors(entries, _file_reader(f, idx.data_start)),
+        return TensorFile(_read_tensors(f, entries, idx.data_start),
                           dict(idx.metadata), BUFFER_ALIGNMENT)
     if idx.file_size == idx.data_start:  # no tensor bytes: nothing to map
         return TensorFile(_tensors_over(entries, 0, None, True), dict(idx.metadata),
