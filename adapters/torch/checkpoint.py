@@ -354,6 +354,7 @@ class _RankFile:
         # The last entry read whole for part-requests: a rank's requests of one entry come
         # together (read_data sorts them), so one slot bounds the memory to one entry.
         self.cache: tuple[str, torch.Tensor] | None = None
+        self.bytes_read = 0
 
     def close(self) -> None:
         self.file.close()
@@ -384,6 +385,7 @@ class _RankFile:
                               f"plan's chunk {len(view)}", field="length")
         if e.nbytes:
             _pread_into(self.fd, view, self.index.data_offset + e.buffers[0].offset)
+            self.bytes_read += e.nbytes
         if self.verify:
             _check_checksum(e, _crc32(view, 0) if e.nbytes else 0)
 
@@ -396,6 +398,26 @@ class _RankFile:
         self.read_into(e, t)
         self.cache = (e.name, t)
         return t
+
+
+    def span(self, e: EntryInfo, dtype: torch.dtype, offsets: Sequence[int],
+             lengths: Sequence[int]) -> torch.Tensor:
+        """The box ``offsets``/``lengths`` of the entry, from a read of the bytes between its
+        first and last element only (no checksum: it covers the whole entry)."""
+        shape = e.descriptor.shape
+        strides = [1] * len(shape)
+        for k in range(len(shape) - 2, -1, -1):
+            strides[k] = strides[k + 1] * shape[k + 1]
+        if 0 in lengths:
+            return torch.empty(tuple(lengths), dtype=dtype)
+        first = sum(o * s for o, s in zip(offsets, strides))
+        last = sum((o + n - 1) * s for o, n, s in zip(offsets, lengths, strides))
+        buf = torch.empty(last - first + 1, dtype=dtype)
+        view = to_hurray(buf).memoryview().cast("B")
+        size = buf.element_size()
+        _pread_into(self.fd, view, self.index.data_offset + e.buffers[0].offset + first * size)
+        self.bytes_read += len(view)
+        return buf.as_strided(tuple(lengths), tuple(strides))
 
 
 def _narrow(t: torch.Tensor, offsets: Sequence[int], lengths: Sequence[int]) -> torch.Tensor:
@@ -411,10 +433,14 @@ class HurrayStorageReader(StorageReader):
     The plan comes from the JSON of ``.metadata.hurray`` (no unpickling). Each
     read item is served from the entry that holds its chunk: a request for a
     whole entry into contiguous CPU memory is read straight into the destination
-    tensor (no intermediate buffer); any other request reads its entry once into
-    fresh memory and copies the box out. ``verify=True`` (the default) checks
-    the CRC-32 of every entry read; the files' other bytes are not read at all.
-    Byte items are handed to DCP's planner as ``io.BytesIO``.
+    tensor (no intermediate buffer). A request for part of an entry (a load on
+    another world size or placement) reads the whole entry once into fresh
+    memory and copies the box out, since ``verify=True`` (the default) checks the
+    CRC-32 of every entry it reads, over all its bytes. With ``verify=False`` such
+    a request reads only the bytes from the box's first element to its last
+    (for a split along the first dimension: exactly the box). Entries no request
+    needs are never read. Byte items are handed to DCP's planner as
+    ``io.BytesIO``. ``bytes_read`` counts what was read from the rank files.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, verify: bool = True) -> None:
@@ -424,6 +450,8 @@ class HurrayStorageReader(StorageReader):
         self.load_id = _new_id()
         self.storage_data: dict[MetadataIndex, tuple[str, str]] = {}
         self.metadata: Metadata | None = None
+        self.bytes_read = 0
+        """Bytes this reader read from the rank files (the plan's file aside), since made."""
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         """Start a new load, from ``checkpoint_id`` when given."""
@@ -495,6 +523,7 @@ class HurrayStorageReader(StorageReader):
                 for req in reqs:
                     self._serve(f, req, planner)
             finally:
+                self.bytes_read += f.bytes_read
                 f.close()
         fut: Future[None] = Future()
         fut.set_result(None)
@@ -525,6 +554,8 @@ class HurrayStorageReader(StorageReader):
             tuple(req.lengths) == tuple(sizes)
         if whole and target.device.type == "cpu" and target.is_contiguous():
             f.read_into(e, target)  # straight into the destination: no buffer in between
+        elif not self.verify:
+            target.copy_(f.span(e, dtype, req.storage_offsets, req.lengths))
         else:
             target.copy_(_narrow(f.whole(e, dtype), req.storage_offsets, req.lengths))
         planner.commit_tensor(req, target)

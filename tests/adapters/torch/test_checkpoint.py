@@ -337,3 +337,38 @@ def test_byte_items_reach_dcp_as_bytes(two_rank_checkpoint: Path) -> None:
     with hb.load(two_rank_checkpoint / file) as f:
         raw = f[entry].memoryview().tobytes()
     assert seen == [raw]
+
+
+def test_a_rank_reads_only_the_bytes_of_its_boxes(tmp_path: Path) -> None:
+    """Rows 2..5 of an 8 x 1024 float32 entry: the checksummed read takes the whole entry
+    (the CRC covers it), verify=False only the rows asked for."""
+    w = torch.arange(8 * 1024, dtype=torch.float32).reshape(8, 1024)
+    dcp.save({"w": w, "v": torch.ones(1 << 16)}, storage_writer=HurrayStorageWriter(tmp_path))
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+    from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+
+    req = ReadItem(type=LoadItemType.TENSOR, dest_index=MetadataIndex("w", [0, 0]),
+                   dest_offsets=torch.Size([0, 0]), storage_index=MetadataIndex("w", [0, 0]),
+                   storage_offsets=torch.Size([2, 0]), lengths=torch.Size([4, 1024]))
+    for verify, expect in ((True, w.numel() * 4), (False, 4 * 1024 * 4)):
+        dest = torch.zeros(4, 1024)
+        reader = HurrayStorageReader(tmp_path, verify=verify)
+        md = reader.read_metadata()
+        reader.set_up_storage_reader(md, True)
+        planner = DefaultLoadPlanner()
+        planner.resolve_tensor = lambda r, d=dest: d  # type: ignore[method-assign,misc]
+        planner.commit_tensor = lambda r, t: None  # type: ignore[method-assign]
+        reader.read_data(LoadPlan([req]), planner).wait()
+        assert torch.equal(dest, w[2:6]) and reader.bytes_read == expect, verify
+    # A column box is read from its first to its last element (rows 1..6, columns 3..4).
+    req = ReadItem(type=LoadItemType.TENSOR, dest_index=MetadataIndex("w", [0, 0]),
+                   dest_offsets=torch.Size([0, 0]), storage_index=MetadataIndex("w", [0, 0]),
+                   storage_offsets=torch.Size([1, 3]), lengths=torch.Size([6, 2]))
+    dest = torch.zeros(6, 2)
+    reader = HurrayStorageReader(tmp_path, verify=False)
+    reader.set_up_storage_reader(reader.read_metadata(), True)
+    planner.resolve_tensor = lambda r: dest  # type: ignore[method-assign]
+    reader.read_data(LoadPlan([req]), planner).wait()
+    assert torch.equal(dest, w[1:7, 3:5])
+    assert reader.bytes_read == ((6 * 1024 + 4) - (1 * 1024 + 3) + 1) * 4
