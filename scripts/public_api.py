@@ -18,6 +18,8 @@ from dataclasses import dataclass
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 ADAPTERS = ("numpy", "torch", "jax", "arrow", "cupy")
+# Adapter modules imported by name (not through the adapter's __init__), each its own page.
+ADAPTER_SUBMODULES = (("torch", "checkpoint"),)
 # hurray_bridge's own submodules that its __all__ exports as modules.
 SUBMODULES = ("dtypes", "quant", "shards", "shm", "sparse", "stream")
 
@@ -45,6 +47,8 @@ def public_modules() -> list[PublicModule]:
                              ROOT / "hurray_bridge/testing/__init__.py"))
     mods += [PublicModule(f"hurray_bridge.adapters.{fw}", f"adapters.{fw}",
                           ROOT / f"adapters/{fw}/__init__.py") for fw in ADAPTERS]
+    mods += [PublicModule(f"hurray_bridge.adapters.{fw}.{m}", f"adapters.{fw}.{m}",
+                          ROOT / f"adapters/{fw}/{m}.py") for fw, m in ADAPTER_SUBMODULES]
     return mods
 
 

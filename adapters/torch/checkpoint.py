@@ -10,10 +10,11 @@ asks for, on any world size and placement (resharding is the planner's work).
 Every tensor chunk is an ordinary entry: a chunk that is the whole tensor is
 named by its fully qualified name; a box of a larger tensor is ``FQN[k]`` with a
 shard section, so ``hb.load`` of every rank's file gives one ShardedTensor of
-the global shape. DCP's byte items (``io.BytesIO``, what it makes of non-tensor
-values) are opaque ``uint8`` entries handed back to DCP as bytes: the bridge never
-unpickles them (DCP itself may, with ``torch.load(weights_only=True)``).
-docs/spec/sharding.md §10 describes the files.
+the global shape. DCP's byte items (``io.BytesIO``: what its planner made of a
+non-tensor value with ``torch.save``) are opaque ``uint8`` entries handed back to
+DCP as bytes: the bridge never unpickles them. DCP's default load planner does, with
+``torch.load(weights_only=False)``, so a checkpoint with byte items is only as
+trustworthy as its source. docs/spec/sharding.md §10 describes the files.
 """
 
 from __future__ import annotations

@@ -1130,6 +1130,71 @@ def _resize_shared_torch() -> Any:
     return x.resize_(10_000_000), t
 
 
+def _dcp_reader(plan: dict[str, Any] | None) -> Any:
+    """HurrayStorageReader.read_metadata of a folder whose plan is ``plan`` (None: no plan)."""
+    pytest.importorskip("torch.distributed.checkpoint")
+    import json
+    import tempfile
+
+    from hurray_bridge.adapters.torch.checkpoint import (
+        METADATA_FILE,
+        METADATA_KEY,
+        HurrayStorageReader,
+    )
+
+    d = tempfile.mkdtemp(prefix="hb-bad-dcp-")
+    if plan is not None:
+        hb.save(f"{d}/{METADATA_FILE}", {}, {METADATA_KEY: json.dumps(plan)})
+    return HurrayStorageReader(d).read_metadata()
+
+
+def _dcp_planner_data() -> Any:
+    pytest.importorskip("torch.distributed.checkpoint")
+    import tempfile
+
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    from hurray_bridge.adapters.torch.checkpoint import HurrayStorageWriter
+
+    w = HurrayStorageWriter(tempfile.mkdtemp(prefix="hb-bad-dcp-"))
+    return w.finish(Metadata({}, planner_data=object()), [])
+
+
+def _dcp_entry_clash() -> Any:
+    """A state dict with a plain tensor "a[0]" and a DTensor "a" (whose box is entry a[0])."""
+    pytest.importorskip("torch.distributed.checkpoint")
+    import tempfile
+
+    import torch
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        MetadataIndex,
+        TensorProperties,
+    )
+    from torch.distributed.checkpoint.planner import (
+        SavePlan,
+        TensorWriteData,
+        WriteItem,
+        WriteItemType,
+    )
+
+    from hurray_bridge.adapters.torch.checkpoint import HurrayStorageWriter
+
+    def item(fqn: str, kind: WriteItemType, offsets: int, size: int) -> WriteItem:
+        chunk = ChunkStorageMetadata(torch.Size([offsets]), torch.Size([2]))
+        return WriteItem(MetadataIndex(fqn, [offsets]), kind, tensor_data=TensorWriteData(
+            chunk, TensorProperties(torch.float32), torch.Size([size])))
+
+    class Planner:
+        def resolve_data(self, item: WriteItem) -> Any:
+            return torch.zeros(2)
+
+    w = HurrayStorageWriter(tempfile.mkdtemp(prefix="hb-bad-dcp-"))
+    plan = SavePlan([item("a", WriteItemType.SHARD, 0, 4),
+                     item("a[0]", WriteItemType.TENSOR, 0, 2)], storage_data="__0_0.hurray")
+    return w.write_data(plan, Planner())  # type: ignore[arg-type]
+
+
 def _dirty_bool8_to_jax() -> Any:
     pytest.importorskip("jax")
     from tests.dlpack_producers import DLPackOnly
@@ -1149,6 +1214,30 @@ CASES += [
          _write_legacy_import, ValueError, ("read-only",), builtin=True),
     Case("torch-resize-after-export", "t = hb.asarray(x); x.resize_(10_000_000) (CPU tensor)",
          _resize_shared_torch, RuntimeError, ("storage that is not resizable",), builtin=True),
+    Case("dcp-reader-no-plan", "HurrayStorageReader(folder without .metadata.hurray)"
+         ".read_metadata()", functools.partial(_dcp_reader, None), hb.FormatError,
+         (".metadata.hurray is missing", "holds no complete checkpoint", "did not finish")),
+    Case("dcp-reader-plan-format", "a DCP plan of format 99",
+         functools.partial(_dcp_reader, {"format": 99}), hb.FormatError,
+         ("plan format 99", "this reader knows 1", "save the checkpoint again")),
+    Case("dcp-reader-plan-file-outside", "a DCP plan naming file '../x.hurray'",
+         functools.partial(_dcp_reader, {"format": 1, "items": {},
+                                         "storage": [["w", [0], "../x.hurray", "w"]]}),
+         hb.FormatError, ("'../x.hurray'", "not a file name in the checkpoint's folder")),
+    Case("dcp-reader-plan-dtype", "a DCP plan with dtype 'float7'",
+         functools.partial(_dcp_reader, {"format": 1, "items": {
+             "w": {"dtype": "float7", "size": [2], "chunks": [[[0], [2]]]}}, "storage": []}),
+         hb.FormatError, ("item 'w'", "'float7'", "does not have")),
+    Case("dcp-reader-plan-chunk-outside", "a DCP plan with chunk [[1], [2]] of size [2]",
+         functools.partial(_dcp_reader, {"format": 1, "items": {
+             "w": {"dtype": "float32", "size": [2], "chunks": [[[1], [2]]]}}, "storage": []}),
+         hb.FormatError, ("item 'w'", "[[1], [2]]", "outside its size [2]")),
+    Case("dcp-writer-entry-clash", "dcp.save of a DTensor 'a' and a tensor 'a[0]' on one rank",
+         _dcp_entry_clash, hb.UnsupportedError,
+         ("'a' and 'a[0]' both become entry 'a[0]'", "rename one key")),
+    Case("dcp-writer-planner-data", "HurrayStorageWriter.finish(planner_data=object())",
+         _dcp_planner_data, hb.UnsupportedError,
+         ("planner_data (object)", "no JSON form", "DefaultSavePlanner")),
 ]
 
 
