@@ -56,9 +56,10 @@ from hurray_bridge.container import (
     FileIndex,
     _check_checksum,
     _crc32,
+    _index_from,
     _pread_into,
+    _read_head,
     load_metadata,
-    read_index,
     save,
 )
 from hurray_bridge.descriptor import Shard
@@ -348,9 +349,15 @@ class _RankFile:
     def __init__(self, path: str, verify: bool) -> None:
         self.path = path
         self.verify = verify
-        self.index: FileIndex = read_index(path)
-        self.by_name: dict[str, EntryInfo] = {e.name: e for e in self.index.entries}
         self.file = _open_regular(path)
+        try:
+            # The index from the open file itself: a save replacing the file meanwhile
+            # cannot pair one file's offsets with another's bytes.
+            self.index: FileIndex = _index_from(*_read_head(self.file))
+        except BaseException:
+            self.file.close()
+            raise
+        self.by_name: dict[str, EntryInfo] = {e.name: e for e in self.index.entries}
         self.fd = self.file.fileno()
         # The last entry read whole for part-requests: a rank's requests of one entry come
         # together (read_data sorts them), so one slot bounds the memory to one entry.
