@@ -78,6 +78,7 @@ METADATA_FILE = ".metadata.hurray"
 METADATA_KEY = "torch.distributed.checkpoint"
 """The string-metadata key of the plan's JSON in :data:`METADATA_FILE`."""
 _FORMAT = 1  # the layout of the JSON below; a reader refuses a later one
+_SCRATCH = 1 << 20  # the buffer that checksums the bytes of an entry a box does not need
 
 
 def data_file(rank: int) -> str:
@@ -359,9 +360,8 @@ class _RankFile:
             raise
         self.by_name: dict[str, EntryInfo] = {e.name: e for e in self.index.entries}
         self.fd = self.file.fileno()
-        # The last entry read whole for part-requests: a rank's requests of one entry come
-        # together (read_data sorts them), so one slot bounds the memory to one entry.
-        self.cache: tuple[str, torch.Tensor] | None = None
+        self.verified: set[str] = set()  # entries whose checksum was checked
+        self.scratch: memoryview | None = None
         self.bytes_read = 0
 
     def close(self) -> None:
@@ -396,22 +396,27 @@ class _RankFile:
             self.bytes_read += e.nbytes
         if self.verify:
             _check_checksum(e, _crc32(view, 0) if e.nbytes else 0)
+            self.verified.add(e.name)
 
-    def whole(self, e: EntryInfo, dtype: torch.dtype) -> torch.Tensor:
-        """The entry read once into fresh memory, for requests that take part of it."""
-        if self.cache is not None and self.cache[0] == e.name:
-            return self.cache[1]
-        self.cache = None
-        t = torch.empty(e.descriptor.shape, dtype=dtype)
-        self.read_into(e, t)
-        self.cache = (e.name, t)
-        return t
+    def _crc_of(self, e: EntryInfo, start: int, stop: int, crc: int) -> int:
+        """``crc`` continued over the entry's bytes [start, stop), read through one small
+        reused buffer: what a box does not need is checked, never kept."""
+        if self.scratch is None:
+            self.scratch = memoryview(bytearray(_SCRATCH))
+        base = self.index.data_offset + e.buffers[0].offset
+        while start < stop:
+            v = self.scratch[:min(len(self.scratch), stop - start)]
+            _pread_into(self.fd, v, base + start)
+            crc = _crc32(v, crc)
+            start += len(v)
+            self.bytes_read += len(v)
+        return crc
 
-
-    def span(self, e: EntryInfo, dtype: torch.dtype, offsets: Sequence[int],
-             lengths: Sequence[int]) -> torch.Tensor:
-        """The box ``offsets``/``lengths`` of the entry, from a read of the bytes between its
-        first and last element only (no checksum: it covers the whole entry)."""
+    def box(self, e: EntryInfo, dtype: torch.dtype, offsets: Sequence[int],
+            lengths: Sequence[int]) -> torch.Tensor:
+        """The box ``offsets``/``lengths`` of the entry, in fresh memory that holds the
+        bytes from its first element to its last. The first time a checked reader touches
+        an entry, the rest of it is read through a small buffer for the checksum."""
         shape = e.descriptor.shape
         strides = [1] * len(shape)
         for k in range(len(shape) - 2, -1, -1):
@@ -422,17 +427,16 @@ class _RankFile:
         last = sum((o + n - 1) * s for o, n, s in zip(offsets, lengths, strides))
         buf = torch.empty(last - first + 1, dtype=dtype)
         view = to_hurray(buf).memoryview().cast("B")
-        size = buf.element_size()
-        _pread_into(self.fd, view, self.index.data_offset + e.buffers[0].offset + first * size)
+        lo = first * buf.element_size()
+        check = self.verify and e.name not in self.verified
+        crc = self._crc_of(e, 0, lo, 0) if check else 0
+        _pread_into(self.fd, view, self.index.data_offset + e.buffers[0].offset + lo)
         self.bytes_read += len(view)
+        if check:
+            crc = self._crc_of(e, lo + len(view), e.nbytes, _crc32(view, crc))
+            _check_checksum(e, crc)
+            self.verified.add(e.name)
         return buf.as_strided(tuple(lengths), tuple(strides))
-
-
-def _narrow(t: torch.Tensor, offsets: Sequence[int], lengths: Sequence[int]) -> torch.Tensor:
-    for dim, (o, n) in enumerate(zip(offsets, lengths)):
-        if o != 0 or n != t.shape[dim]:
-            t = t.narrow(dim, o, n)
-    return t
 
 
 class HurrayStorageReader(StorageReader):
@@ -442,12 +446,14 @@ class HurrayStorageReader(StorageReader):
     read item is served from the entry that holds its chunk: a request for a
     whole entry into contiguous CPU memory is read straight into the destination
     tensor (no intermediate buffer). A request for part of an entry (a load on
-    another world size or placement) reads the whole entry once into fresh
-    memory and copies the box out, since ``verify=True`` (the default) checks the
-    CRC-32 of every entry it reads, over all its bytes. With ``verify=False`` such
-    a request reads only the bytes from the box's first element to its last
-    (for a split along the first dimension: exactly the box). Entries no request
-    needs are never read. Byte items are handed to DCP's planner as
+    another world size or placement) reads the bytes from the box's first element
+    to its last into fresh memory and copies the box out. ``verify=True`` (the
+    default) checks the CRC-32 of every entry it reads, over all its bytes: the
+    first request of an entry also reads the rest of it, through a small reused
+    buffer, so memory stays at what the rank needs while the bytes read are the
+    entry's. ``verify=False`` reads only the boxes' spans (for a split along the
+    first dimension: exactly the box). Entries no request needs are never read.
+    Byte items are handed to DCP's planner as
     ``io.BytesIO``. ``bytes_read`` counts what was read from the rank files.
     """
 
@@ -526,7 +532,7 @@ class HurrayStorageReader(StorageReader):
             f = _RankFile(os.path.join(self.path, file), self.verify)
             try:
                 at = {e.name: e.position for e in f.index.entries}
-                # In file order: sequential reads, and an entry's requests one after another.
+                # In file order: the reads go forward through the file.
                 reqs.sort(key=lambda r: at.get(self.storage_data[r.storage_index][1], -1))
                 for req in reqs:
                     self._serve(f, req, planner)
@@ -541,7 +547,8 @@ class HurrayStorageReader(StorageReader):
         name = self.storage_data[req.storage_index][1]
         if req.type == LoadItemType.BYTE_IO:
             e = f.entry(name, None, None)
-            raw = f.whole(e, torch.uint8)
+            raw = torch.empty(e.nbytes, dtype=torch.uint8)
+            f.read_into(e, raw)
             planner.load_bytes(req, io.BytesIO(to_hurray(raw).memoryview().tobytes()))
             return
         chunk = self._chunk(req)
@@ -562,10 +569,8 @@ class HurrayStorageReader(StorageReader):
             tuple(req.lengths) == tuple(sizes)
         if whole and target.device.type == "cpu" and target.is_contiguous():
             f.read_into(e, target)  # straight into the destination: no buffer in between
-        elif not self.verify:
-            target.copy_(f.span(e, dtype, req.storage_offsets, req.lengths))
         else:
-            target.copy_(_narrow(f.whole(e, dtype), req.storage_offsets, req.lengths))
+            target.copy_(f.box(e, dtype, req.storage_offsets, req.lengths))
         planner.commit_tensor(req, target)
 
     @classmethod

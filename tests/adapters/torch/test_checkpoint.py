@@ -188,8 +188,8 @@ def test_checksums_are_verified_on_load(tmp_path: Path) -> None:
 
 
 def test_whole_chunks_are_read_into_the_destination(tmp_path: Path) -> None:
-    """No buffer in between: the destination's memory is where the bytes land, and no
-    tensor of the chunk's size is allocated on the way."""
+    """No buffer in between: the destination's memory is where the bytes land, and the
+    path that reads a box into fresh memory is never taken."""
     sd = {"w": torch.arange(64.0).reshape(8, 8)}
     dcp.save(sd, storage_writer=HurrayStorageWriter(tmp_path))
     dest = torch.zeros(8, 8)
@@ -197,18 +197,18 @@ def test_whole_chunks_are_read_into_the_destination(tmp_path: Path) -> None:
     from hurray_bridge.adapters.torch import checkpoint as ck
 
     made = []
-    real_whole = ck._RankFile.whole
+    real_box = ck._RankFile.box
 
     def spy(self: Any, *a: Any) -> Any:
         made.append(a)
-        return real_whole(self, *a)
+        return real_box(self, *a)
 
-    ck._RankFile.whole = spy  # type: ignore[method-assign]
+    ck._RankFile.box = spy  # type: ignore[method-assign]
     try:
         out = {"w": dest}
         dcp.load(out, storage_reader=HurrayStorageReader(tmp_path))
     finally:
-        ck._RankFile.whole = real_whole  # type: ignore[method-assign]
+        ck._RankFile.box = real_box  # type: ignore[method-assign]
     assert out["w"].data_ptr() == ptr and torch.equal(dest, sd["w"])
     assert made == []
 
@@ -392,3 +392,36 @@ def test_a_rank_reads_only_the_bytes_of_its_boxes(tmp_path: Path) -> None:
     reader.read_data(LoadPlan([req]), planner).wait()
     assert torch.equal(dest, w[1:7, 3:5])
     assert reader.bytes_read == ((6 * 1024 + 4) - (1 * 1024 + 3) + 1) * 4
+
+
+def test_a_box_read_checks_the_whole_entry_and_keeps_only_the_box(tmp_path: Path) -> None:
+    """A corrupt byte outside the rows a rank asks for is still caught (verify=True),
+    read through the small buffer; verify=False, which never reads it, loads the rows."""
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+    from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+
+    w = torch.arange(8 * 1024, dtype=torch.float32).reshape(8, 1024)
+    dcp.save({"w": w}, storage_writer=HurrayStorageWriter(tmp_path))
+    path = tmp_path / data_file(0)
+    idx = hb.container.read_index(path)
+    at = idx.data_offset + idx.entries[0].buffers[0].offset + 7 * 1024 * 4  # row 7
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(b"\xff")
+    req = ReadItem(type=LoadItemType.TENSOR, dest_index=MetadataIndex("w", [0, 0]),
+                   dest_offsets=torch.Size([0, 0]), storage_index=MetadataIndex("w", [0, 0]),
+                   storage_offsets=torch.Size([2, 0]), lengths=torch.Size([4, 1024]))
+    dest = torch.zeros(4, 1024)
+    planner = DefaultLoadPlanner()
+    planner.resolve_tensor = lambda r: dest  # type: ignore[method-assign]
+    planner.commit_tensor = lambda r, t: None  # type: ignore[method-assign]
+    for verify in (True, False):
+        reader = HurrayStorageReader(tmp_path, verify=verify)
+        reader.set_up_storage_reader(reader.read_metadata(), True)
+        if verify:
+            with pytest.raises(hb.FormatError, match="checksum mismatch"):
+                reader.read_data(LoadPlan([req]), planner)
+        else:
+            reader.read_data(LoadPlan([req]), planner).wait()
+            assert torch.equal(dest, w[2:6])
