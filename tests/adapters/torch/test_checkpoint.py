@@ -425,3 +425,17 @@ def test_a_box_read_checks_the_whole_entry_and_keeps_only_the_box(tmp_path: Path
         else:
             reader.read_data(LoadPlan([req]), planner).wait()
             assert torch.equal(dest, w[2:6])
+
+
+def test_every_common_dtype_round_trips_bit_for_bit(tmp_path: Path) -> None:
+    names = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "float16",
+             "bfloat16", "float32", "float64", "complex64", "complex128", "float8_e4m3fn",
+             "float8_e5m2"]
+    dts = [getattr(torch, n) for n in names if hasattr(torch, n)]
+    sd = {str(dt): (torch.arange(12) % 5).to(dt).reshape(3, 4) for dt in dts}
+    dcp.save(sd, storage_writer=HurrayStorageWriter(tmp_path))
+    out = {k: torch.ones(v.shape, dtype=v.dtype) for k, v in sd.items()}
+    dcp.load(out, storage_reader=HurrayStorageReader(tmp_path))
+    for k, v in sd.items():
+        assert out[k].dtype == v.dtype
+        assert torch.equal(out[k].view(torch.uint8), v.view(torch.uint8)), k
