@@ -439,3 +439,14 @@ def test_every_common_dtype_round_trips_bit_for_bit(tmp_path: Path) -> None:
     for k, v in sd.items():
         assert out[k].dtype == v.dtype
         assert torch.equal(out[k].view(torch.uint8), v.view(torch.uint8)), k
+
+
+def test_async_save(tmp_path: Path) -> None:
+    """dcp.async_save stages the state dict (DCP's own stager) and writes it in the
+    background through the same writer."""
+    sd = {"x": torch.arange(6.0), "n": 3}
+    fut = dcp.async_save(sd, storage_writer=HurrayStorageWriter(tmp_path))
+    fut.result(timeout=120)
+    out = {"x": torch.zeros(6), "n": 0}
+    dcp.load(out, storage_reader=HurrayStorageReader(tmp_path))
+    assert torch.equal(out["x"], sd["x"]) and out["n"] == 3
