@@ -142,20 +142,33 @@ def test_the_plan_is_json_not_pickle(tmp_path: Path) -> None:
     assert doc["items"]["s"]["size"] == [] and doc["items"]["n"] == {"bytes": True}
     assert doc["planner_data"]["cfg.lr"] == ["cfg", "lr"]
     assert ["w", [0, 0], data_file(0), "w"] in doc["storage"]
-    # No pickle anywhere the reader looks: loading with pickle.loads broken still works.
+    # No unpickling on the way: the tensors load with pickle's functions and class broken,
+    # which DCP's own reader needs (its .metadata is a pickle): the control below.
     import pickle
 
-    real = pickle.loads
+    from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+
+    dcp.save({"w": torch.zeros(4, 3)}, storage_writer=FileSystemWriter(tmp_path / "peer"))
+
+    class Refuse(pickle.Unpickler):
+        def __init__(self, *a: Any, **k: Any) -> None:
+            raise AssertionError("unpickled")
 
     def refuse(*a: Any, **k: Any) -> Any:
         raise AssertionError("unpickled")
 
     out = _zeros({"w": torch.zeros(4, 3), "b": torch.zeros(5, dtype=torch.bfloat16)})
-    pickle.loads = refuse
+    real = pickle.load, pickle.loads, pickle.Unpickler
+    pickle.load, pickle.loads, pickle.Unpickler = refuse, refuse, Refuse  # type: ignore[misc]
     try:
         dcp.load(out, storage_reader=HurrayStorageReader(tmp_path))
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        with pytest.raises(CheckpointException, match="read failed: unpickled"):
+            dcp.load({"w": torch.zeros(4, 3)},
+                     storage_reader=FileSystemReader(tmp_path / "peer"))
     finally:
-        pickle.loads = real
+        pickle.load, pickle.loads, pickle.Unpickler = real  # type: ignore[misc]
     assert out["b"].dtype == torch.bfloat16 and out["b"].tolist() == [0, 1, 2, 3, 4]
 
 
