@@ -1,7 +1,8 @@
 """One rank of the multi-process DCP tests (test_checkpoint.py): ``python -m
-tests.adapters.torch.dcp_worker save|load DIR``, with RANK, WORLD_SIZE, MASTER_ADDR and
-MASTER_PORT in the environment. It exits 0 when its checks passed; an assertion ends
-it with a traceback on stderr, which the test shows."""
+tests.adapters.torch.dcp_worker MODE DIR`` (MODE: save, load, save-local, load-local),
+with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in the environment. It exits 0 when
+its checks passed; an assertion ends it with a traceback on stderr, which the test
+shows."""
 
 from __future__ import annotations
 
@@ -94,6 +95,13 @@ def main(mode: str, path: str) -> None:
         mesh = init_device_mesh("cpu", (world,))
         if mode == "save":
             dcp.save(save_state(mesh), storage_writer=HurrayStorageWriter(path))
+        elif mode == "save-local":  # no collectives: every rank plans and keeps its own plan
+            dcp.save(save_state(mesh), storage_writer=HurrayStorageWriter(path),
+                     use_collectives=False)
+        elif mode == "load-local":  # a rank's own plan has its own chunks: same placements
+            sd = zeros_like_all(save_state(mesh))
+            dcp.load(sd, storage_reader=HurrayStorageReader(path))
+            check(sd)
         else:
             sd = load_state(mesh)
             dcp.load(sd, storage_reader=HurrayStorageReader(path))

@@ -343,6 +343,17 @@ def test_two_ranks_load_on_three_with_other_placements(two_rank_checkpoint: Path
     _run_ranks("load", two_rank_checkpoint, 3)
 
 
+def test_two_ranks_without_collectives_keep_a_plan_each(tmp_path: Path) -> None:
+    """``use_collectives=False``: each rank writes its own plan, and DCP's load, finding
+    no global plan, reads each rank's own."""
+    if not dist.is_gloo_available():
+        pytest.skip("this torch has no gloo backend")
+    _run_ranks("save-local", tmp_path, 2)
+    assert sorted(os.listdir(tmp_path)) == [f"__0{METADATA_FILE}", data_file(0),
+                                            f"__1{METADATA_FILE}", data_file(1)]
+    _run_ranks("load-local", tmp_path, 2)
+
+
 def test_two_ranks_load_in_one_process_as_plain_tensors(two_rank_checkpoint: Path) -> None:
     from tests.adapters.torch.dcp_worker import expected
 
