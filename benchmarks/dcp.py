@@ -10,6 +10,8 @@ vectors, random values), saved and loaded through
   ``os.sync()`` so that neither writer pays for the other's dirty pages;
 - load, one process, into preallocated tensors: interleaved rounds (Hurray checks
   the checksum of every entry it reads; DCP has none to check);
+- save on two gloo ranks (``Shard(0)`` DTensors), both writers interleaved in the
+  same two processes, each save timed from a barrier to a barrier;
 - bytes read and peak memory per rank, each load in a fresh child process (its
   ``/proc/self/io`` ``rchar`` and ``VmHWM`` growth over the destination tensors):
   one rank loading everything, and two gloo ranks each loading one half of every
@@ -101,7 +103,40 @@ def _time_saves(variants: dict[str, Any], repeat: int) -> list[Timing]:
     return out
 
 
-# ----------------------------------------------------------------- child loads
+# ---------------------------------------------------------------- child ranks
+def _child_saves(path: str, size: int, repeat: int) -> None:
+    """One of two ranks saving the same DTensors (``Shard(0)``) through both writers,
+    interleaved: prints this rank's median times (from a barrier to a barrier)."""
+    import datetime
+
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from hurray_bridge.adapters.torch.checkpoint import HurrayStorageWriter
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    mesh = init_device_mesh("cpu", (int(os.environ["WORLD_SIZE"]),))
+    sd = {k: distribute_tensor(v, mesh, [Shard(0)]) for k, v in _state_dict(size).items()}
+    writers = {"hurray": lambda: HurrayStorageWriter(os.path.join(path, "hurray")),
+               "dcp": lambda: FileSystemWriter(os.path.join(path, "dcp"), overwrite=True)}
+    times: dict[str, list[float]] = {k: [] for k in writers}
+    for r in range(repeat + 1):  # the first round warms up and is dropped
+        for kind in (("hurray", "dcp") if r % 2 else ("dcp", "hurray")):
+            if dist.get_rank() == 0:
+                os.sync()
+            dist.barrier()
+            t0 = time.perf_counter()
+            dcp.save(sd, storage_writer=writers[kind]())
+            dist.barrier()
+            if r:
+                times[kind].append(time.perf_counter() - t0)
+    print(json.dumps({k: statistics.median(v) for k, v in times.items()}), flush=True)
+    dist.destroy_process_group()
+
+
 def _child(kind: str, path: str, size: int) -> None:
     """One rank's load in a fresh interpreter: prints its bytes read and peak growth."""
     import torch
@@ -164,14 +199,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ranks(kind: str, path: str, size: int, world: int) -> list[dict[str, Any]]:
+def _ranks(kind: str, path: str, size: int, world: int, repeat: int = 0,
+           ) -> list[dict[str, Any]]:
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                WORLD_SIZE=str(world), OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     with contextlib.ExitStack() as stack:
         procs = [stack.enter_context(subprocess.Popen(
             [sys.executable, "-W", "ignore", "-m", "benchmarks.dcp", "--child", kind, path,
-             "--size", str(size)], cwd=ROOT, env=dict(env, RANK=str(r)),
+             "--size", str(size), "--repeat", str(repeat)], cwd=ROOT, env=dict(env, RANK=str(r)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) for r in range(world)]
         outs = []
         try:
@@ -253,6 +289,14 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
                 if not all(row["ok"] for row in rows):
                     raise RuntimeError(f"{kind} on {world} rank(s) loaded wrong values")
                 per_rank[f"{world}:{kind}"] = rows
+        if "2:dcp" in per_rank:
+            saves2 = _ranks("saves", tmp, size, 2, repeat)
+            h2, d2 = (max(x[k] for x in saves2) for k in ("hurray", "dcp"))
+            t += [Timing("dcp.save on 2 gloo ranks, HurrayStorageWriter (slowest rank)",
+                         h2 * 1e6, 0.0, 1).as_dict(),
+                  Timing("dcp.save on 2 gloo ranks, FileSystemWriter (slowest rank)",
+                         d2 * 1e6, 0.0, 1).as_dict()]
+            r["save_2_ranks_vs_filesystemwriter"] = ratio(h2 / d2, "<= 1.0")
         for world in (1, 2):
             d = per_rank.get(f"{world}:dcp")
             if d is None:
@@ -295,7 +339,11 @@ def main() -> None:
     p.add_argument("--size", type=_size, default=None, help="checkpoint size, e.g. 512MiB")
     p.add_argument("--small", action="store_true")
     p.add_argument("--child", nargs=2, metavar=("KIND", "DIR"), help=argparse.SUPPRESS)
+    p.add_argument("--repeat", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.child and args.child[0] == "saves":
+        _child_saves(args.child[1], args.size, args.repeat)
+        return
     if args.child:
         _child(args.child[0], args.child[1], args.size)
         return
