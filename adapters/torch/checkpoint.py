@@ -7,8 +7,8 @@ file (``.metadata.hurray``). ``dcp.load(state_dict,
 storage_reader=HurrayStorageReader(dir))`` serves the byte ranges DCP's planner
 asks for, on any world size and placement (resharding is the planner's work).
 
-Every tensor chunk is an ordinary entry: a chunk that is the whole tensor is
-named by its fully qualified name; a box of a larger tensor is ``FQN[k]`` with a
+Every tensor chunk is an ordinary entry: a plain tensor's is named by its fully
+qualified name; a chunk of a DTensor (or ShardedTensor) is ``FQN[k]`` with a
 shard section, so ``hb.load`` of every rank's file gives one ShardedTensor of
 the global shape. DCP's byte items (``io.BytesIO``: what its planner made of a
 non-tensor value with ``torch.save``) are opaque ``uint8`` entries handed back to
@@ -68,7 +68,7 @@ from hurray_bridge.layout import Layout
 from hurray_bridge.shards import _strided_tensor
 from hurray_bridge.tensor import Tensor
 
-from . import to_hurray
+from . import dtype_of, to_hurray
 
 __all__ = ["METADATA_FILE", "METADATA_KEY", "HurrayStorageReader", "HurrayStorageWriter",
            "data_file"]
@@ -367,8 +367,7 @@ class _RankFile:
     def close(self) -> None:
         self.file.close()
 
-    def entry(self, name: str, shape: Sequence[int] | None, dtype: torch.dtype | None,
-              ) -> EntryInfo:
+    def entry(self, name: str, shape: Sequence[int] | None, dtype: torch.dtype) -> EntryInfo:
         """The entry ``name``, checked to be a dense chunk of ``shape`` and ``dtype``."""
         e = self.by_name.get(name)
         if e is None:
@@ -379,9 +378,14 @@ class _RankFile:
         want = (tuple(shape) if shape is not None else None)
         if (len(e.buffers) != 1 or d.layout != Layout.ROW_MAJOR or d.quantization is not None
                 or (want is not None and d.shape != want)):
-            raise FormatError(f"{self.path}: entry {name!r} is {d.shape} {d.dtype.name} "
-                              f"({d.layout.name}); the plan expects a row-major chunk of shape "
+            raise FormatError(f"{self.path}: entry {name!r} is {list(d.shape)} "
+                              f"{d.dtype.name} ({d.layout.name}); the plan expects a "
+                              "row-major chunk of shape "
                               f"{list(want) if want is not None else '?'}", field="shape")
+        if d.dtype != dtype_of(dtype):  # same size, other type: bytes would be misread
+            raise FormatError(f"{self.path}: entry {name!r} holds {d.dtype.name}, the plan "
+                              f"says {dtype}; the folder mixes files of different saves: "
+                              "save the checkpoint again", field="dtype")
         return e
 
     def read_into(self, e: EntryInfo, dest: torch.Tensor) -> None:
@@ -421,6 +425,11 @@ class _RankFile:
         strides = [1] * len(shape)
         for k in range(len(shape) - 2, -1, -1):
             strides[k] = strides[k + 1] * shape[k + 1]
+        if len(offsets) != len(shape) or any(
+                o < 0 or n < 0 or o + n > g for o, n, g in zip(offsets, lengths, shape)):
+            raise FormatError(f"{self.path}: a request for box offsets {list(offsets)} "
+                              f"lengths {list(lengths)} of entry {e.name!r} of shape "
+                              f"{list(shape)} leaves the entry", field="storage_offsets")
         if 0 in lengths:
             return torch.empty(tuple(lengths), dtype=dtype)
         first = sum(o * s for o, s in zip(offsets, strides))
@@ -514,9 +523,14 @@ class HurrayStorageReader(StorageReader):
             else None
         if not isinstance(md, TensorStorageMetadata):
             return None
-        offset = req.storage_index.offset
+        offset, hint = req.storage_index.offset, req.storage_index.index
+        if offset is None:
+            return None
+        # The planner's index hint first: a search per request is quadratic in the chunks.
+        if hint is not None and 0 <= hint < len(md.chunks) and md.chunks[hint].offsets == offset:
+            return md.chunks[hint].sizes, md.properties.dtype
         for c in md.chunks:
-            if offset is not None and c.offsets == offset:
+            if c.offsets == offset:
                 return c.sizes, md.properties.dtype
         return None
 
@@ -546,7 +560,7 @@ class HurrayStorageReader(StorageReader):
     def _serve(self, f: _RankFile, req: ReadItem, planner: LoadPlanner) -> None:
         name = self.storage_data[req.storage_index][1]
         if req.type == LoadItemType.BYTE_IO:
-            e = f.entry(name, None, None)
+            e = f.entry(name, None, torch.uint8)
             raw = torch.empty(e.nbytes, dtype=torch.uint8)
             f.read_into(e, raw)
             planner.load_bytes(req, io.BytesIO(to_hurray(raw).memoryview().tobytes()))

@@ -1148,6 +1148,47 @@ def _dcp_reader(plan: dict[str, Any] | None) -> Any:
     return HurrayStorageReader(d).read_metadata()
 
 
+def _dcp_read(damage: str) -> Any:
+    """One process's DCP load, step by step, of a checkpoint damaged after its save:
+    the reader's own error, not DCP's wrapper of it."""
+    pytest.importorskip("torch.distributed.checkpoint")
+    import tempfile
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    from hurray_bridge.adapters.torch.checkpoint import (
+        HurrayStorageReader,
+        HurrayStorageWriter,
+        data_file,
+    )
+
+    d = tempfile.mkdtemp(prefix="hb-bad-dcp-")
+    w = torch.arange(6, dtype=torch.float16)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DCP's notice that it runs without a process group
+        dcp.save({"w": w}, storage_writer=HurrayStorageWriter(d))
+    path = f"{d}/{data_file(0)}"
+    if damage == "dtype":
+        hb.save(path, {"w": w.view(torch.bfloat16)})  # another save's file, same bytes
+    elif damage == "entry":
+        hb.save(path, {"v": w})
+    else:
+        idx = hb.container.read_index(path)
+        with open(path, "r+b") as f:
+            f.seek(idx.data_offset + idx.entries[0].buffers[0].offset)
+            f.write(b"\xff")
+    reader = HurrayStorageReader(d)
+    md = reader.read_metadata()
+    planner = DefaultLoadPlanner()
+    planner.set_up_planner({"w": torch.zeros(6, dtype=torch.float16)}, md, True)
+    reader.set_up_storage_reader(md, True)
+    return reader.read_data(planner.create_local_plan(), planner)
+
+
 def _dcp_planner_data() -> Any:
     pytest.importorskip("torch.distributed.checkpoint")
     import tempfile
@@ -1232,6 +1273,15 @@ CASES += [
          functools.partial(_dcp_reader, {"format": 1, "items": {
              "w": {"dtype": "float32", "size": [2], "chunks": [[[1], [2]]]}}, "storage": []}),
          hb.FormatError, ("item 'w'", "[[1], [2]]", "outside its size [2]")),
+    Case("dcp-reader-entry-dtype", "a DCP rank file whose entry 'w' is bfloat16 where the "
+         "plan says float16", functools.partial(_dcp_read, "dtype"), hb.FormatError,
+         ("entry 'w' holds bfloat16", "the plan says torch.float16", "save the checkpoint")),
+    Case("dcp-reader-entry-missing", "a DCP rank file without the plan's entry 'w'",
+         functools.partial(_dcp_read, "entry"), hb.FormatError,
+         ("names entry 'w'", "does not have", "different saves")),
+    Case("dcp-reader-entry-checksum", "a DCP rank file with a byte of entry 'w' changed",
+         functools.partial(_dcp_read, "checksum"), hb.FormatError,
+         ("entry 'w'", "data checksum mismatch", "corrupt")),
     Case("dcp-writer-entry-clash", "dcp.save of a DTensor 'a' and a tensor 'a[0]' on one rank",
          _dcp_entry_clash, hb.UnsupportedError,
          ("'a' and 'a[0]' both become entry 'a[0]'", "rename one key")),
