@@ -12,7 +12,7 @@ import sys
 import time
 
 SUITES = ("handoff", "size", "statedict", "codec", "c_decoder", "files", "convert", "peers",
-          "shards", "flight", "checkpoint_dir", "arrow_capsule", "jax_restore")
+          "shards", "flight", "checkpoint_dir", "arrow_capsule", "jax_restore", "dcp")
 
 
 def _machine() -> dict[str, object]:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 ADAPTERS = ("numpy", "torch", "jax", "arrow", "cupy", "dask")
-# Public modules inside an adapter's package, imported by name only (not by the adapter).
-ADAPTER_SUBMODULES = (("arrow", "flight"),)
+# Adapter modules imported by name (not through the adapter's __init__), each its own page.
+ADAPTER_SUBMODULES = (("arrow", "flight"), ("torch", "checkpoint"))
 # hurray_bridge's own submodules that its __all__ exports as modules.
 SUBMODULES = ("dtypes", "quant", "shards", "shm", "sparse", "stream")
 

@@ -1265,6 +1265,112 @@ def _resize_shared_torch() -> Any:
     return x.resize_(10_000_000), t
 
 
+def _dcp_reader(plan: dict[str, Any] | None) -> Any:
+    """HurrayStorageReader.read_metadata of a folder whose plan is ``plan`` (None: no plan)."""
+    pytest.importorskip("torch.distributed.checkpoint")
+    import json
+    import tempfile
+
+    from hurray_bridge.adapters.torch.checkpoint import (
+        METADATA_FILE,
+        METADATA_KEY,
+        HurrayStorageReader,
+    )
+
+    d = tempfile.mkdtemp(prefix="hb-bad-dcp-")
+    if plan is not None:
+        hb.save(f"{d}/{METADATA_FILE}", {}, {METADATA_KEY: json.dumps(plan)})
+    return HurrayStorageReader(d).read_metadata()
+
+
+def _dcp_read(damage: str) -> Any:
+    """One process's DCP load, step by step, of a checkpoint damaged after its save:
+    the reader's own error, not DCP's wrapper of it."""
+    pytest.importorskip("torch.distributed.checkpoint")
+    import tempfile
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    from hurray_bridge.adapters.torch.checkpoint import (
+        HurrayStorageReader,
+        HurrayStorageWriter,
+        data_file,
+    )
+
+    d = tempfile.mkdtemp(prefix="hb-bad-dcp-")
+    w = torch.arange(6, dtype=torch.float16)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DCP's notice that it runs without a process group
+        dcp.save({"w": w}, storage_writer=HurrayStorageWriter(d))
+    path = f"{d}/{data_file(0)}"
+    if damage == "dtype":
+        hb.save(path, {"w": w.view(torch.bfloat16)})  # another save's file, same bytes
+    elif damage == "entry":
+        hb.save(path, {"v": w})
+    else:
+        idx = hb.container.read_index(path)
+        with open(path, "r+b") as f:
+            f.seek(idx.data_offset + idx.entries[0].buffers[0].offset)
+            f.write(b"\xff")
+    reader = HurrayStorageReader(d)
+    md = reader.read_metadata()
+    planner = DefaultLoadPlanner()
+    planner.set_up_planner({"w": torch.zeros(6, dtype=torch.float16)}, md, True)
+    reader.set_up_storage_reader(md, True)
+    return reader.read_data(planner.create_local_plan(), planner)
+
+
+def _dcp_planner_data() -> Any:
+    pytest.importorskip("torch.distributed.checkpoint")
+    import tempfile
+
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    from hurray_bridge.adapters.torch.checkpoint import HurrayStorageWriter
+
+    w = HurrayStorageWriter(tempfile.mkdtemp(prefix="hb-bad-dcp-"))
+    return w.finish(Metadata({}, planner_data=object()), [])
+
+
+def _dcp_entry_clash() -> Any:
+    """A state dict with a plain tensor "a[0]" and a DTensor "a" (whose box is entry a[0])."""
+    pytest.importorskip("torch.distributed.checkpoint")
+    import tempfile
+
+    import torch
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        MetadataIndex,
+        TensorProperties,
+    )
+    from torch.distributed.checkpoint.planner import (
+        SavePlan,
+        TensorWriteData,
+        WriteItem,
+        WriteItemType,
+    )
+
+    from hurray_bridge.adapters.torch.checkpoint import HurrayStorageWriter
+
+    def item(fqn: str, kind: WriteItemType, offsets: int, size: int) -> WriteItem:
+        chunk = ChunkStorageMetadata(torch.Size([offsets]), torch.Size([2]))
+        return WriteItem(MetadataIndex(fqn, [offsets]), kind, tensor_data=TensorWriteData(
+            chunk, TensorProperties(torch.float32), torch.Size([size])))
+
+    class Planner:
+        def resolve_data(self, item: WriteItem) -> Any:
+            return torch.zeros(2)
+
+    w = HurrayStorageWriter(tempfile.mkdtemp(prefix="hb-bad-dcp-"))
+    plan = SavePlan([item("a", WriteItemType.SHARD, 0, 4),
+                     item("a[0]", WriteItemType.TENSOR, 0, 2)], storage_data="__0_0.hurray")
+    return w.write_data(plan, Planner())  # type: ignore[arg-type]
+
+
 def _dirty_bool8_to_jax() -> Any:
     pytest.importorskip("jax")
     from tests.dlpack_producers import DLPackOnly
@@ -1284,6 +1390,39 @@ CASES += [
          _write_legacy_import, ValueError, ("read-only",), builtin=True),
     Case("torch-resize-after-export", "t = hb.asarray(x); x.resize_(10_000_000) (CPU tensor)",
          _resize_shared_torch, RuntimeError, ("storage that is not resizable",), builtin=True),
+    Case("dcp-reader-no-plan", "HurrayStorageReader(folder without .metadata.hurray)"
+         ".read_metadata()", functools.partial(_dcp_reader, None), hb.FormatError,
+         (".metadata.hurray is missing", "holds no complete checkpoint", "did not finish")),
+    Case("dcp-reader-plan-format", "a DCP plan of format 99",
+         functools.partial(_dcp_reader, {"format": 99}), hb.FormatError,
+         ("plan format 99", "this reader knows 1", "save the checkpoint again")),
+    Case("dcp-reader-plan-file-outside", "a DCP plan naming file '../x.hurray'",
+         functools.partial(_dcp_reader, {"format": 1, "items": {},
+                                         "storage": [["w", [0], "../x.hurray", "w"]]}),
+         hb.FormatError, ("'../x.hurray'", "not a file name in the checkpoint's folder")),
+    Case("dcp-reader-plan-dtype", "a DCP plan with dtype 'float7'",
+         functools.partial(_dcp_reader, {"format": 1, "items": {
+             "w": {"dtype": "float7", "size": [2], "chunks": [[[0], [2]]]}}, "storage": []}),
+         hb.FormatError, ("item 'w'", "'float7'", "does not have")),
+    Case("dcp-reader-plan-chunk-outside", "a DCP plan with chunk [[1], [2]] of size [2]",
+         functools.partial(_dcp_reader, {"format": 1, "items": {
+             "w": {"dtype": "float32", "size": [2], "chunks": [[[1], [2]]]}}, "storage": []}),
+         hb.FormatError, ("item 'w'", "[[1], [2]]", "outside its size [2]")),
+    Case("dcp-reader-entry-dtype", "a DCP rank file whose entry 'w' is bfloat16 where the "
+         "plan says float16", functools.partial(_dcp_read, "dtype"), hb.FormatError,
+         ("entry 'w' holds bfloat16", "the plan says torch.float16", "save the checkpoint")),
+    Case("dcp-reader-entry-missing", "a DCP rank file without the plan's entry 'w'",
+         functools.partial(_dcp_read, "entry"), hb.FormatError,
+         ("names entry 'w'", "does not have", "different saves")),
+    Case("dcp-reader-entry-checksum", "a DCP rank file with a byte of entry 'w' changed",
+         functools.partial(_dcp_read, "checksum"), hb.FormatError,
+         ("entry 'w'", "data checksum mismatch", "corrupt")),
+    Case("dcp-writer-entry-clash", "dcp.save of a DTensor 'a' and a tensor 'a[0]' on one rank",
+         _dcp_entry_clash, hb.UnsupportedError,
+         ("'a' and 'a[0]' both become entry 'a[0]'", "rename one key")),
+    Case("dcp-writer-planner-data", "HurrayStorageWriter.finish(planner_data=object())",
+         _dcp_planner_data, hb.UnsupportedError,
+         ("planner_data (object)", "no JSON form", "DefaultSavePlanner")),
 ]
 
 
