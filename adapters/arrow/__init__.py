@@ -31,7 +31,6 @@ import pyarrow as pa
 from hurray_bridge import _subbyte
 from hurray_bridge._copy_policy import check_copy, warn_copy
 from hurray_bridge._memory import HostAllocation, alloc_aligned
-from hurray_bridge._registry import get_adapter
 from hurray_bridge.conversion import asarray
 from hurray_bridge.descriptor import compact_strides, form_name
 from hurray_bridge.dtypes import DType, Kind, bool_, native_types
@@ -250,7 +249,9 @@ def _from_tensor(obj: pa.Tensor, copy: bool | None) -> Tensor:
         t = from_dlpack(obj)
     else:
         # Tensor.to_numpy() is a zero-copy view (NumPy is a pyarrow dependency before 16).
-        t = get_adapter("numpy").to_hurray(obj.to_numpy())
+        from hurray_bridge._host import to_hurray as host_to_hurray
+
+        t = host_to_hurray(obj.to_numpy())
     if t.readonly == obj.is_mutable:
         # pyarrow <= 25 exports legacy capsules, which cannot say READ_ONLY, and the core
         # reads Arrow's as read-only (LEGACY_EXPORTS_MUTABLE): a pa.Tensor says which it is.
@@ -406,7 +407,9 @@ def _to_tensor(t: Tensor, copy: bool | None) -> pa.Tensor:
         # copy=False makes pyarrow fail rather than copy behind our back.
         return pa.Tensor.from_dlpack(t, copy=False)
     # pyarrow <= 25 has no DLPack consumer: go through a zero-copy NumPy view.
-    return pa.Tensor.from_numpy(get_adapter("numpy").from_hurray(t, copy=False))
+    from hurray_bridge._host import from_hurray as host_from_hurray
+
+    return pa.Tensor.from_numpy(host_from_hurray(t, copy=False))
 
 
 def _permutation(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[int] | None:

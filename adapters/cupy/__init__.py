@@ -26,7 +26,8 @@ import cupy
 import numpy as np
 
 from hurray_bridge._copy_policy import warn_copy
-from hurray_bridge._registry import get_adapter
+from hurray_bridge._host import from_hurray as host_from_hurray
+from hurray_bridge._host import native_dtype as host_native_dtype
 from hurray_bridge.descriptor import form_name
 from hurray_bridge.dtypes import DLPACK_CODE, DType, all_dtypes
 from hurray_bridge.errors import (
@@ -63,7 +64,6 @@ _CUPY_DLPACK_VERSION = (1, 0)
 # ``_dlpack_to_cupy_array``). float8/float6/float4 codes and sub-byte integers have no
 # CuPy dtype at all; bfloat16 only when CuPy enabled it (see _cupy_has_bfloat16).
 # CuPy's dtypes are NumPy's: the NumPy adapter's table (ml_dtypes included) is the source.
-_np_adapter = get_adapter("numpy")
 
 _C = DLPACK_CODE
 _CUPY_CODES = frozenset({_C.kDLInt, _C.kDLUInt, _C.kDLFloat, _C.kDLComplex, _C.kDLBool,
@@ -97,7 +97,7 @@ def _tables() -> tuple[dict[DType, np.dtype], dict[np.dtype, DType]]:
         if d.dlpack[0] == _C.kDLBfloat and not bf16:
             continue
         try:
-            to_cp[d] = _np_adapter.native_dtype(d)
+            to_cp[d] = host_native_dtype(d)
         except (UnsupportedError, BackendNotAvailableError):
             continue
     return to_cp, {v: k for k, v in to_cp.items()}
@@ -282,7 +282,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
                 f"a {dev} tensor must be copied to the GPU for CuPy (CuPy arrays live in CUDA "
                 "device memory), but copy=False"
             )
-        host = _np_adapter.from_hurray(t, copy=False)  # a view; keeps t alive while copying
+        host = host_from_hurray(t, copy=False)  # a view; keeps t alive while copying
         dst = target if target is not None else int(cupy.cuda.runtime.getDevice())
         with cupy.cuda.Device(dst):
             out = cupy.array(host, copy=True)

@@ -53,14 +53,14 @@ import numpy as np
 
 from hurray_bridge import _capsule
 from hurray_bridge._copy_policy import alignment_note, check_copy, require_copy, warn_copy
+from hurray_bridge._host import check_sizes as check_numpy_sizes
 from hurray_bridge._memory import host_array
+from hurray_bridge._subbyte import pack as pack_subbyte
+from hurray_bridge._subbyte import unpack as unpack_subbyte
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, bool8, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, for_immutable_consumer
-
-from ..numpy import check_sizes as check_numpy_sizes
-from ..numpy import pack_subbyte, unpack_subbyte
 
 # jnp.from_dlpack of CPU memory (jax 0.10.2: ~40-100 us) spends most of its time
 # around the import itself: it asks the CPU device for a stream, which raises
@@ -224,7 +224,7 @@ def _cpu_alignment() -> int:
 
 
 def _measure_alignment() -> int:
-    from ..numpy import to_hurray as np_to_hurray
+    from hurray_bridge._host import to_hurray as np_to_hurray
 
     raw = np.zeros(1024, np.uint8)
     base = -raw.ctypes.data % 512  # offset of a 512-aligned address inside raw
@@ -601,7 +601,7 @@ def _by_copy(t: Tensor, target: Any, copy: bool | None) -> jax.Array:
     elif form == "packed":
         codes = unpack_subbyte(np.frombuffer(t.memoryview(), np.uint8), n, bits).reshape(t.shape)
     else:
-        from ..numpy import from_hurray as np_from_hurray
+        from hurray_bridge._host import from_hurray as np_from_hurray
 
         # Padded form: the high bits are to be ignored (element-types.md §4.3);
         # ml_dtypes float4 reads them (0x37 is -6, not 6), so mask.

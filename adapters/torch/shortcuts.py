@@ -28,7 +28,7 @@ def _compiled_to_numpy() -> Any:
         return None
     import numpy as np
 
-    from ..numpy import native_dtype
+    from hurray_bridge._host import native_dtype
 
     descrs = {}
     for d, tdt in DTYPES.items():
