@@ -758,8 +758,8 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
 def warn_readonly() -> None:
     """Say once per process that a torch tensor over read-only memory was handed out.
 
-    Shared with the JAX -> torch and Arrow -> torch shortcuts (adapters/jax/shortcuts.py,
-    adapters/arrow/shortcuts.py).
+    Shared with torch's fast export of read-only capsules (adapters/torch/shortcuts.py),
+    which the JAX -> torch and Arrow -> torch shortcuts end in.
     """
     global _readonly_warned
     if not _readonly_warned:

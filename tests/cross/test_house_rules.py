@@ -8,7 +8,11 @@
    under ``if TYPE_CHECKING:`` run never, and are left out);
 3. the core reads no private name of an adapter (an adapter's documented functions
    are its interface; its ``_names`` are its own).
-4. no test ends early in silence: ``if ...: return`` in a test function passes without
+4. no adapter reaches another: no file under ``adapters/<a>/`` imports
+   ``adapters/<b>/`` (relatively, ``from ..b import``, or absolutely) or looks it up
+   through the registry by name (``get_adapter("b")``); what several adapters need
+   lives in the core;
+5. no test ends early in silence: ``if ...: return`` in a test function passes without
    asserting anything, and pytest counts it as a pass. A case that tests nothing is a
    ``pytest.skip`` with its reason, a hypothesis ``assume``, or is not generated.
 
@@ -26,6 +30,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "hurray_bridge"
+ADAPTERS = ROOT / "adapters"
 TESTS = ROOT / "tests"
 PACKAGE = "hurray_bridge"
 
@@ -202,6 +207,66 @@ def test_the_core_reads_no_private_name_of_an_adapter() -> None:
             if direct or (isinstance(base, ast.Name) and base.id in handles):
                 offences.append(f"{path.relative_to(ROOT)}:{node.lineno} reads .{node.attr}")
     assert not offences, "the core reads adapter privates:\n" + "\n".join(offences)
+
+
+def adapter_reaches(adapter: str, module: str, path: Path) -> Iterator[tuple[int, str]]:
+    """(line, other adapter) for each import of, or registry look-up by name of, an adapter
+    other than ``adapter`` in the file of ``module`` (``hurray_bridge.adapters.<adapter>...``)."""
+    prefixes = (f"{PACKAGE}.adapters.", "adapters.")
+    for line, target in imports(module, path):
+        for prefix in prefixes:
+            if target.startswith(prefix):
+                other = target[len(prefix):].partition(".")[0]
+                if other and other != adapter:
+                    yield line, other
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (isinstance(node, ast.Call) and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            fn = node.func
+            called = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(
+                fn, ast.Attribute) else None
+            if called in ("get_adapter", "get_adapter_module") and node.args[0].value != adapter:
+                yield node.lineno, node.args[0].value
+
+
+def adapter_files() -> Iterator[tuple[str, str, Path]]:
+    """(adapter, dotted module name, file) for every Python file of every adapter."""
+    for folder in sorted(p for p in ADAPTERS.iterdir() if (p / "__init__.py").is_file()):
+        for path in sorted(folder.rglob("*.py")):
+            parts = list(path.relative_to(ADAPTERS).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            yield folder.name, ".".join([PACKAGE, "adapters", *parts]), path
+
+
+def test_no_adapter_reaches_another() -> None:
+    files = list(adapter_files())
+    assert {"numpy", "torch", "jax", "arrow", "cupy"} <= {a for a, _, _ in files}
+    offences = [f"{path.relative_to(ROOT)}:{line} reaches adapters/{other}/"
+                for adapter, module, path in files
+                for line, other in adapter_reaches(adapter, module, path)]
+    assert not offences, (
+        "adapters are peers: what several of them need belongs in the core (hurray_bridge/), "
+        "not in one adapter the others import:\n" + "\n".join(offences))
+
+
+@pytest.mark.parametrize("source, found", [
+    ("from ..torch import warn_readonly\n", [(1, "torch")]),
+    ("def f():\n    from ..numpy import to_hurray\n", [(2, "numpy")]),
+    ("from hurray_bridge.adapters.arrow import dtype_of\n", [(1, "arrow")]),
+    ("import hurray_bridge.adapters.numpy.sparse\n", [(1, "numpy")]),
+    ("from hurray_bridge._registry import get_adapter\nget_adapter('numpy').to_hurray(1)\n",
+     [(2, "numpy")]),
+    ("from . import to_hurray\nfrom .sparse import from_hurray\n", []),
+    ("from hurray_bridge.adapters.jax import shards\n", []),
+    ("from hurray_bridge._host import to_hurray\n", []),
+])
+def test_the_checker_sees_an_adapter_reaching_another(tmp_path: Path, source: str,
+                                                      found: list[tuple[int, str]]) -> None:
+    path = tmp_path / "shortcuts.py"
+    path.write_text(source)
+    assert sorted(set(adapter_reaches("jax", "hurray_bridge.adapters.jax.shortcuts",
+                                      path))) == found
 
 
 def _own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
