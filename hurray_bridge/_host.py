@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 else:
     np = numpy()
 
-__all__ = ["check_sizes", "dtype_of", "from_hurray", "native_dtype", "to_hurray"]
+__all__ = ["check_sizes", "dtype_of", "from_hurray", "native_dtype", "native_dtypes",
+           "to_hurray"]
 
 # The element-type table's column, the kernel's own module name, and the name that
 # copies and refusals on this path report.
@@ -94,6 +95,11 @@ def native_dtype(dtype: DType) -> np.dtype:
             raise BackendNotAvailableError("ml_dtypes", _NAME,
                                            f"NumPy needs ml_dtypes for {dtype.name}") from None
         raise UnsupportedError(f"NumPy has no dtype for {dtype.name}") from None
+
+
+def native_dtypes() -> dict[DType, np.dtype]:
+    """Every Hurray element type NumPy holds (ml_dtypes for the extended ones), with its dtype."""
+    return dict(_tables()[0])
 
 
 def dtype_of(dt: np.dtype) -> DType:

@@ -21,7 +21,8 @@ from typing import Any, NamedTuple
 from .errors import BackendNotAvailableError, UnsupportedError
 
 __all__ = ["ADAPTERS", "adapter_for", "adapter_name_for_type", "get_adapter",
-           "get_adapter_module", "host_memory_hold", "legacy_exports_mutable"]
+           "get_adapter_module", "host_memory_hold", "legacy_exports_mutable",
+           "sparse_adapter_name_for_type"]
 
 
 class AdapterSpec(NamedTuple):
@@ -50,6 +51,12 @@ _MODULE_TO_ADAPTER = {
     "cupyx": "cupy",
 }
 _ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch"}
+# Sparse types that are not their framework's dense type: module prefix (and, where the
+# module holds dense types too, class names) -> adapter whose ``sparse`` module takes them.
+_SPARSE_MODULES = (("scipy.sparse", "numpy", None), ("cupyx.scipy.sparse", "cupy", None),
+                   ("jax.experimental.sparse", "jax", None),
+                   ("pyarrow.lib", "arrow", frozenset({"SparseCOOTensor", "SparseCSRMatrix",
+                                                      "SparseCSCMatrix", "SparseCSFTensor"})))
 
 
 # Target name (or alias) -> (module name, adapter) once imported; hb.convert looks its
@@ -104,6 +111,20 @@ def adapter_name_for_type(tp: type) -> str | None:
             if top in _MODULE_TO_ADAPTER:
                 return _MODULE_TO_ADAPTER[top]
     return name
+
+
+@lru_cache(maxsize=256)
+def sparse_adapter_name_for_type(tp: type) -> str | None:
+    """The adapter whose ``sparse`` module takes objects of type ``tp``, told by the type's
+    module and name alone (imports nothing), or None: a type of its own, not one a
+    framework shares with its dense objects (torch's adapter tells those, ``special_kind``)."""
+    for base in tp.__mro__:
+        mod = base.__module__
+        for prefix, name, classes in _SPARSE_MODULES:
+            if (mod == prefix or mod.startswith(prefix + ".")) and (
+                    classes is None or base.__name__ in classes):
+                return name
+    return None
 
 
 def adapter_for(obj: Any) -> ModuleType | None:

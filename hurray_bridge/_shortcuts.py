@@ -41,9 +41,10 @@ export in the first form the target takes that the source gives: N + N hooks, an
 the torch -> JAX shortcut is torch's fast import of the ``RAW`` form followed by
 JAX's fast export of it. In either dict, ``None`` in place of an entry means "the
 object itself is that form" (a NumPy array is a host ndarray), so composing with it
-adds no call. Both hooks live in ``hurray_bridge.adapters.<name>.shortcuts`` (found
-through the registry when a pair is learned); they call their own adapter's
-functions only, so that each rule of the full path is written once.
+adds no call. Both hooks are names of the adapter contract (``hurray_bridge._contract``;
+None where an adapter has none), read through the registry when a pair is learned;
+they live in ``hurray_bridge.adapters.<name>.shortcuts`` and call their own
+adapter's functions only, so that each rule of the full path is written once.
 
 The raw forms, which neither side may interpret differently:
 
@@ -66,7 +67,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from ._registry import get_adapter_module
+from ._registry import get_adapter
 
 __all__ = ["EXPORTER", "FORMS", "NDARRAY", "RAW", "READONLY_CAPSULE", "TABLE", "Entry", "clear",
            "compiled", "compose", "entry", "front", "learn", "maker", "serves"]
@@ -107,16 +108,9 @@ def _valid(found: Any) -> bool:
 Hooks = dict[str, "Entry | None"]
 
 
-@functools.cache
 def _hooks(name: str) -> Any:
-    """The ``shortcuts`` module of adapter ``name`` (its two hooks), or None without one."""
-    module = f"hurray_bridge.adapters.{name}.shortcuts"
-    try:
-        return get_adapter_module(name, "shortcuts")
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise  # something the module itself imports is missing: not "no shortcuts"
-        return None
+    """Adapter ``name`` (whose ``fast_import`` and ``fast_export`` may be None)."""
+    return get_adapter(name)
 
 
 def _run(fn: Callable[..., Any], kw: dict[str, Any]) -> Callable[[Any], Any]:
@@ -159,7 +153,7 @@ def maker(tp: type, source: str, target: str) -> Entry | None:
     the source's fast import composed with the target's fast export in the first form
     the target takes (in its order) that the source gives; None where they share none."""
     src, dst = _hooks(source), _hooks(target)
-    if src is None or dst is None or source == target:
+    if src.fast_import is None or dst.fast_export is None or source == target:
         return None
     gives: Hooks = src.fast_import(tp)
     takes: Hooks = dst.fast_export()

@@ -38,9 +38,9 @@ from hurray_bridge.errors import (
 )
 from hurray_bridge.tensor import Device, Tensor, from_dlpack
 
-__all__ = ["HOLD_HOST_MEMORY",
-           "LEGACY_EXPORTS_MUTABLE", "NAME", "device_id_of", "dtype_of", "from_hurray",
-           "native_dtype", "to_hurray"]
+__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
+           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
+           "special_kind", "to_hurray"]
 
 NAME = "cupy"
 """The target name: ``hb.convert(x, "cupy")``."""
@@ -51,6 +51,15 @@ LEGACY_EXPORTS_MUTABLE = True
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
+HOLDS = frozenset({"dense", "sparse"})
+"""Dense arrays, and cupyx.scipy.sparse matrices (``.sparse``)."""
+DEVICES = frozenset({2, 10})
+"""CUDA and ROCm devices (kDLCUDA, kDLROCM): host memory is copied to the device."""
+fast_import = None
+"""No hb.convert shortcut starts from a CuPy array (device memory takes the full path)."""
+fast_export = None
+"""No hb.convert shortcut ends in a CuPy array."""
+
 
 _CUDA = 2  # kDLCUDA
 _CUDA_MANAGED = 13  # kDLCUDAManaged: CuPy imports it directly (cupy/_core/dlpack.pyx)
@@ -294,3 +303,14 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
         f"CuPy cannot import {dev} memory (it reads CUDA and CUDA-managed memory); convert "
         "with the adapter of the framework that owns it"
     )
+
+
+def native_dtypes() -> dict[DType, Any]:
+    """Every Hurray element type CuPy holds, with its dtype."""
+    return dict(_tables()[0])
+
+
+def special_kind(obj: Any) -> str | None:
+    """None: every CuPy object ``to_hurray`` refuses stays refused (cupyx sparse matrices
+    are told apart by their type before this adapter sees them)."""
+    return None

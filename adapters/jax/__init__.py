@@ -87,12 +87,12 @@ else:
 # replaced whole, so threads read a consistent pair.
 _raw_devices: dict[tuple[int, int], tuple[Any, Any]] = {}
 
-__all__ = ["HOLD_HOST_MEMORY",
-           "LEGACY_EXPORTS_MUTABLE", "dtype_of", "from_hurray", "native_dtype", "to_hurray",
-           "raw_import_types", "import_obstacle", "STRIDES", "ALIGNMENT", "raw_route",
-           "bool8_needs_normalising"]
+__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
+           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
+           "special_kind", "to_hurray"]
 
 NAME = "jax"
+"""The target name: ``hb.convert(x, "jax")``."""
 # A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
 # the producer's adapter says otherwise here. JAX arrays are immutable (and JAX answers
 # legacy capsules only).
@@ -101,6 +101,11 @@ LEGACY_EXPORTS_MUTABLE = False
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
+HOLDS = frozenset({"dense", "sparse", "sharded"})
+"""Dense arrays, BCOO/BCSR arrays (``.sparse``) and arrays sharded over devices (``.shards``)."""
+DEVICES = frozenset({1, 2, 10})
+"""The host, CUDA and ROCm devices (kDLCPU, kDLCUDA, kDLROCM)."""
+
 
 # Element types the Python buffer protocol of a jax.Array accepts (jaxlib refuses
 # BF16, F8*, F4 and S4/U4/S2/U2 with "not supported by the Python buffer protocol").
@@ -831,3 +836,28 @@ def _is_whole_view(t: Tensor, x: jax.Array) -> bool:
     except Exception:  # a device that exposes no pointers: trust the owner link
         return True
     return ptr == t.data_ptr
+
+
+def native_dtypes() -> dict[DType, Any]:
+    """Every Hurray element type JAX holds, with its dtype."""
+    return dict(_tables()[0])
+
+
+def special_kind(obj: Any) -> str | None:
+    """None: an array on several devices is told apart by ``.shards`` (``to_sharded``),
+    and every other refusal stands."""
+    return None
+
+
+def fast_import(tp: type) -> dict[str, Any]:
+    """hb.convert's fast import for jax.Array (``.shortcuts``)."""
+    from .shortcuts import fast_import as hook
+
+    return hook(tp)
+
+
+def fast_export() -> dict[str, Any]:
+    """hb.convert's fast export to jax.Array (``.shortcuts``)."""
+    from .shortcuts import fast_export as hook
+
+    return hook()

@@ -7,21 +7,28 @@ through zero-copy. ml_dtypes stores one sub-byte element per byte: those
 arrays are Hurray's padded form.
 
 The conversions are the core's host path (``hurray_bridge._host``), which every
-adapter shares for host memory: this adapter is that path under NumPy's name.
+adapter shares for host memory: this adapter is that path under NumPy's name. It
+exports the adapter contract's names and no other (docs/impl/adapters.md).
 """
 
 from __future__ import annotations
 
-import numpy as np
+import warnings
+from typing import Any
 
-from hurray_bridge import _subbyte
-from hurray_bridge._host import check_sizes, dtype_of, from_hurray, native_dtype, to_hurray
+from hurray_bridge import _host, _subbyte
+from hurray_bridge._host import dtype_of, from_hurray, native_dtype, native_dtypes, to_hurray
 
-__all__ = ["HOLD_HOST_MEMORY",
-           "LEGACY_EXPORTS_MUTABLE", "check_sizes", "dtype_of", "from_hurray", "native_dtype",
-           "pack_subbyte", "to_hurray", "unpack_subbyte"]
+__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
+           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
+           "special_kind", "to_hurray"]
 
 NAME = "numpy"
+"""The target name: ``hb.convert(x, "numpy")``."""
+HOLDS = frozenset({"dense", "sparse"})
+"""Dense arrays, and SciPy's sparse arrays and matrices (``.sparse``)."""
+DEVICES = frozenset({1})
+"""The host only (kDLCPU): device memory is copied to the host."""
 # A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
 # the producer's adapter says otherwise here. NumPy refuses a legacy export of a
 # read-only array (BufferError, numpy 2.4), so every legacy capsule it makes is writable.
@@ -32,13 +39,41 @@ HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
 
 
-def pack_subbyte(codes: np.ndarray, bits: int) -> np.ndarray:
-    """Pack ``bits``-wide codes (one per byte, low bits) LSB-first into uint8."""
-    out: np.ndarray = _subbyte.pack(codes, bits)
-    return out
+def special_kind(obj: Any) -> str | None:
+    """None: every NumPy object ``to_hurray`` refuses stays refused (SciPy's sparse
+    objects are told apart by their type before this adapter sees them)."""
+    return None
 
 
-def unpack_subbyte(packed: np.ndarray, count: int, bits: int) -> np.ndarray:
-    """Unpack ``count`` LSB-first ``bits``-wide codes to one uint8 per element."""
-    out: np.ndarray = _subbyte.unpack(packed, count, bits)
-    return out
+def fast_import(tp: type) -> dict[str, Any]:
+    """hb.convert's fast import for NumPy arrays (``.shortcuts``)."""
+    from .shortcuts import fast_import as hook
+
+    return hook(tp)
+
+
+def fast_export() -> dict[str, Any]:
+    """hb.convert's fast export to NumPy arrays (``.shortcuts``)."""
+    from .shortcuts import fast_export as hook
+
+    return hook()
+
+
+# Names this adapter exported before the adapter contract; still importable, with a
+# DeprecationWarning that names their home now.
+_MOVED = {
+    "pack_subbyte": (_subbyte.pack, "hb.pack_subbyte, which packs an hb.Tensor"),
+    "unpack_subbyte": (_subbyte.unpack, "hb.unpack_subbyte, which unpacks an hb.Tensor"),
+    "check_sizes": (_host.check_sizes, "hb.convert(t, 'numpy'), which refuses such shapes"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        value, instead = _MOVED[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    warnings.warn(f"hurray_bridge.adapters.numpy.{name} is deprecated (adapters export only "
+                  f"the adapter contract's names); use {instead}", DeprecationWarning,
+                  stacklevel=2)
+    return value
