@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 from .errors import BackendNotAvailableError, UnsupportedError
 
 __all__ = ["ADAPTERS", "adapter_for", "adapter_name_for_type", "get_adapter",
-           "get_adapter_module", "host_memory_hold", "legacy_exports_mutable",
-           "sparse_adapter_name_for_type"]
+           "get_adapter_module", "holds", "host_memory_hold", "legacy_exports_mutable",
+           "sparse_adapter_name_for_type", "special_kind"]
 
 
 class AdapterSpec(NamedTuple):
@@ -133,6 +133,21 @@ def adapter_for(obj: Any) -> ModuleType | None:
     # An object of a framework's type means the framework is loaded already:
     # getting its adapter imports nothing new.
     return None if name is None else get_adapter(name)
+
+
+def holds(name: str, kind: str) -> bool:
+    """Whether adapter ``name`` declares ``kind`` (``"sparse"``, ``"quantized"``,
+    ``"sharded"``) in its ``HOLDS``; an adapter that declares nothing holds dense objects
+    only."""
+    return kind in getattr(get_adapter(name), "HOLDS", ("dense",))
+
+
+def special_kind(name: str, obj: Any) -> str | None:
+    """The kind adapter ``name`` tells ``obj`` is, which its ``to_hurray`` refused
+    (its ``special_kind``); None where it tells none, or has no way to tell."""
+    tell = getattr(get_adapter(name), "special_kind", None)
+    kind: str | None = None if tell is None else tell(obj)
+    return kind
 
 
 def legacy_exports_mutable(tp: type) -> bool:

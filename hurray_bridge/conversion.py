@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import _shortcuts, sparse
 from ._copy_policy import check_copy, require_copy, warn_copy
-from ._registry import _ALIASES, adapter_name_for_type, get_adapter, get_adapter_module
+from ._registry import (
+    _ALIASES,
+    adapter_name_for_type,
+    get_adapter,
+    get_adapter_module,
+    special_kind,
+)
 from .errors import CopyRequiredError, UnsupportedError
 from .shards import ShardedTensor, assemble, copy_shards, describe
 from .tensor import Tensor, from_producer
@@ -48,7 +54,7 @@ def special_module(name: str, obj: Any) -> ModuleType | None:
     """The module that converts an object adapter ``name`` refused as dense: the kind the
     adapter tells (``special_kind``) - the core's sparse or quantization module, or the
     adapter's own ``shards`` module for a part of a sharded whole - or None."""
-    kind = get_adapter(name).special_kind(obj)
+    kind = special_kind(name, obj)
     if kind is None:
         return None
     if kind == "sharded":  # its part: a partial ShardedTensor

@@ -42,6 +42,8 @@ from ._registry import (
     adapter_name_for_type,
     get_adapter,
     get_adapter_module,
+    holds,
+    special_kind,
 )
 from .descriptor import Descriptor, Quantization
 from .dtypes import DType, Kind, bool8, bool_, dtype_from_name, float32, float64, uint8
@@ -176,15 +178,15 @@ def _quantizing_adapter(obj: Any) -> str | None:
     # An object of a framework's type exists only where that framework is imported
     # already: asking its adapter imports nothing new.
     name = adapter_name_for_type(type(obj))  # type: ignore[arg-type]
-    if name is None or "quantized" not in get_adapter(name).HOLDS:
+    if name is None or not holds(name, "quantized"):
         return None
-    return name if get_adapter(name).special_kind(obj) == "quantized" else None
+    return name if special_kind(name, obj) == "quantized" else None
 
 
 def _native_quant(name: str) -> ModuleType | None:
     """The quantized-tensor module of adapter ``name`` (``.quant``), or None when its
     framework has no quantized tensors (its adapter does not declare the kind)."""
-    if "quantized" not in get_adapter(name).HOLDS:
+    if not holds(name, "quantized"):
         return None
     return get_adapter_module(name, "quant")
 

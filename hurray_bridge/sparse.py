@@ -70,6 +70,7 @@ from ._registry import (
     get_adapter,
     get_adapter_module,
     sparse_adapter_name_for_type,
+    special_kind,
 )
 from .descriptor import Descriptor, Sparse, check_empty_nnz
 from .dtypes import DType
@@ -465,7 +466,7 @@ def _kind(obj: Any) -> str | None:
     # A framework whose sparse objects share its dense type (torch's layouts) tells them
     # apart itself; its adapter is loaded already, as an object of its type exists.
     name = adapter_name_for_type(type(obj))  # type: ignore[arg-type]
-    if name is not None and get_adapter(name).special_kind(obj) == "sparse":
+    if name is not None and special_kind(name, obj) == "sparse":
         return name
     return None
 
