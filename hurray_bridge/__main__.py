@@ -314,9 +314,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
+    from ._numpy import NAME as NUMPY
     from ._registry import get_adapter
 
-    get_adapter("numpy")  # BackendNotAvailableError, with the pip extra, when NumPy is missing
+    get_adapter(NUMPY)  # BackendNotAvailableError, with the pip extra, when NumPy is missing
     from ._disk import _open_regular
     from ._numpy import numpy
 
@@ -409,6 +410,7 @@ def _refuse_objects(np: Any, f: Any, where: str) -> None:
     """Refuse an array of Python objects by its type, read from its .npy header (``f`` at
     the header's start). NumPy's own refusal says only that it would need allow_pickle,
     which the generic handler reported as a malformed file; the file is fine."""
+    from ._numpy import NAME as NUMPY
     from ._registry import get_adapter
 
     fmt = np.lib.format
@@ -424,7 +426,7 @@ def _refuse_objects(np: Any, f: Any, where: str) -> None:
     if not dtype.hasobject:
         return
     try:
-        get_adapter("numpy").dtype_of(dtype)  # raises, naming the types there are
+        get_adapter(NUMPY).dtype_of(dtype)  # raises, naming the types there are
         why = ""
     except UnsupportedError as exc:
         why = f": {exc}"

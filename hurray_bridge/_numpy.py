@@ -9,20 +9,31 @@ here, so that ``import hurray_bridge`` loads neither and the house-rule test
 
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 
 from .errors import BackendNotAvailableError
 
-__all__ = ["ml_dtypes", "numpy"]
+__all__ = ["NAME", "loaded", "ml_dtypes", "numpy"]
+
+NAME = "numpy"
+"""NumPy's module name, which is also the target name of the adapter over the core's host
+path (``hb.convert(x, NAME)``): the one place the core spells it."""
 
 
-def numpy() -> ModuleType:
-    """NumPy, imported on first use; a BackendNotAvailableError naming the extra if absent."""
+def numpy(why: str = "this step computes with NumPy") -> ModuleType:
+    """NumPy, imported on first use; a BackendNotAvailableError naming the extra (and
+    ``why`` it is needed) if absent."""
     try:
         import numpy
     except ImportError as exc:
-        raise BackendNotAvailableError("numpy", "numpy", "this step computes with NumPy") from exc
+        raise BackendNotAvailableError(NAME, NAME, why) from exc
     return numpy
+
+
+def loaded() -> ModuleType | None:
+    """NumPy when some code imported it already, else None (never imports it)."""
+    return sys.modules.get(NAME)
 
 
 def ml_dtypes() -> ModuleType:
@@ -30,6 +41,6 @@ def ml_dtypes() -> ModuleType:
     try:
         import ml_dtypes
     except ImportError as exc:
-        raise BackendNotAvailableError("ml_dtypes", "numpy",
+        raise BackendNotAvailableError("ml_dtypes", NAME,
                                        "this step needs NumPy's extra element types") from exc
     return ml_dtypes

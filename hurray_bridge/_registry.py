@@ -21,7 +21,8 @@ from typing import Any, NamedTuple
 from .errors import BackendNotAvailableError, UnsupportedError
 
 __all__ = ["ADAPTERS", "adapter_for", "adapter_name_for_type", "deferred_save", "get_adapter",
-           "get_adapter_module", "host_memory_hold", "legacy_exports_mutable"]
+           "get_adapter_module", "holds", "host_memory_hold", "legacy_exports_mutable",
+           "sparse_adapter_name_for_type", "special_kind"]
 
 
 class AdapterSpec(NamedTuple):
@@ -58,6 +59,12 @@ _MODULE_TO_ADAPTER = {
     "dask": "dask",
 }
 _ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch"}
+# Sparse types that are not their framework's dense type: module prefix (and, where the
+# module holds dense types too, class names) -> adapter whose ``sparse`` module takes them.
+_SPARSE_MODULES = (("scipy.sparse", "numpy", None), ("cupyx.scipy.sparse", "cupy", None),
+                   ("jax.experimental.sparse", "jax", None),
+                   ("pyarrow.lib", "arrow", frozenset({"SparseCOOTensor", "SparseCSRMatrix",
+                                                      "SparseCSCMatrix", "SparseCSFTensor"})))
 
 
 # Target name (or alias) -> (module name, adapter) once imported; hb.convert looks its
@@ -114,12 +121,41 @@ def adapter_name_for_type(tp: type) -> str | None:
     return name
 
 
+@lru_cache(maxsize=256)
+def sparse_adapter_name_for_type(tp: type) -> str | None:
+    """The adapter whose ``sparse`` module takes objects of type ``tp``, told by the type's
+    module and name alone (imports nothing), or None: a type of its own, not one a
+    framework shares with its dense objects (torch's adapter tells those, ``special_kind``)."""
+    for base in tp.__mro__:
+        mod = base.__module__
+        for prefix, name, classes in _SPARSE_MODULES:
+            if (mod == prefix or mod.startswith(prefix + ".")) and (
+                    classes is None or base.__name__ in classes):
+                return name
+    return None
+
+
 def adapter_for(obj: Any) -> ModuleType | None:
     """The adapter for a native object, or ``None`` if no adapter claims it."""
     name = adapter_name_for_type(type(obj))  # type: ignore[arg-type]  # types are hashable
     # An object of a framework's type means the framework is loaded already:
     # getting its adapter imports nothing new.
     return None if name is None else get_adapter(name)
+
+
+def holds(name: str, kind: str) -> bool:
+    """Whether adapter ``name`` declares ``kind`` (``"sparse"``, ``"quantized"``,
+    ``"sharded"``) in its ``HOLDS``; an adapter that declares nothing holds dense objects
+    only."""
+    return kind in getattr(get_adapter(name), "HOLDS", ("dense",))
+
+
+def special_kind(name: str, obj: Any) -> str | None:
+    """The kind adapter ``name`` tells ``obj`` is, which its ``to_hurray`` refused
+    (its ``special_kind``); None where it tells none, or has no way to tell."""
+    tell = getattr(get_adapter(name), "special_kind", None)
+    kind: str | None = None if tell is None else tell(obj)
+    return kind
 
 
 def legacy_exports_mutable(tp: type) -> bool:

@@ -31,11 +31,34 @@ The rules:
 The front that reads the table is compiled when ``hurray_bridge._speedups`` was
 built, and this module's Python function otherwise (same steps).
 
-This module is the mechanism only, and imports no framework. The shortcuts themselves
-belong to the source's adapter: ``hurray_bridge.adapters.<source>.shortcuts`` (found
-through the registry when a pair is learned) has ``makers()``, target -> a function
-that makes the entry for an exact source type, or None. They call the adapters'
-public functions only, so that each rule of the full path is written once.
+This module is the mechanism only, and imports no framework. The shortcuts are made
+from two hooks per adapter, never written per pair of frameworks: a **fast import**
+(``fast_import(tp)``: the raw forms below that an object of exact type ``tp`` can be
+read as, each with the entry that reads it) and a **fast export** (``fast_export()``:
+the raw forms the adapter builds its native object from, best first, each with the
+entry that builds it). ``maker`` composes the source's import with the target's
+export in the first form the target takes that the source gives: N + N hooks, and
+the torch -> JAX shortcut is torch's fast import of the ``RAW`` form followed by
+JAX's fast export of it. In either dict, ``None`` in place of an entry means "the
+object itself is that form" (a NumPy array is a host ndarray), so composing with it
+adds no call. Both hooks are names of the adapter contract (``hurray_bridge._contract``;
+None where an adapter has none), read through the registry when a pair is learned;
+they live in ``hurray_bridge.adapters.<name>.shortcuts`` and call their own
+adapter's functions only, so that each rule of the full path is written once.
+
+The raw forms, which neither side may interpret differently:
+
+* ``NDARRAY``: a NumPy array over the source's memory, writable exactly when the full
+  path's result would be (NumPy is the core's host kernel, so every adapter can read it);
+* ``EXPORTER``: an object with ``__dlpack__`` over CPU memory, which the consumer may
+  import as it is (it keeps the memory alive and carries its writability);
+* ``READONLY_CAPSULE``: a DLPack capsule of CPU memory that must never be written,
+  for consumers that cannot mark memory read-only (they give the full path's notice);
+* ``RAW``: the tuple ``(data, shape, strides, code, bits, device_type, device_id,
+  owner, exporter)`` - a data pointer, the shape, strides in elements (None:
+  compact), the DLPack type code and bits, the DLPack device, the object that keeps
+  host memory valid, and for device memory the object whose ``__dlpack__(stream=)``
+  gives the capsule (the consumer names its stream).
 """
 
 from __future__ import annotations
@@ -44,14 +67,22 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from ._registry import get_adapter_module
+from ._registry import get_adapter
 
-__all__ = ["TABLE", "Entry", "clear", "compiled", "entry", "front", "learn", "serves"]
+__all__ = ["EXPORTER", "FORMS", "NDARRAY", "RAW", "READONLY_CAPSULE", "TABLE", "Entry", "clear",
+           "compiled", "compose", "entry", "front", "learn", "maker", "serves"]
 
 Entry = tuple[Any, ...]  # (fn, attr, value, kwnames, kwvalues, nonempty)
 # type(x) -> target name as passed (aliases included) -> entry, or None once a pair
 # is known to have no shortcut (so the full path asks only once).
 TABLE: dict[type, dict[str, Entry | None]] = {}
+
+# The raw forms a fast import gives and a fast export takes (the module docstring).
+NDARRAY = "host ndarray"
+EXPORTER = "dlpack exporter"
+READONLY_CAPSULE = "read-only capsule"
+RAW = "raw"
+FORMS = (NDARRAY, EXPORTER, READONLY_CAPSULE, RAW)
 
 
 def entry(fn: Callable[..., Any], *, guard: tuple[str, Any] | None = None,
@@ -74,19 +105,64 @@ def _valid(found: Any) -> bool:
             and type(found[4]) is tuple and len(found[3]) == len(found[4]) <= _MAX_KWARGS)
 
 
-@functools.cache
-def _makers(source: str) -> dict[str, Callable[[type], Entry | None]]:
-    """Target -> maker of the shortcut for an exact source type, from the source adapter's
-    ``shortcuts`` module (``makers()``); none for an adapter without one."""
-    module = f"hurray_bridge.adapters.{source}.shortcuts"
-    try:
-        found = get_adapter_module(source, "shortcuts")
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise  # something the module itself imports is missing: not "no shortcuts"
-        return {}
-    makers: dict[str, Callable[[type], Entry | None]] = found.makers()
-    return makers
+Hooks = dict[str, "Entry | None"]
+
+
+def _hooks(name: str) -> Any:
+    """Adapter ``name`` (whose ``fast_import`` and ``fast_export`` may be None)."""
+    return get_adapter(name)
+
+
+def _run(fn: Callable[..., Any], kw: dict[str, Any]) -> Callable[[Any], Any]:
+    """``fn`` with its keyword arguments bound (the bare ``fn`` when there are none)."""
+    return functools.partial(fn, **kw) if kw else fn
+
+
+def compose(imp: Entry | None, exp: Entry | None) -> Entry | None:
+    """The entry that reads an object with ``imp`` and builds the result with ``exp``.
+
+    ``None`` for either is "the object itself is the raw form": the other entry is the
+    shortcut as it is. The composed entry keeps ``imp``'s guards (they are about the
+    source object); ``exp``'s are checked on the raw form. Either side's
+    ``NotImplemented`` declines the call.
+    """
+    if imp is None or exp is None:
+        return exp if imp is None else imp
+    if not (_valid(imp) and _valid(exp)):
+        raise ValueError("compose takes entries made by entry()")
+    read = _run(imp[0], dict(zip(imp[3], imp[4])))
+    build = _run(exp[0], dict(zip(exp[3], exp[4])))
+    attr, value, nonempty = exp[1], exp[2], exp[5]
+    if attr is None and not nonempty:
+        def composed(x: Any) -> Any:
+            raw = read(x)
+            return raw if raw is NotImplemented else build(raw)
+    else:
+        def composed(x: Any) -> Any:
+            raw = read(x)
+            if raw is NotImplemented or (nonempty and not len(raw)) or (
+                    attr is not None and (got := getattr(raw, attr)) is not value
+                    and got != value):
+                return NotImplemented
+            return build(raw)
+    return (composed, *imp[1:3], (), (), imp[5])
+
+
+def maker(tp: type, source: str, target: str) -> Entry | None:
+    """The shortcut from exact type ``tp`` (of adapter ``source``) to adapter ``target``:
+    the source's fast import composed with the target's fast export in the first form
+    the target takes (in its order) that the source gives; None where they share none."""
+    # getattr: an adapter outside the contract (one being written) simply has no hooks.
+    read = getattr(_hooks(source), "fast_import", None)
+    build = getattr(_hooks(target), "fast_export", None)
+    if read is None or build is None or source == target:
+        return None
+    gives: Hooks = read(tp)
+    takes: Hooks = build()
+    for form, exp in takes.items():
+        if form in gives:
+            return compose(gives[form], exp)
+    return None
 
 
 def learn(tp: type, to: str, source: str | None, target: str) -> None:
@@ -97,10 +173,10 @@ def learn(tp: type, to: str, source: str | None, target: str) -> None:
     inner = TABLE.setdefault(tp, {})
     if to in inner:
         return
-    maker = _makers(source).get(target) if source is not None else None
+    found = None if source is None else maker(tp, source, target)
     # setdefault: a thread that learned the pair meanwhile keeps its entry (entries are
     # never replaced; the compiled front caches them).
-    inner.setdefault(to, None if maker is None else maker(tp))
+    inner.setdefault(to, found)
 
 
 def _python_front(general: Callable[..., Any], table: dict[type, dict[str, Entry | None]],

@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import _shortcuts, sparse
 from ._copy_policy import check_copy, require_copy, warn_copy
-from ._registry import _ALIASES, adapter_name_for_type, get_adapter, get_adapter_module
+from ._registry import (
+    _ALIASES,
+    adapter_name_for_type,
+    get_adapter,
+    get_adapter_module,
+    special_kind,
+)
 from .errors import CopyRequiredError, UnsupportedError
 from .shards import ShardedTensor, assemble, copy_shards, describe
 from .tensor import Tensor, from_producer
@@ -41,15 +47,19 @@ def route_for_type(tp: type) -> tuple[bool, str] | None:
     return None if name is None else (False, name)
 
 
-def special_torch(obj: Any) -> ModuleType | None:
-    """The module for a sparse, quantized or distributed (DTensor) torch tensor, all of which
-    the dense torch adapter refuses (that adapter tells which it is)."""
-    kind = get_adapter("torch").special_kind(obj)
-    if kind == "shards":  # its part: a partial ShardedTensor
-        return get_adapter_module("torch", "shards")
+_KIND_MODULES = {"sparse": "hurray_bridge.sparse", "quantized": "hurray_bridge.quant"}
+
+
+def special_module(name: str, obj: Any) -> ModuleType | None:
+    """The module that converts an object adapter ``name`` refused as dense: the kind the
+    adapter tells (``special_kind``) - the core's sparse or quantization module, or the
+    adapter's own ``shards`` module for a part of a sharded whole - or None."""
+    kind = special_kind(name, obj)
     if kind is None:
         return None
-    return importlib.import_module(f"hurray_bridge.{kind}")
+    if kind == "sharded":  # its part: a partial ShardedTensor
+        return get_adapter_module(name, "shards")
+    return importlib.import_module(_KIND_MODULES[kind])
 
 
 def special_for_tensor(t: Tensor) -> ModuleType:
@@ -111,10 +121,10 @@ def asarray(obj: Any, copy: bool | None = None) -> Tensor | ShardedTensor:
         try:
             t = adapter.to_hurray(obj, copy=copy)
         except UnsupportedError:
-            # Sparse and quantized torch tensors, and arrays on several devices, are told
-            # apart only here, after the adapter refused them, so dense tensors pay
-            # nothing for the check.
-            mod = special_torch(obj) if name == "torch" else None
+            # Kinds that share a dense type (torch's sparse and quantized tensors, arrays
+            # on several devices) are told apart only here, after the adapter refused
+            # them, so dense objects pay nothing for the check.
+            mod = special_module(name, obj)
             if mod is not None:
                 t = mod.to_hurray(obj, copy=copy)
                 return t

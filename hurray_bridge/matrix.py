@@ -116,9 +116,10 @@ def _sample(dtype: DType, n: int) -> Any:
     np = numpy()
     if dtype.bits == 1:
         # bit-packed bool has no NumPy form: pack the bits and describe them as hb.bool
+        from ._subbyte import pack
         from .tensor import CPU, Tensor
 
-        packed = np_adapter.pack_subbyte((np.arange(n) % 3 == 0).astype(np.uint8), 1)
+        packed = pack((np.arange(n) % 3 == 0).astype(np.uint8), 1)
         ptr = packed.__array_interface__["data"][0] if n else 0
         return Tensor._dense(ptr, (n,), dtype, strides=None, padded=False, device=CPU,
                              owner=packed, readonly=False, copied=False)

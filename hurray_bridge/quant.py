@@ -42,6 +42,8 @@ from ._registry import (
     adapter_name_for_type,
     get_adapter,
     get_adapter_module,
+    holds,
+    special_kind,
 )
 from .descriptor import Descriptor, Quantization
 from .dtypes import DType, Kind, bool8, bool_, dtype_from_name, float32, float64, uint8
@@ -166,21 +168,27 @@ def _tensor(obj: Any, copy: bool | None = None) -> Tensor:
     Not ``hb.asarray`` itself: that routes quantized objects to this module, so this
     module reaches the dense adapters through the registry instead.
     """
-    if isinstance(obj, QuantizedArray) or _is_torch_quantized(obj):
+    if isinstance(obj, QuantizedArray) or _quantizing_adapter(obj) is not None:
         return to_hurray(obj, copy=copy)
     return from_native(obj, copy)
 
 
-def _is_torch_quantized(obj: Any) -> bool:
-    # A torch tensor exists only where torch is imported already: asking its adapter
-    # imports nothing new.
-    return (adapter_name_for_type(type(obj)) == "torch"  # type: ignore[arg-type]
-            and get_adapter("torch").special_kind(obj) == "quant")
+def _quantizing_adapter(obj: Any) -> str | None:
+    """The adapter that says ``obj`` is one of its framework's quantized tensors, or None."""
+    # An object of a framework's type exists only where that framework is imported
+    # already: asking its adapter imports nothing new.
+    name = adapter_name_for_type(type(obj))  # type: ignore[arg-type]
+    if name is None or not holds(name, "quantized"):
+        return None
+    return name if special_kind(name, obj) == "quantized" else None
 
 
-def _torch_quant() -> ModuleType:
-    """The torch adapter's quantized-tensor module (imports torch)."""
-    return get_adapter_module("torch", "quant")
+def _native_quant(name: str) -> ModuleType | None:
+    """The quantized-tensor module of adapter ``name`` (``.quant``), or None when its
+    framework has no quantized tensors (its adapter does not declare the kind)."""
+    if not holds(name, "quantized"):
+        return None
+    return get_adapter_module(name, "quant")
 
 
 def components(t: Tensor) -> QuantizedArray:
@@ -225,8 +233,9 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     if isinstance(obj, QuantizedArray):
         return quantized(obj.data, obj.scales, obj.zero_points, quantization=obj.quantization,
                          copy=copy)
-    if _is_torch_quantized(obj):
-        t: Tensor = _torch_quant().to_hurray(obj, copy=copy)
+    name = _quantizing_adapter(obj)
+    if name is not None:
+        t: Tensor = get_adapter_module(name, "quant").to_hurray(obj, copy=copy)
         return t
     raise UnsupportedError(
         f"{type(obj).__module__}.{type(obj).__qualname__} is neither a quantized torch tensor "
@@ -257,10 +266,9 @@ def from_hurray(t: Tensor, to: str, *, device: Any = None, copy: bool | None = N
         why = "densify=True dequantizes into a new array (a copy)"
         require_copy(copy, None, why, refusal=f"{why}, but copy=False")
         return get_adapter(name).from_hurray(dequantize(t), device=device, copy=None)
-    if name == "torch":
-        tq = _torch_quant()
-        if tq.has_scheme(t):
-            return tq.from_hurray(t, device=device, copy=copy)
+    tq = _native_quant(name)  # a framework with quantized tensors of its own
+    if tq is not None and tq.has_scheme(t):
+        return tq.from_hurray(t, device=device, copy=copy)
     c = components(t)
     ad = get_adapter(name)
     zp = None if c.zero_points is None else ad.from_hurray(c.zero_points, device=device,
@@ -280,7 +288,9 @@ def _fresh(shape: tuple[int, ...], dtype: DType) -> tuple[Tensor, Any]:
     alloc = alloc_aligned(prod(shape) * dtype.itemsize)
     t = Tensor._dense(alloc.ptr if alloc else 0, shape, dtype, strides=None, padded=False,
                       device=CPU, owner=alloc, readonly=False, copied=False)
-    return t, get_adapter("numpy").from_hurray(t, copy=False)
+    from ._host import from_hurray as host_array  # NumPy, on use only
+
+    return t, host_array(t, copy=False)
 
 
 def _codes(t: Tensor) -> Any:
@@ -295,7 +305,9 @@ def _codes(t: Tensor) -> Any:
                         padded=False, device=t.device, owner=t, readonly=t.readonly,
                         copied=t.copied)
     # Padded: the value is in the low bits; the high bits are ignored on read (ADR-011).
-    return get_adapter("numpy").from_hurray(raw, copy=False) & np.uint8((1 << bits) - 1)
+    from ._host import from_hurray as host_array  # NumPy, on use only
+
+    return host_array(raw, copy=False) & np.uint8((1 << bits) - 1)
 
 
 def _storage_values(t: Tensor) -> Any:
@@ -311,13 +323,17 @@ def _storage_values(t: Tensor) -> Any:
             sign = 1 << (d.bits - 1)
             v = (v ^ sign) - sign  # sign-extend the low bits
         return v
-    a = get_adapter("numpy").from_hurray(t, copy=False)
+    from ._host import from_hurray as host_array  # NumPy, on use only
+
+    a = host_array(t, copy=False)
     return a.astype(np.float64 if d.kind == Kind.FLOAT else np.int64)
 
 
 def _param_values(t: Tensor) -> Any:
     np = numpy()
-    a = get_adapter("numpy").from_hurray(t, copy=False)
+    from ._host import from_hurray as host_array  # NumPy, on use only
+
+    a = host_array(t, copy=False)
     if t.dtype.kind == Kind.FLOAT:
         return a.astype(np.float64)  # exact: every scale type fits float64
     return a.astype(np.int64)
@@ -402,10 +418,10 @@ def quantize(x: Any, dtype: DType | str, quantization: Quantization, scales: Any
     packed unless ``padded=True``.
     """
     np = numpy()
-    np_ad = get_adapter("numpy")
+    from . import _host  # NumPy, on use only
     storage = dtype if isinstance(dtype, DType) else dtype_from_name(dtype)
     xt = _tensor(x)
-    xs = np.asarray(np_ad.from_hurray(xt, copy=False), np.float64) if xt.is_dense else None
+    xs = np.asarray(_host.from_hurray(xt, copy=False), np.float64) if xt.is_dense else None
     if xs is None:
         raise UnsupportedError("quantize() takes a dense array of real values")
     shape = tuple(xs.shape)
@@ -442,7 +458,7 @@ def quantize(x: Any, dtype: DType | str, quantization: Quantization, scales: Any
             data, out = _fresh(shape, storage)
             out[...] = r
     else:
-        native = np_ad.native_dtype(storage)
+        native = _host.native_dtype(storage)
         v = v + z
         if storage.name == "float4_e2m1fn" and np.isnan(v).any():
             raise ValueError("quantize(): float4_e2m1fn has no NaN (quantization.md §4)")
@@ -467,7 +483,9 @@ def _as_type(obj: Any, dtype: DType, want: tuple[int, ...], what: str) -> tuple[
     """``obj`` cast to ``dtype`` in ``want``'s shape, in new memory: (hb.Tensor, NumPy view)."""
     np = numpy()
     t = _tensor(obj)
-    a = np.asarray(get_adapter("numpy").from_hurray(t, copy=False))
+    from ._host import from_hurray as host_array  # NumPy, on use only
+
+    a = np.asarray(host_array(t, copy=False))
     n = prod(want)
     if a.size != n:
         raise FormatError(f"{a.size} {what} given; this shape needs {n} ({list(want)})",
@@ -518,7 +536,9 @@ def pack_subbyte(t: Any) -> Tensor:
     raw = Tensor._dense(t.data_ptr, t.shape, dtype_from_name("uint8"), strides=t.strides,
                         padded=False, device=t.device, owner=t, readonly=t.readonly,
                         copied=t.copied)
-    codes = get_adapter("numpy").from_hurray(raw, copy=False)
+    from ._host import from_hurray as host_array  # NumPy, on use only
+
+    codes = host_array(raw, copy=False)
     if target is bool_:
         codes = codes != 0  # any non-zero byte is true; bool8 should only hold 0 and 1
     out = _subbyte_tensor(np.asarray(codes, np.uint8), target, False)

@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from . import _subbyte
 from ._memory import ALIGNMENT, alloc_aligned
+from ._numpy import loaded as numpy_if_loaded
 from ._numpy import numpy
 from ._registry import get_adapter, get_adapter_module
 from .descriptor import DYNAMIC, Descriptor, Shard, compact_strides, form_name
 from .dtypes import DType
-from .errors import BackendNotAvailableError, CopyRequiredError, FormatError, UnsupportedError
+from .errors import CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
 from .tensor import Buffer, Device, Tensor, _is_compact, from_native
 
@@ -581,9 +582,8 @@ def _copy_packed_box(t: Tensor, box: Box, shard: Shard) -> Tensor:
 
 
 def _subbyte_codecs() -> tuple[Any, Any]:
-    """The NumPy adapter's sub-byte pack/unpack (one implementation of the bit order)."""
-    ad = get_adapter("numpy")
-    return ad.pack_subbyte, ad.unpack_subbyte
+    """The core's sub-byte pack/unpack (one implementation of the bit order)."""
+    return _subbyte.pack, _subbyte.unpack
 
 
 def _volume(shape: Sequence[int]) -> int:
@@ -594,10 +594,7 @@ def _volume(shape: Sequence[int]) -> int:
 
 
 def _numpy(why: str) -> Any:
-    try:
-        return numpy()
-    except BackendNotAvailableError:
-        raise BackendNotAvailableError("numpy", "numpy", f"NumPy is needed to {why}") from None
+    return numpy(f"NumPy is needed to {why}")
 
 
 def _require_host(t: Tensor, what: str) -> None:
@@ -618,7 +615,7 @@ def _copy_strided(
     """Copy a box of ``isz``-byte elements between two strided host layouts."""
     if _volume(shape) == 0:
         return
-    np = sys.modules.get("numpy")
+    np = numpy_if_loaded()
     if np is not None:
         # NumPy is loaded in this process anyway: let it walk the strides in C, moving
         # whole elements as unsigned integers of their size (bytes one by one are ~10x
@@ -687,7 +684,7 @@ def _fresh_host(nbytes: int) -> tuple[int, object]:
     """``(pointer, owner)`` of ``nbytes`` of 64-byte aligned host memory, not zeroed when
     NumPy is loaded and the size is large: an assembly writes every byte, and zeroing
     first (ctypes' memset) took longer than the copy itself (65 ms for 64 MiB)."""
-    np = sys.modules.get("numpy")
+    np = numpy_if_loaded()
     if np is None or nbytes < _UNZEROED_FROM:
         alloc = alloc_aligned(nbytes)
         assert alloc is not None  # nbytes > 0
@@ -860,7 +857,7 @@ def _pieces_for(sharded: ShardedTensor, box: Box) -> list[tuple[Box, Tensor]]:
 
 
 # The torch code is the torch adapter's (hurray_bridge.adapters.torch.shards); a DTensor
-# reaches it through hb.asarray (conversion.special_torch).
+# reaches it through hb.asarray (conversion.special_module).
 def to_dtensor(sharded: ShardedTensor, device_mesh: Any, placements: Sequence[Any], *,
                copy: bool | None = None) -> Any:
     """A torch ``DTensor`` on ``device_mesh`` with ``placements``, built in each process.

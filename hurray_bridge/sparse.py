@@ -63,7 +63,15 @@ from typing import Any
 from ._copy_policy import require_copy
 from ._memory import aligned_zeros  # also still imported from here by quant.py and matrix.py
 from ._numpy import numpy
-from ._registry import _ALIASES, ADAPTERS, adapter_name_for_type, get_adapter, get_adapter_module
+from ._registry import (
+    _ALIASES,
+    ADAPTERS,
+    adapter_name_for_type,
+    get_adapter,
+    get_adapter_module,
+    sparse_adapter_name_for_type,
+    special_kind,
+)
 from .descriptor import Descriptor, Sparse, check_empty_nnz
 from .dtypes import DType
 from .errors import CopyRequiredError, CopyWarning, FormatError, UnsupportedError
@@ -82,8 +90,6 @@ __all__ = [
 ]
 
 _COO, _CSR, _CSC = Layout.COO, Layout.CSR, Layout.CSC
-_ARROW_CLASSES = frozenset({"SparseCOOTensor", "SparseCSRMatrix", "SparseCSCMatrix",
-                            "SparseCSFTensor"})
 _HOST_DEVICES = (None, "cpu", CPU, (1, 0))
 
 # Tensors assembled here (so already checked): from_hurray does not check them again.
@@ -302,9 +308,10 @@ def _verify(p: SparseParts, idx: Any, ptr: Any) -> bool:
 
 def host_arrays(p: SparseParts) -> tuple[Any, Any]:
     """NumPy views of a host tensor's index buffers."""
-    np_ad = get_adapter("numpy")
-    idx = np_ad.from_hurray(p.indices, copy=False)
-    return idx, None if p.indptr is None else np_ad.from_hurray(p.indptr, copy=False)
+    from . import _host  # NumPy, on use only
+
+    idx = _host.from_hurray(p.indices, copy=False)
+    return idx, None if p.indptr is None else _host.from_hurray(p.indptr, copy=False)
 
 
 def validate(t: Tensor) -> bool:
@@ -445,19 +452,10 @@ def is_sparse_native(obj: Any) -> bool:
 
 def native_type_adapter(tp: type) -> str | None:
     """The adapter whose sparse module takes objects of type ``tp``, told by the type's
-    module and name alone (imports nothing); None for torch, whose sparse tensors share
-    ``torch.Tensor`` with the dense ones (the torch adapter's ``special_kind`` tells them)."""
-    for base in tp.__mro__:
-        mod = base.__module__
-        if mod.startswith("scipy.sparse"):
-            return "numpy"
-        if mod.startswith("cupyx.scipy.sparse"):
-            return "cupy"
-        if mod.startswith("jax.experimental.sparse"):
-            return "jax"
-        if mod == "pyarrow.lib" and base.__name__ in _ARROW_CLASSES:
-            return "arrow"
-    return None
+    module and name alone (imports nothing; the registry keeps the table); None for
+    torch, whose sparse tensors share ``torch.Tensor`` with the dense ones (the torch
+    adapter's ``special_kind`` tells them)."""
+    return sparse_adapter_name_for_type(tp)
 
 
 def _kind(obj: Any) -> str | None:
@@ -465,8 +463,11 @@ def _kind(obj: Any) -> str | None:
     name = native_type_adapter(type(obj))
     if name is not None:
         return name
-    if adapter_name_for_type(type(obj)) == "torch":  # type: ignore[arg-type]
-        return "torch" if get_adapter("torch").special_kind(obj) == "sparse" else None
+    # A framework whose sparse objects share its dense type (torch's layouts) tells them
+    # apart itself; its adapter is loaded already, as an object of its type exists.
+    name = adapter_name_for_type(type(obj))  # type: ignore[arg-type]
+    if name is not None and special_kind(name, obj) == "sparse":
+        return name
     return None
 
 
@@ -545,11 +546,12 @@ def densify(t: Any) -> Tensor:
     idx, ptr = host_arrays(p)
     if t not in _VALIDATED:
         _verify(p, idx, ptr)
-    np_ad = get_adapter("numpy")
+    from . import _host  # NumPy, on use only
+
     with warnings.catch_warnings():
         # Packed sub-byte values are unpacked on purpose: densify makes new memory anyway.
         warnings.simplefilter("ignore", CopyWarning)
-        vals = np_ad.from_hurray(p.values, copy=None)
+        vals = _host.from_hurray(p.values, copy=None)
     if p.layout == _COO:
         coords = tuple(idx.astype(np.intp))
     else:
@@ -567,7 +569,7 @@ def densify(t: Any) -> Tensor:
             raise UnsupportedError(
                 f"this {d.layout.name} tensor repeats indices, whose values must be summed, "
                 f"but NumPy cannot add {d.dtype.name} values ({exc})") from exc
-    res = np_ad.to_hurray(out)
+    res = _host.to_hurray(out)
     return Tensor._dense(res.data_ptr, res.shape, res.dtype, strides=None,
                          padded=res.descriptor.padded, device=CPU, owner=res.owner, readonly=False,
                          copied=True)

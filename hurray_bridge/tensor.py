@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import operator
-import sys
 from collections.abc import Sequence
 from math import prod
 from typing import Any, NamedTuple
@@ -351,9 +350,10 @@ class Tensor:
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
         # NumPy calls this, so NumPy is loaded: the adapter imports nothing new.
+        from ._numpy import NAME
         from ._registry import get_adapter
 
-        out = get_adapter("numpy").from_hurray(self, copy=copy)
+        out = get_adapter(NAME).from_hurray(self, copy=copy)
         return out if dtype is None else out.astype(dtype, copy=False)
 
     # -------------------------------------------------------------- pickling
@@ -716,7 +716,9 @@ def _forward(source: Any, stream: Any, max_version: Any, dl_device: Any, copy: A
 
 def _gather(dst: int, src: int, shape: tuple[int, ...], strides: tuple[int, ...], isz: int) -> None:
     """Copy a strided host tensor to compact row-major memory at ``dst``."""
-    np = sys.modules.get("numpy")
+    from ._numpy import loaded
+
+    np = loaded()
     total = prod(shape)
     if np is not None:
         # NumPy is loaded anyway in this process: let it do the strided walk in C.

@@ -23,6 +23,7 @@ NumPy is not needed: buffers are read and built through pyarrow alone.
 from __future__ import annotations
 
 import ctypes
+import warnings
 from functools import lru_cache
 from typing import Any, Literal, overload
 
@@ -31,16 +32,15 @@ import pyarrow as pa
 from hurray_bridge import _subbyte
 from hurray_bridge._copy_policy import check_copy, warn_copy
 from hurray_bridge._memory import HostAllocation, alloc_aligned
-from hurray_bridge._registry import get_adapter
 from hurray_bridge.conversion import asarray
 from hurray_bridge.descriptor import compact_strides, form_name
-from hurray_bridge.dtypes import DType, Kind, bool_, native_types
+from hurray_bridge.dtypes import DType, Kind, all_dtypes, bool_, native_types
 from hurray_bridge.errors import CopyRequiredError, UnsupportedError
 from hurray_bridge.tensor import CPU, Tensor, from_dlpack, host_copy
 
-__all__ = ["KINDS", "HOLD_HOST_MEMORY",
-           "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of", "from_hurray", "native_type",
-           "to_hurray"]
+__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
+           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
+           "special_kind", "to_hurray"]
 
 NAME = "arrow"
 """The target name: ``hb.convert(x, "arrow")``."""
@@ -52,6 +52,11 @@ LEGACY_EXPORTS_MUTABLE = False
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
+HOLDS = frozenset({"dense", "sparse"})
+"""Arrays, tensors and fixed-shape tensor arrays; sparse CSR/CSC/COO tensors (``.sparse``)."""
+DEVICES = frozenset({1})
+"""The host only (kDLCPU): device memory is copied to the host."""
+
 # pa.Tensor.__dlpack__ came in pyarrow 21 (versioned capsules in 26), pa.Tensor.from_dlpack in 26.
 _TENSOR_EXPORTS_DLPACK = hasattr(pa.Tensor, "__dlpack__")
 _TENSOR_IMPORTS_DLPACK = hasattr(pa.Tensor, "from_dlpack")
@@ -100,7 +105,7 @@ _foreign_buffer = pa.foreign_buffer
 _from_buffers = pa.Array.from_buffers
 
 
-def native_type(dtype: DType) -> pa.DataType:
+def native_dtype(dtype: DType) -> pa.DataType:
     """The Arrow type of a Hurray element type (``pa.bool_()`` for the 1-bit ``hb.bool``)."""
     try:
         return _tables()[0][dtype.tag]
@@ -250,7 +255,9 @@ def _from_tensor(obj: pa.Tensor, copy: bool | None) -> Tensor:
         t = from_dlpack(obj)
     else:
         # Tensor.to_numpy() is a zero-copy view (NumPy is a pyarrow dependency before 16).
-        t = get_adapter("numpy").to_hurray(obj.to_numpy())
+        from hurray_bridge._host import to_hurray as host_to_hurray
+
+        t = host_to_hurray(obj.to_numpy())
     if t.readonly == obj.is_mutable:
         # pyarrow <= 25 exports legacy capsules, which cannot say READ_ONLY, and the core
         # reads Arrow's as read-only (LEGACY_EXPORTS_MUTABLE): a pa.Tensor says which it is.
@@ -381,7 +388,7 @@ def _to_array(t: Tensor, copy: bool | None) -> pa.Array:
             f"kind='array' needs a rank-1 tensor, got shape {list(t.shape)}; use "
             "kind='tensor' or kind='fixed_shape_tensor' (leading dimension = batch)"
         )
-    typ = native_type(t.dtype)
+    typ = native_dtype(t.dtype)
     if t.strides is not None:
         t = _compact(t, copy, f"an Arrow array is contiguous; this tensor has stride "
                               f"{t.strides[0]}")
@@ -406,7 +413,9 @@ def _to_tensor(t: Tensor, copy: bool | None) -> pa.Tensor:
         # copy=False makes pyarrow fail rather than copy behind our back.
         return pa.Tensor.from_dlpack(t, copy=False)
     # pyarrow <= 25 has no DLPack consumer: go through a zero-copy NumPy view.
-    return pa.Tensor.from_numpy(get_adapter("numpy").from_hurray(t, copy=False))
+    from hurray_bridge._host import from_hurray as host_from_hurray
+
+    return pa.Tensor.from_numpy(host_from_hurray(t, copy=False))
 
 
 def _permutation(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[int] | None:
@@ -442,7 +451,7 @@ def _to_fixed_shape(t: Tensor, copy: bool | None) -> pa.ExtensionArray:
             f"kind='fixed_shape_tensor' needs rank >= 2 (batch, *value_shape), got shape "
             f"{list(t.shape)}; use kind='array' for rank 1"
         )
-    typ = native_type(t.dtype)
+    typ = native_dtype(t.dtype)
     perm = None
     if t.strides is not None:
         perm = None if any(s < 0 for s in t.strides) else _permutation(t.shape, t.strides)
@@ -525,7 +534,7 @@ def from_hurray(
         raise UnsupportedError(
             f"the Arrow adapter converts dense tensors, not a {what} one; densify it first"
         )
-    native_type(t.dtype)  # Arrow lacks the type: say so before copying anything
+    native_dtype(t.dtype)  # Arrow lacks the type: say so before copying anything
     if t.dtype is bool_ and t.descriptor.padded:
         raise UnsupportedError(
             "this hb.bool tensor is padded (one byte per value); Arrow's bool is bit-packed "
@@ -584,3 +593,38 @@ def _empty_offsets_overflow(t: Tensor) -> bool:
             return True
         span += max(n - 1, 0) * b
     return span > limit
+
+
+def native_dtypes() -> dict[DType, Any]:
+    """Every Hurray element type Arrow holds, with its Arrow type."""
+    by_tag = _tables()[0]
+    return {d: by_tag[d.tag] for d in all_dtypes() if d.tag in by_tag}
+
+
+def special_kind(obj: Any) -> str | None:
+    """None: sparse Arrow tensors are told apart by their type before this adapter sees
+    them, and every other refusal stands."""
+    return None
+
+
+def fast_import(tp: type) -> dict[str, Any]:
+    """hb.convert's fast import for Arrow arrays (``.shortcuts``)."""
+    from .shortcuts import fast_import as hook
+
+    return hook(tp)
+
+
+def fast_export() -> dict[str, Any]:
+    """hb.convert's fast export to Arrow arrays (``.shortcuts``)."""
+    from .shortcuts import fast_export as hook
+
+    return hook()
+
+
+def __getattr__(name: str) -> Any:
+    # The name this adapter used before the adapter contract, still importable.
+    if name == "native_type":
+        warnings.warn("hurray_bridge.adapters.arrow.native_type is deprecated (every adapter "
+                      "says native_dtype); use native_dtype", DeprecationWarning, stacklevel=2)
+        return native_dtype
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,15 +1,14 @@
-"""hb.convert shortcuts from Arrow arrays (the rules: hurray_bridge/_shortcuts.py)."""
+"""Arrow's fast hooks for hb.convert's shortcuts (the rules: hurray_bridge/_shortcuts.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
-from hurray_bridge._shortcuts import Entry, entry
+from hurray_bridge._shortcuts import EXPORTER, READONLY_CAPSULE, Entry, entry
 
-__all__ = ["makers"]
+__all__ = ["fast_export", "fast_import"]
 
 # Exact classes of the numeric types DLPack carries: bool (bit-packed), timestamps,
 # dictionaries and extension types have their own classes.
@@ -20,40 +19,22 @@ _NUMERIC = frozenset({
 })
 
 
-def _to_numpy(tp: type) -> Entry | None:
+def _capsule(x: Any) -> Any:
+    # Arrow refuses arrays with nulls; device memory the full path copies to the host.
+    if x.null_count or not x.is_cpu:
+        return NotImplemented
+    # A capsule skips the consumer's device negotiation (half of torch's import).
+    return x.__dlpack__(max_version=(1, 0))
+
+
+def fast_import(tp: type) -> dict[str, Entry | None]:
+    """A numeric Arrow array is a DLPack exporter of immutable memory."""
     if tp not in _NUMERIC:
-        return None
-    import numpy as np
-
-    # Arrow exports a read-only capsule, and NumPy honours it - except for empty
-    # arrays, which it makes writable (hence nonempty). Arrow refuses arrays with
-    # nulls; copy=False (never a copy on CPU anyway) keeps NumPy from retrying the
-    # legacy protocol after that refusal, which would draw Arrow's deprecation
-    # warning before the full path's own error. (A null_count guard costs 20 %.)
-    return entry(np.from_dlpack, kwargs={"copy": False}, nonempty=True)
+        return {}
+    return {EXPORTER: None, READONLY_CAPSULE: entry(_capsule)}
 
 
-def _to_torch(tp: type) -> Entry | None:
-    if tp not in _NUMERIC:
-        return None
-    import torch
-
-    from ..torch import warn_readonly
-
-    from_dlpack = torch.from_dlpack
-
-    def arrow_to_torch(x: Any) -> Any:
-        if x.null_count or not x.is_cpu:
-            return NotImplemented
-        # A capsule skips torch.from_dlpack's device negotiation (half its time).
-        out = from_dlpack(x.__dlpack__(max_version=(1, 0)))
-        if out.numel():
-            warn_readonly()  # Arrow memory is immutable; the full path's notice, once
-        return out
-
-    return entry(arrow_to_torch)
-
-
-def makers() -> dict[str, Callable[[type], Entry | None]]:
-    """Target adapter -> maker of the shortcut for an exact source type (None: none)."""
-    return {"numpy": _to_numpy, "torch": _to_torch}
+def fast_export() -> dict[str, Entry | None]:
+    """Rank 1 exporters through pa.Array.from_dlpack (other ranks become Arrow tensors);
+    it refuses strided memory, bool (bit-packed in Arrow) and complex."""
+    return {EXPORTER: entry(pa.Array.from_dlpack, guard=("ndim", 1))}

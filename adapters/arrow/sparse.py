@@ -12,14 +12,13 @@ import numpy as np
 import pyarrow as pa
 
 from hurray_bridge._copy_policy import require_copy
+from hurray_bridge._host import from_hurray as host_from_hurray
+from hurray_bridge._host import to_hurray as host_to_hurray
 from hurray_bridge.dtypes import Kind
 from hurray_bridge.errors import UnsupportedError
 from hurray_bridge.layout import Layout
 from hurray_bridge.sparse import SparseParts, assemble, check, host_only, host_ops
 from hurray_bridge.tensor import Tensor
-
-from ..numpy import from_hurray as host_from_hurray
-from ..numpy import to_hurray as host_to_hurray
 
 __all__ = ["from_hurray", "to_dense", "to_hurray"]
 

@@ -26,7 +26,8 @@ import cupy
 import numpy as np
 
 from hurray_bridge._copy_policy import warn_copy
-from hurray_bridge._registry import get_adapter
+from hurray_bridge._host import from_hurray as host_from_hurray
+from hurray_bridge._host import native_dtype as host_native_dtype
 from hurray_bridge.descriptor import form_name
 from hurray_bridge.dtypes import DLPACK_CODE, DType, all_dtypes
 from hurray_bridge.errors import (
@@ -37,9 +38,9 @@ from hurray_bridge.errors import (
 )
 from hurray_bridge.tensor import Device, Tensor, from_dlpack
 
-__all__ = ["HOLD_HOST_MEMORY",
-           "LEGACY_EXPORTS_MUTABLE", "NAME", "device_id_of", "dtype_of", "from_hurray",
-           "native_dtype", "to_hurray"]
+__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
+           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
+           "special_kind", "to_hurray"]
 
 NAME = "cupy"
 """The target name: ``hb.convert(x, "cupy")``."""
@@ -50,6 +51,15 @@ LEGACY_EXPORTS_MUTABLE = True
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
+HOLDS = frozenset({"dense", "sparse"})
+"""Dense arrays, and cupyx.scipy.sparse matrices (``.sparse``)."""
+DEVICES = frozenset({2, 10})
+"""CUDA and ROCm devices (kDLCUDA, kDLROCM): host memory is copied to the device."""
+fast_import = None
+"""No hb.convert shortcut starts from a CuPy array (device memory takes the full path)."""
+fast_export = None
+"""No hb.convert shortcut ends in a CuPy array."""
+
 
 _CUDA = 2  # kDLCUDA
 _CUDA_MANAGED = 13  # kDLCUDAManaged: CuPy imports it directly (cupy/_core/dlpack.pyx)
@@ -63,7 +73,6 @@ _CUPY_DLPACK_VERSION = (1, 0)
 # ``_dlpack_to_cupy_array``). float8/float6/float4 codes and sub-byte integers have no
 # CuPy dtype at all; bfloat16 only when CuPy enabled it (see _cupy_has_bfloat16).
 # CuPy's dtypes are NumPy's: the NumPy adapter's table (ml_dtypes included) is the source.
-_np_adapter = get_adapter("numpy")
 
 _C = DLPACK_CODE
 _CUPY_CODES = frozenset({_C.kDLInt, _C.kDLUInt, _C.kDLFloat, _C.kDLComplex, _C.kDLBool,
@@ -97,7 +106,7 @@ def _tables() -> tuple[dict[DType, np.dtype], dict[np.dtype, DType]]:
         if d.dlpack[0] == _C.kDLBfloat and not bf16:
             continue
         try:
-            to_cp[d] = _np_adapter.native_dtype(d)
+            to_cp[d] = host_native_dtype(d)
         except (UnsupportedError, BackendNotAvailableError):
             continue
     return to_cp, {v: k for k, v in to_cp.items()}
@@ -282,7 +291,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
                 f"a {dev} tensor must be copied to the GPU for CuPy (CuPy arrays live in CUDA "
                 "device memory), but copy=False"
             )
-        host = _np_adapter.from_hurray(t, copy=False)  # a view; keeps t alive while copying
+        host = host_from_hurray(t, copy=False)  # a view; keeps t alive while copying
         dst = target if target is not None else int(cupy.cuda.runtime.getDevice())
         with cupy.cuda.Device(dst):
             out = cupy.array(host, copy=True)
@@ -294,3 +303,14 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
         f"CuPy cannot import {dev} memory (it reads CUDA and CUDA-managed memory); convert "
         "with the adapter of the framework that owns it"
     )
+
+
+def native_dtypes() -> dict[DType, Any]:
+    """Every Hurray element type CuPy holds, with its dtype."""
+    return dict(_tables()[0])
+
+
+def special_kind(obj: Any) -> str | None:
+    """None: every CuPy object ``to_hurray`` refuses stays refused (cupyx sparse matrices
+    are told apart by their type before this adapter sees them)."""
+    return None

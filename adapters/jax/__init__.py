@@ -53,14 +53,14 @@ import numpy as np
 
 from hurray_bridge import _capsule
 from hurray_bridge._copy_policy import alignment_note, check_copy, require_copy, warn_copy
+from hurray_bridge._host import check_sizes as check_numpy_sizes
 from hurray_bridge._memory import host_array
+from hurray_bridge._subbyte import pack as pack_subbyte
+from hurray_bridge._subbyte import unpack as unpack_subbyte
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, bool8, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, for_immutable_consumer
-
-from ..numpy import check_sizes as check_numpy_sizes
-from ..numpy import pack_subbyte, unpack_subbyte
 
 # jnp.from_dlpack of CPU memory (jax 0.10.2: ~40-100 us) spends most of its time
 # around the import itself: it asks the CPU device for a stream, which raises
@@ -87,12 +87,12 @@ else:
 # replaced whole, so threads read a consistent pair.
 _raw_devices: dict[tuple[int, int], tuple[Any, Any]] = {}
 
-__all__ = ["HOLD_HOST_MEMORY",
-           "LEGACY_EXPORTS_MUTABLE", "dtype_of", "from_hurray", "native_dtype", "to_hurray",
-           "raw_import_types", "import_obstacle", "STRIDES", "ALIGNMENT", "raw_route",
-           "bool8_needs_normalising"]
+__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
+           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
+           "special_kind", "to_hurray"]
 
 NAME = "jax"
+"""The target name: ``hb.convert(x, "jax")``."""
 # A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
 # the producer's adapter says otherwise here. JAX arrays are immutable (and JAX answers
 # legacy capsules only).
@@ -101,6 +101,11 @@ LEGACY_EXPORTS_MUTABLE = False
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
+HOLDS = frozenset({"dense", "sparse", "sharded"})
+"""Dense arrays, BCOO/BCSR arrays (``.sparse``) and arrays sharded over devices (``.shards``)."""
+DEVICES = frozenset({1, 2, 10})
+"""The host, CUDA and ROCm devices (kDLCPU, kDLCUDA, kDLROCM)."""
+
 
 # Element types the Python buffer protocol of a jax.Array accepts (jaxlib refuses
 # BF16, F8*, F4 and S4/U4/S2/U2 with "not supported by the Python buffer protocol").
@@ -224,7 +229,7 @@ def _cpu_alignment() -> int:
 
 
 def _measure_alignment() -> int:
-    from ..numpy import to_hurray as np_to_hurray
+    from hurray_bridge._host import to_hurray as np_to_hurray
 
     raw = np.zeros(1024, np.uint8)
     base = -raw.ctypes.data % 512  # offset of a 512-aligned address inside raw
@@ -601,7 +606,7 @@ def _by_copy(t: Tensor, target: Any, copy: bool | None) -> jax.Array:
     elif form == "packed":
         codes = unpack_subbyte(np.frombuffer(t.memoryview(), np.uint8), n, bits).reshape(t.shape)
     else:
-        from ..numpy import from_hurray as np_from_hurray
+        from hurray_bridge._host import from_hurray as np_from_hurray
 
         # Padded form: the high bits are to be ignored (element-types.md §4.3);
         # ml_dtypes float4 reads them (0x37 is -6, not 6), so mask.
@@ -831,3 +836,28 @@ def _is_whole_view(t: Tensor, x: jax.Array) -> bool:
     except Exception:  # a device that exposes no pointers: trust the owner link
         return True
     return ptr == t.data_ptr
+
+
+def native_dtypes() -> dict[DType, Any]:
+    """Every Hurray element type JAX holds, with its dtype."""
+    return dict(_tables()[0])
+
+
+def special_kind(obj: Any) -> str | None:
+    """None: an array on several devices is told apart by ``.shards`` (``to_sharded``),
+    and every other refusal stands."""
+    return None
+
+
+def fast_import(tp: type) -> dict[str, Any]:
+    """hb.convert's fast import for jax.Array (``.shortcuts``)."""
+    from .shortcuts import fast_import as hook
+
+    return hook(tp)
+
+
+def fast_export() -> dict[str, Any]:
+    """hb.convert's fast export to jax.Array (``.shortcuts``)."""
+    from .shortcuts import fast_export as hook
+
+    return hook()

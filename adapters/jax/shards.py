@@ -16,6 +16,9 @@ import jax
 import numpy as np
 
 from hurray_bridge._copy_policy import require_copy, warn_copy
+from hurray_bridge._host import dtype_of as numpy_dtype_of
+from hurray_bridge._host import from_hurray as numpy_from_hurray
+from hurray_bridge._host import native_dtype as numpy_native_dtype
 from hurray_bridge.descriptor import Descriptor, Shard
 from hurray_bridge.dtypes import DType
 from hurray_bridge.errors import UnsupportedError
@@ -34,9 +37,6 @@ from hurray_bridge.shards import (
 )
 from hurray_bridge.tensor import Device, Tensor
 
-from ..numpy import dtype_of as numpy_dtype_of
-from ..numpy import from_hurray as numpy_from_hurray
-from ..numpy import native_dtype as numpy_native_dtype
 from . import _import as dense_import
 from . import host_subbyte_packed
 from . import to_hurray as dense_to_hurray

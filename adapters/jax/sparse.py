@@ -16,6 +16,8 @@ import numpy as np
 from jax.experimental import sparse as jsparse
 
 from hurray_bridge._copy_policy import require_copy
+from hurray_bridge._host import from_hurray as host_from_hurray
+from hurray_bridge._host import to_hurray as host_to_hurray
 from hurray_bridge.errors import FormatError, UnsupportedError
 from hurray_bridge.layout import Layout
 from hurray_bridge.sparse import (
@@ -31,8 +33,6 @@ from hurray_bridge.sparse import (
 )
 from hurray_bridge.tensor import Tensor
 
-from ..numpy import from_hurray as host_from_hurray
-from ..numpy import to_hurray as host_to_hurray
 from . import from_hurray as dense_from_hurray
 from . import to_hurray as dense_to_hurray
 

@@ -5,33 +5,30 @@ this adapter reads and builds arrays from their pointer, shape and strides
 instead, so every type of the element-type table that ml_dtypes knows comes
 through zero-copy. ml_dtypes stores one sub-byte element per byte: those
 arrays are Hurray's padded form.
+
+The conversions are the core's host path (``hurray_bridge._host``), which every
+adapter shares for host memory: this adapter is that path under NumPy's name. It
+exports the adapter contract's names and no other (docs/impl/adapters.md).
 """
 
 from __future__ import annotations
 
-import ctypes
-from functools import lru_cache
+import warnings
 from typing import Any
 
-import numpy as np
+from hurray_bridge import _host, _subbyte
+from hurray_bridge._host import dtype_of, from_hurray, native_dtype, native_dtypes, to_hurray
 
-from hurray_bridge import _subbyte
-from hurray_bridge._copy_policy import check_copy, warn_copy
-from hurray_bridge._memory import _byte_array, _byte_arrays
-from hurray_bridge.dtypes import DType, native_types
-from hurray_bridge.errors import (
-    BackendNotAvailableError,
-    CopyRequiredError,
-    UnsupportedError,
-    not_a_tensor,
-)
-from hurray_bridge.tensor import CPU, Tensor, host_copy
-
-__all__ = ["HOLD_HOST_MEMORY",
-           "LEGACY_EXPORTS_MUTABLE", "check_sizes", "dtype_of", "from_hurray", "native_dtype",
-           "pack_subbyte", "to_hurray", "unpack_subbyte"]
+__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
+           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
+           "special_kind", "to_hurray"]
 
 NAME = "numpy"
+"""The target name: ``hb.convert(x, "numpy")``."""
+HOLDS = frozenset({"dense", "sparse"})
+"""Dense arrays, and SciPy's sparse arrays and matrices (``.sparse``)."""
+DEVICES = frozenset({1})
+"""The host only (kDLCPU): device memory is copied to the host."""
 # A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
 # the producer's adapter says otherwise here. NumPy refuses a legacy export of a
 # read-only array (BufferError, numpy 2.4), so every legacy capsule it makes is writable.
@@ -42,223 +39,41 @@ HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
 
 
-def _resolve(entry: str) -> Any:
-    module, _, name = entry.partition(":")
-    if module == "numpy":
-        return np.dtype(getattr(np, name))
+def special_kind(obj: Any) -> str | None:
+    """None: every NumPy object ``to_hurray`` refuses stays refused (SciPy's sparse
+    objects are told apart by their type before this adapter sees them)."""
+    return None
+
+
+def fast_import(tp: type) -> dict[str, Any]:
+    """hb.convert's fast import for NumPy arrays (``.shortcuts``)."""
+    from .shortcuts import fast_import as hook
+
+    return hook(tp)
+
+
+def fast_export() -> dict[str, Any]:
+    """hb.convert's fast export to NumPy arrays (``.shortcuts``)."""
+    from .shortcuts import fast_export as hook
+
+    return hook()
+
+
+# Names this adapter exported before the adapter contract; still importable, with a
+# DeprecationWarning that names their home now.
+_MOVED = {
+    "pack_subbyte": (_subbyte.pack, "hb.pack_subbyte, which packs an hb.Tensor"),
+    "unpack_subbyte": (_subbyte.unpack, "hb.unpack_subbyte, which unpacks an hb.Tensor"),
+    "check_sizes": (_host.check_sizes, "hb.convert(t, 'numpy'), which refuses such shapes"),
+}
+
+
+def __getattr__(name: str) -> Any:
     try:
-        import ml_dtypes
-    except ImportError:
-        return None
-    t = getattr(ml_dtypes, name, None)
-    return None if t is None else np.dtype(t)
-
-
-@lru_cache(maxsize=1)
-def _tables() -> tuple[dict[DType, np.dtype], dict[np.dtype, DType]]:
-    to_np = native_types("numpy", _resolve)
-    from_np = {v: k for k, v in to_np.items()}
-    # The per-call lookups: keyed by tag (hashing a DType hashes all its fields, two of
-    # them enums with Python-level __hash__), filled here once.
-    _BY_TAG.update((d.tag, v) for d, v in to_np.items())
-    _FROM_NP.update(from_np)
-    for d, v in to_np.items():
-        try:
-            np.empty(1, v).data  # noqa: B018  (a buffer export, or the error)
-        except (ValueError, TypeError, BufferError):
-            continue  # ml_dtypes types have no buffer-protocol format
-        _BUFFER_TAGS.add(d.tag)
-    return to_np, from_np
-
-
-_BY_TAG: dict[int, np.dtype] = {}
-_FROM_NP: dict[np.dtype, DType] = {}
-_BUFFER_TAGS: set[int] = set()  # element types whose arrays export a buffer (see to_hurray)
-_addressof = ctypes.addressof
-_from_buffer = ctypes.c_char.from_buffer
-_ndarray = np.ndarray
-_frombuffer = np.frombuffer
-
-
-def native_dtype(dtype: DType) -> np.dtype:
-    """The NumPy dtype of a Hurray element type (ml_dtypes for the extended ones)."""
-    dt = _BY_TAG.get(dtype.tag)
-    if dt is not None:
-        return dt
-    try:
-        return _tables()[0][dtype]
+        value, instead = _MOVED[name]
     except KeyError:
-        if dtype.numpy and dtype.numpy.startswith("ml_dtypes:"):
-            raise BackendNotAvailableError("ml_dtypes", "numpy",
-                                           f"NumPy needs ml_dtypes for {dtype.name}") from None
-        raise UnsupportedError(f"NumPy has no dtype for {dtype.name}") from None
-
-
-def dtype_of(dt: np.dtype) -> DType:
-    """The Hurray element type of a NumPy dtype."""
-    d = _FROM_NP.get(dt)
-    if d is not None:
-        return d
-    try:
-        return _tables()[1][dt]
-    except KeyError:
-        raise UnsupportedError(
-            f"NumPy dtype {dt} has no Hurray element type (supported: "
-            f"{', '.join(sorted(d.name for d in _tables()[0]))})"
-        ) from None
-
-
-# ---------------------------------------------------------------- sub-byte packing
-def pack_subbyte(codes: np.ndarray, bits: int) -> np.ndarray:
-    """Pack ``bits``-wide codes (one per byte, low bits) LSB-first into uint8."""
-    out: np.ndarray = _subbyte.pack(codes, bits)
-    return out
-
-
-def unpack_subbyte(packed: np.ndarray, count: int, bits: int) -> np.ndarray:
-    """Unpack ``count`` LSB-first ``bits``-wide codes to one uint8 per element."""
-    out: np.ndarray = _subbyte.unpack(packed, count, bits)
-    return out
-
-
-# --------------------------------------------------------------------- to Hurray
-def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
-    """A NumPy array (or scalar) as an hb.Tensor; zero-copy unless ``copy=True``."""
-    if type(obj) is _ndarray:
-        a, copied = obj, False
-    else:
-        a = obj if isinstance(obj, np.ndarray) else np.asarray(obj)
-        copied = a is not obj and not isinstance(obj, np.generic)
-    dt = a.dtype
-    if not dt.isnative:
-        if copy is False:
-            raise CopyRequiredError(f"array has non-native byte order ({a.dtype}); copy=False")
-        a = a.astype(a.dtype.newbyteorder("="))
-        dt = a.dtype
-        copied = True
-    dtype = _FROM_NP.get(dt) or dtype_of(dt)
-    strides = None
-    flags = a.flags
-    if not a.size:
-        ptr = 0
-    elif flags.c_contiguous:
-        # The address through the buffer protocol: __array_interface__ builds a whole
-        # dict for it (~7x the cost). Writable arrays with a buffer format only.
-        if flags.writeable and dtype.tag in _BUFFER_TAGS:
-            ptr = _addressof(_from_buffer(a))  # type: ignore[arg-type]
-        else:
-            ptr = a.__array_interface__["data"][0]
-    else:
-        isz = a.itemsize
-        if any(s % isz for s in a.strides):
-            if copy is False:
-                raise CopyRequiredError(f"strides {a.strides} are not multiples of itemsize {isz}")
-            a, copied = np.ascontiguousarray(a), True
-            flags = a.flags
-        else:
-            strides = tuple(s // isz for s in a.strides)
-        ptr = a.__array_interface__["data"][0]
-    t = Tensor._dense(ptr, a.shape, dtype, strides=strides, padded=dtype.bits < 8, device=CPU,
-                      owner=a, readonly=not flags.writeable, copied=copied)
-    return t.copy() if copy else t
-
-
-# ------------------------------------------------------------------- from Hurray
-def _unpacked(t: Tensor) -> np.ndarray:
-    """A packed sub-byte or 1-bit tensor as the padded NumPy array (a copy)."""
-    raw = np.frombuffer(t.memoryview(), np.uint8)
-    n = 1
-    for d in t.shape:
-        n *= d
-    codes = unpack_subbyte(raw, n, t.dtype.bits).reshape(t.shape)
-    if t.dtype.bits == 1:
-        return codes.astype(np.bool_)
-    return codes.view(native_dtype(t.dtype))
-
-
-_INTP_MAX = int(np.iinfo(np.intp).max)
-
-
-def check_sizes(shape: tuple[int, ...], itemsize: int) -> None:
-    """NumPy's own size limits, which hold for arrays without elements too: every
-    dimension, and the product of the non-zero ones times the item size, fit in intp."""
-    n = itemsize
-    for d in shape:
-        if d > _INTP_MAX:
-            raise UnsupportedError(
-                f"NumPy cannot hold shape {list(shape)}: dimension {d} is above {_INTP_MAX} "
-                f"(2**{_INTP_MAX.bit_length()} - 1), NumPy's largest (intp); convert to torch "
-                "or keep the hb.Tensor")
-        if d:
-            n *= d
-    if n > _INTP_MAX:
-        raise UnsupportedError(
-            f"NumPy cannot hold shape {list(shape)} of {itemsize}-byte elements: the product of "
-            f"its non-zero dimensions times the item size is {n}, above "
-            f"2**{_INTP_MAX.bit_length()} - 1 (NumPy's limit, for arrays without elements "
-            "too); convert to torch or keep the hb.Tensor")
-
-
-def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> np.ndarray:
-    """An hb.Tensor as a NumPy array: a view of its memory unless a copy is needed or asked."""
-    if type(t) is not Tensor and not isinstance(t, Tensor):
-        raise not_a_tensor(t, NAME)
-    if (device is None and not copy and t._strides is None and t._device.type == 1
-            and (t._desc is None or t.is_dense)):
-        # The common hand-off, compact CPU memory of a whole-byte type: an array over the
-        # same memory, through the buffer protocol of a ctypes array that holds t (and so
-        # its producer's memory). np.frombuffer is ~2.5x cheaper than np.ndarray(buffer=).
-        # (Tensor's slots are read directly here: a property costs 2-3x a slot read.)
-        dtype = t._dtype
-        nbytes = t._nbytes
-        if nbytes and dtype.bits >= 8:
-            dt = _BY_TAG.get(dtype.tag) or native_dtype(dtype)
-            # host_array(t._data, nbytes, t), inlined (a call is a tenth of this path).
-            buf = (_byte_arrays.get(nbytes) or _byte_array(nbytes)).from_address(t._data)
-            buf._hb_owner = t
-            out = _frombuffer(memoryview(buf).toreadonly() if t._readonly else buf, dt)
-            shape = t._shape
-            return out if len(shape) == 1 else out.reshape(shape)
-    if copy is not None and copy is not True and copy is not False:
-        check_copy(copy)
-    if device is not None and device not in ("cpu", CPU, (1, 0)):
-        raise UnsupportedError(f"NumPy arrays live on the CPU; device={device!r} is not possible")
-    if not t.is_dense:
-        raise UnsupportedError(
-            f"NumPy has no {t.descriptor.layout.name} arrays; densify the tensor first"
-        )
-    check_sizes(t.shape, (t.dtype.bits + 7) >> 3)
-    if not t.device.is_host_accessible:
-        if copy is False:
-            raise CopyRequiredError(f"a {t.device} tensor needs a copy to reach NumPy; copy=False")
-        # The producer copies to host on the consumer's behalf (dl_device=CPU); a
-        # producer that answers with device memory anyway is refused there.
-        return from_hurray(host_copy(t, "NumPy"), copy=False)
-    if t.dtype.is_subbyte and not t.descriptor.padded:
-        if copy is False:
-            raise CopyRequiredError(
-                f"packed {t.dtype.name} must be unpacked (NumPy stores one element per byte); "
-                "copy=False"
-            )
-        if copy is None:
-            warn_copy(NAME, f"packed {t.dtype.name} unpacked to one element per byte")
-        return _unpacked(t)
-    dt = native_dtype(t.dtype)
-    shape = t.shape
-    if t.nbytes == 0:
-        # No allocation for an empty result; writable exactly when the source is.
-        out = np.ndarray(shape, dt, buffer=b"" if t.readonly else bytearray())
-        return out.copy() if copy else out
-    buf = t.memoryview()  # keeps t (and so the producer's memory) alive
-    isz = dt.itemsize
-    if t.strides is None:
-        out = np.ndarray(shape, dt, buffer=buf)
-    else:
-        offset = (t.data_ptr - t.buffers[0].ptr)
-        # A size-1 dimension's stride is never used: one beyond intp becomes 0.
-        out = np.ndarray(shape, dt, buffer=buf, offset=offset,
-                         strides=tuple(s * isz if d != 1 or abs(s * isz) <= _INTP_MAX else 0
-                                       for d, s in zip(shape, t.strides)))
-    if copy:
-        return out.copy()
-    return out
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    warnings.warn(f"hurray_bridge.adapters.numpy.{name} is deprecated (adapters export only "
+                  f"the adapter contract's names); use {instead}", DeprecationWarning,
+                  stacklevel=2)
+    return value

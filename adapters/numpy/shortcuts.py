@@ -1,43 +1,28 @@
-"""hb.convert shortcuts from NumPy arrays (the rules: hurray_bridge/_shortcuts.py)."""
+"""NumPy's fast hooks for hb.convert's shortcuts (the rules: hurray_bridge/_shortcuts.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 
-from hurray_bridge._shortcuts import Entry, entry
+from hurray_bridge._shortcuts import EXPORTER, NDARRAY, Entry, entry
 
-__all__ = ["makers"]
+__all__ = ["fast_export", "fast_import"]
 
 
-def _to_torch(tp: type) -> Entry | None:
+def fast_import(tp: type) -> dict[str, Entry | None]:
+    """A NumPy array is itself a host ndarray and a DLPack exporter (no subclass: a
+    masked array or a matrix is not what the full path reads)."""
     if tp is not np.ndarray:
-        return None
-    import torch
-
-    from_numpy = torch.from_numpy
-
-    def numpy_to_torch(x: Any) -> Any:
-        # torch.from_numpy refuses non-native byte order, negative strides and the
-        # types it lacks; read-only arrays it accepts but warns in its own words,
-        # where the full path warns in ours.
-        return from_numpy(x) if x.flags.writeable else NotImplemented
-
-    return entry(numpy_to_torch)
+        return {}
+    return {NDARRAY: None, EXPORTER: None}
 
 
-def _to_arrow(tp: type) -> Entry | None:
-    if tp is not np.ndarray:
-        return None
-    import pyarrow as pa
-
-    # Rank 1 only (other ranks become Arrow tensors); Array.from_dlpack refuses
-    # strided memory, bool (bit-packed in Arrow) and complex.
-    return entry(pa.Array.from_dlpack, guard=("ndim", 1))
-
-
-def makers() -> dict[str, Callable[[type], Entry | None]]:
-    """Target adapter -> maker of the shortcut for an exact source type (None: none)."""
-    return {"torch": _to_torch, "arrow": _to_arrow}
+def fast_export() -> dict[str, Entry | None]:
+    """A host ndarray is already the result; an exporter goes through np.from_dlpack."""
+    # An exporter's read-only capsule NumPy honours - except for empty arrays, which
+    # it makes writable (hence nonempty). copy=False (never a copy on CPU anyway) keeps
+    # NumPy from retrying the legacy protocol after a producer's refusal (Arrow's, of
+    # nulls), which would draw that producer's deprecation warning before the full
+    # path's own error.
+    return {NDARRAY: None,
+            EXPORTER: entry(np.from_dlpack, kwargs={"copy": False}, nonempty=True)}

@@ -32,13 +32,12 @@ from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, from_dlpack
 
-__all__ = ["HOLD_HOST_MEMORY",
-           "LEGACY_EXPORTS_MUTABLE", "dtype_of", "from_hurray", "hold_storage", "native_dtype",
-           "special_kind", "to_hurray",
-           "warn_readonly",
-           "DTYPES", "CAN_PIN", "GPU_DEVICE_TYPE"]
+__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
+           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
+           "special_kind", "to_hurray"]
 
 NAME = "torch"
+"""The target name: ``hb.convert(x, "torch")``."""
 # A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
 # the producer's adapter says otherwise here. torch has no read-only tensors: its
 # memory is the caller's to write.
@@ -190,6 +189,11 @@ def hold_storage(x: torch.Tensor) -> Any:
 HOLD_HOST_MEMORY = hold_storage
 """Called with a CPU tensor before ``hb.from_dlpack`` shares its memory: :func:`hold_storage`
 (torch's ``resize_`` would otherwise free the memory under the export)."""
+HOLDS = frozenset({"dense", "sparse", "quantized", "sharded"})
+"""Dense tensors, sparse layouts, quantized tensors (``.quant``) and DTensors (``.shards``)."""
+DEVICES = frozenset({1, GPU_DEVICE_TYPE})
+"""The host and the GPUs of this torch build (kDLCUDA, or kDLROCM under ROCm)."""
+
 
 
 def _freeze(x: torch.Tensor, storage: Any) -> None:
@@ -327,19 +331,24 @@ def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
 
 
 def special_kind(obj: Any) -> str | None:
-    """Which of the core's other converters takes a torch tensor this adapter refuses:
-    ``"shards"`` (a DTensor), ``"sparse"`` (a non-strided layout), ``"quant"`` (a quantized
-    tensor), or None (the refusal stands)."""
+    """Which kind converts a torch tensor this adapter refuses: ``"sharded"`` (a DTensor,
+    ``.shards``), ``"sparse"`` (a non-strided layout), ``"quantized"`` (a quantized tensor,
+    ``.quant``), or None (the refusal stands)."""
     if not isinstance(obj, torch.Tensor):
         return None
     dt = sys.modules.get("torch.distributed.tensor")  # imported only by DTensor users
     if dt is not None and isinstance(obj, dt.DTensor):
-        return "shards"
+        return "sharded"
     if obj.layout is not torch.strided:
         return "sparse"
     if obj.is_quantized:
-        return "quant"
+        return "quantized"
     return None
+
+
+def native_dtypes() -> dict[DType, Any]:
+    """Every Hurray element type torch holds, with its dtype."""
+    return dict(_DTYPES)
 
 
 def _no_memory(obj: Any) -> str:
@@ -758,8 +767,8 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
 def warn_readonly() -> None:
     """Say once per process that a torch tensor over read-only memory was handed out.
 
-    Shared with the JAX -> torch and Arrow -> torch shortcuts (adapters/jax/shortcuts.py,
-    adapters/arrow/shortcuts.py).
+    Shared with torch's fast export of read-only capsules (adapters/torch/shortcuts.py),
+    which the JAX -> torch and Arrow -> torch shortcuts end in.
     """
     global _readonly_warned
     if not _readonly_warned:
@@ -767,3 +776,17 @@ def warn_readonly() -> None:
         # must raise again on the next call (the shortcut front retries the full path).
         warnings.warn(_READONLY_MESSAGE, UserWarning, stacklevel=user_stacklevel())
         _readonly_warned = True
+
+
+def fast_import(tp: type) -> dict[str, Any]:
+    """hb.convert's fast import for torch tensors (``.shortcuts``)."""
+    from .shortcuts import fast_import as hook
+
+    return hook(tp)
+
+
+def fast_export() -> dict[str, Any]:
+    """hb.convert's fast export to torch tensors (``.shortcuts``)."""
+    from .shortcuts import fast_export as hook
+
+    return hook()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._numpy import NAME as NUMPY
 from .._registry import get_adapter
 from ..dtypes import dtype_from_name
 
@@ -20,5 +21,5 @@ def numpy_dtype(dtype_name: str) -> Any:
     ``bool`` too, as DLPack carries it. Imports NumPy (and ml_dtypes where needed).
     """
     name = dtype_from_name(dtype_name).name
-    return get_adapter("numpy").native_dtype(dtype_from_name(DLPACK_FORM.get(name, name)))
+    return get_adapter(NUMPY).native_dtype(dtype_from_name(DLPACK_FORM.get(name, name)))
 

@@ -8,7 +8,20 @@
    under ``if TYPE_CHECKING:`` run never, and are left out);
 3. the core reads no private name of an adapter (an adapter's documented functions
    are its interface; its ``_names`` are its own).
-4. no test ends early in silence: ``if ...: return`` in a test function passes without
+4. no adapter reaches another: no file under ``adapters/<a>/`` imports
+   ``adapters/<b>/`` (relatively, ``from ..b import``, or absolutely) or looks it up
+   through the registry by name (``get_adapter("b")``); what several adapters need
+   lives in the core;
+5. every adapter exports the adapter contract's names and no other: its ``__all__`` is
+   ``hurray_bridge._contract.NAMES`` (read from the source), and the module, once
+   imported where its framework is installed, satisfies ``_contract.Adapter``;
+6. the core holds no framework's name: no string literal equal to an adapter's or a
+   framework's name in ``hurray_bridge/`` outside ``_registry.py`` (which maps names to
+   adapters) and ``_numpy.py`` (the door to NumPy, the core's kernel, which spells its
+   name once), docstrings, ``__all__`` and ``if TYPE_CHECKING:`` blocks; a few public
+   functions named after a framework, and the reports that list frameworks, are counted
+   in ``NAMED_ON_PURPOSE`` (a new literal there fails too);
+7. no test ends early in silence: ``if ...: return`` in a test function passes without
    asserting anything, and pytest counts it as a pass. A case that tests nothing is a
    ``pytest.skip`` with its reason, a hypothesis ``assume``, or is not generated.
 
@@ -26,6 +39,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "hurray_bridge"
+ADAPTERS = ROOT / "adapters"
 TESTS = ROOT / "tests"
 PACKAGE = "hurray_bridge"
 
@@ -202,6 +216,201 @@ def test_the_core_reads_no_private_name_of_an_adapter() -> None:
             if direct or (isinstance(base, ast.Name) and base.id in handles):
                 offences.append(f"{path.relative_to(ROOT)}:{node.lineno} reads .{node.attr}")
     assert not offences, "the core reads adapter privates:\n" + "\n".join(offences)
+
+
+def adapter_reaches(adapter: str, module: str, path: Path) -> Iterator[tuple[int, str]]:
+    """(line, other adapter) for each import of, or registry look-up by name of, an adapter
+    other than ``adapter`` in the file of ``module`` (``hurray_bridge.adapters.<adapter>...``)."""
+    prefixes = (f"{PACKAGE}.adapters.", "adapters.")
+    for line, target in imports(module, path):
+        for prefix in prefixes:
+            if target.startswith(prefix):
+                other = target[len(prefix):].partition(".")[0]
+                if other and other != adapter:
+                    yield line, other
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (isinstance(node, ast.Call) and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            fn = node.func
+            called = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(
+                fn, ast.Attribute) else None
+            if called in ("get_adapter", "get_adapter_module") and node.args[0].value != adapter:
+                yield node.lineno, node.args[0].value
+
+
+def adapter_files() -> Iterator[tuple[str, str, Path]]:
+    """(adapter, dotted module name, file) for every Python file of every adapter."""
+    for folder in sorted(p for p in ADAPTERS.iterdir() if (p / "__init__.py").is_file()):
+        for path in sorted(folder.rglob("*.py")):
+            parts = list(path.relative_to(ADAPTERS).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            yield folder.name, ".".join([PACKAGE, "adapters", *parts]), path
+
+
+def test_no_adapter_reaches_another() -> None:
+    files = list(adapter_files())
+    assert {"numpy", "torch", "jax", "arrow", "cupy"} <= {a for a, _, _ in files}
+    offences = [f"{path.relative_to(ROOT)}:{line} reaches adapters/{other}/"
+                for adapter, module, path in files
+                for line, other in adapter_reaches(adapter, module, path)]
+    assert not offences, (
+        "adapters are peers: what several of them need belongs in the core (hurray_bridge/), "
+        "not in one adapter the others import:\n" + "\n".join(offences))
+
+
+@pytest.mark.parametrize("source, found", [
+    ("from ..torch import warn_readonly\n", [(1, "torch")]),
+    ("def f():\n    from ..numpy import to_hurray\n", [(2, "numpy")]),
+    ("from hurray_bridge.adapters.arrow import dtype_of\n", [(1, "arrow")]),
+    ("import hurray_bridge.adapters.numpy.sparse\n", [(1, "numpy")]),
+    ("from hurray_bridge._registry import get_adapter\nget_adapter('numpy').to_hurray(1)\n",
+     [(2, "numpy")]),
+    ("from . import to_hurray\nfrom .sparse import from_hurray\n", []),
+    ("from hurray_bridge.adapters.jax import shards\n", []),
+    ("from hurray_bridge._host import to_hurray\n", []),
+])
+def test_the_checker_sees_an_adapter_reaching_another(tmp_path: Path, source: str,
+                                                      found: list[tuple[int, str]]) -> None:
+    path = tmp_path / "shortcuts.py"
+    path.write_text(source)
+    assert sorted(set(adapter_reaches("jax", "hurray_bridge.adapters.jax.shortcuts",
+                                      path))) == found
+
+
+def exported(path: Path) -> list[str] | None:
+    """The literal ``__all__`` of a module's source, or None when it has none."""
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if (isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)):
+            value: list[str] = ast.literal_eval(node.value)
+            return value
+    return None
+
+
+def test_every_adapter_exports_the_contracts_names() -> None:
+    from hurray_bridge._contract import NAMES
+
+    folders = sorted(p for p in ADAPTERS.iterdir() if (p / "__init__.py").is_file())
+    assert len(folders) >= 5
+    offences = []
+    for folder in folders:
+        names = exported(folder / "__init__.py")
+        if names is None:
+            offences.append(f"adapters/{folder.name}/__init__.py has no literal __all__")
+            continue
+        if sorted(names) != sorted(NAMES) or len(names) != len(set(names)):
+            extra = sorted(set(names) - set(NAMES))
+            missing = sorted(set(NAMES) - set(names))
+            offences.append(f"adapters/{folder.name}/__init__.py: extra {extra}, "
+                            f"missing {missing}")
+    assert not offences, (
+        "adapters are alike: each exports exactly hurray_bridge._contract.NAMES (what only "
+        "one adapter needs is private or lives in a submodule):\n" + "\n".join(offences))
+
+
+_FRAMEWORK_OF = {"numpy": "numpy", "torch": "torch", "jax": "jax", "arrow": "pyarrow",
+                 "cupy": "cupy"}
+
+
+@pytest.mark.parametrize("name", sorted(_FRAMEWORK_OF))
+def test_every_adapter_satisfies_the_contract(name: str) -> None:
+    import importlib
+    import inspect
+
+    from hurray_bridge._contract import KINDS, NAMES, Adapter
+
+    pytest.importorskip(_FRAMEWORK_OF[name], reason=f"{_FRAMEWORK_OF[name]} is not installed")
+    mod = importlib.import_module(f"hurray_bridge.adapters.{name}")
+    assert isinstance(mod, Adapter)
+    assert all(hasattr(mod, n) for n in NAMES)
+    assert mod.NAME == name
+    assert "dense" in mod.HOLDS and mod.HOLDS <= KINDS
+    assert mod.DEVICES and all(type(d) is int and d > 0 for d in mod.DEVICES)
+    assert type(mod.LEGACY_EXPORTS_MUTABLE) is bool
+    assert mod.HOLD_HOST_MEMORY is None or callable(mod.HOLD_HOST_MEMORY)
+    assert (mod.fast_import is None) == (mod.fast_export is None)
+    assert "copy" in inspect.signature(mod.to_hurray).parameters
+    assert {"device", "copy"} <= set(inspect.signature(mod.from_hurray).parameters)
+    table = mod.native_dtypes()
+    assert table, f"{name} declares no element type"
+    for dtype, native in table.items():  # the table and the two lookups agree
+        assert mod.native_dtype(dtype) == native
+        assert mod.dtype_of(native) is dtype or mod.dtype_of(native) == dtype
+    assert mod.special_kind(object()) is None
+    # Each declared kind beyond dense has its module: the core asks only those.
+    modules = {"sparse": "sparse", "quantized": "quant", "sharded": "shards"}
+    for kind in mod.HOLDS - {"dense"}:
+        importlib.import_module(f"hurray_bridge.adapters.{name}.{modules[kind]}")
+
+
+# Names the core must not spell: adapters' target names, their aliases and their
+# frameworks' top-level modules.
+FRAMEWORK_NAMES = frozenset({"numpy", "np", "torch", "pytorch", "jax", "jaxlib", "arrow",
+                             "pyarrow", "pa", "cupy", "cupyx", "scipy"})
+# The two modules allowed to spell them (see rule 6).
+NAMING_MODULES = frozenset({"hurray_bridge/_registry.py", "hurray_bridge/_numpy.py"})
+# file -> (how many literals, why): public API named after a framework, and the reports
+# whose rows are frameworks. Lower a count when you remove one; never raise it.
+NAMED_ON_PURPOSE = {
+    "hurray_bridge/shards.py": (5, "hb.from_jax / hb.to_jax / hb.to_dtensor, and "
+                                   "assemble's documented default to='numpy'"),
+    "hurray_bridge/matrix.py": (21, "the compatibility report: its columns are frameworks"),
+    "hurray_bridge/testing/_context.py": (4, "the kit's report names the installed versions"),
+}
+
+
+def framework_literals(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, literal) for each string constant equal to a framework's name, outside
+    docstrings, ``__all__`` and ``if TYPE_CHECKING:`` blocks."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _type_checking_blocks(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            skip.update(id(n) for n in ast.walk(node.value))
+        elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+              and isinstance(node.value.value, str)):
+            skip.add(id(node.value))  # a docstring, of a module, class, function or attribute
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and node.value in FRAMEWORK_NAMES and id(node) not in skip):
+            yield node.lineno, node.value
+
+
+def test_the_core_holds_no_framework_name() -> None:
+    offences = []
+    for _module, path in core_modules().items():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in NAMING_MODULES:
+            continue
+        found = list(framework_literals(path))
+        allowed = NAMED_ON_PURPOSE.get(rel, (0, ""))[0]
+        if len(found) > allowed:
+            offences += [f"{rel}:{line} {value!r}" for line, value in found]
+        elif len(found) < allowed:
+            offences.append(f"{rel}: {len(found)} names now, NAMED_ON_PURPOSE says {allowed}: "
+                            "lower the count")
+    assert not offences, (
+        "the core asks adapters what they declare (hurray_bridge/_contract.py) instead of "
+        "naming a framework; a name belongs in _registry.py:\n" + "\n".join(offences))
+
+
+@pytest.mark.parametrize("source, found", [
+    ("if name == 'torch':\n    pass\n", [(1, "torch")]),
+    ("get_adapter('numpy').dtype_of(x)\n", [(1, "numpy")]),
+    ("def f():\n    'jax is named here, in a docstring'\n    return 'pyarrow'\n",
+     [(3, "pyarrow")]),
+    ('"""numpy"""\n__all__ = ["numpy"]\n', []),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    x: 'torch'\n", []),
+    ("X = 1\n'torch'\n", []),
+    ("name = 'numpyish'\n", []),
+])
+def test_the_checker_sees_a_framework_name(tmp_path: Path, source: str,
+                                           found: list[tuple[int, str]]) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    assert sorted(framework_literals(path)) == found
 
 
 def _own_nodes(fn: ast.AST) -> Iterator[ast.AST]:

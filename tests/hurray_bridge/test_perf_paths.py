@@ -611,8 +611,8 @@ def test_torch_to_jax_shortcut_on_a_gpu_makes_jaxs_own_calls(
     # that stream, copy=None, kDLCUDA).
     import torch
 
+    from hurray_bridge import _shortcuts
     from hurray_bridge.adapters import jax as hj
-    from hurray_bridge.adapters.torch import shortcuts as torch_shortcuts
 
     gpu = _FakeGpu(monkeypatch, stream=77)
 
@@ -647,7 +647,8 @@ def test_torch_to_jax_shortcut_on_a_gpu_makes_jaxs_own_calls(
             self.streams.append(stream)
             return "capsule"
 
-    fn = torch_shortcuts.makers()["jax"](torch.Tensor)[0]
+    # torch's fast import of raw memory composed with JAX's fast export of it.
+    fn = _shortcuts.maker(torch.Tensor, "torch", "jax")[0]  # type: ignore[index]
     for strides in ((3, 1), (1, 2)):  # row-major and transposed
         x = CudaTensor(strides)
         assert fn(x) == "imported"

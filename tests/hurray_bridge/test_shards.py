@@ -221,13 +221,13 @@ def test_grid_boxes_follow_array_split() -> None:
 def packed_int4(shape: tuple[int, ...]) -> tuple[hb.Tensor, np.ndarray]:
     n = int(np.prod(shape))
     codes = (np.arange(n) * 5 % 16).astype(np.uint8)
-    from hurray_bridge.adapters.numpy import pack_subbyte
+    from hurray_bridge._subbyte import pack as pack_subbyte
 
     return make(Descriptor(shape, hb.int4), pack_subbyte(codes, 4)), codes.reshape(shape)
 
 
 def unpacked(t: hb.Tensor) -> np.ndarray:
-    from hurray_bridge.adapters.numpy import unpack_subbyte
+    from hurray_bridge._subbyte import unpack as unpack_subbyte
 
     return unpack_subbyte(np.frombuffer(t.memoryview(), np.uint8), int(np.prod(t.shape)),
                           4).reshape(t.shape)

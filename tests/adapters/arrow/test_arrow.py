@@ -88,12 +88,19 @@ def _bool8_array(values: list[bool]) -> pa.ExtensionArray:
 # ------------------------------------------------------------------------- dtype table
 def test_dtype_map_comes_from_the_table() -> None:
     for d, npd in PRIMITIVES:
-        assert A.native_type(d) == pa.from_numpy_dtype(npd)
+        assert A.native_dtype(d) == pa.from_numpy_dtype(npd)
         assert A.dtype_of(pa.from_numpy_dtype(npd)) is d
-    assert A.native_type(hb.bool) == pa.bool_()
-    assert A.native_type(hb.bool8) == pa.bool8()
+    assert A.native_dtype(hb.bool) == pa.bool_()
+    assert A.native_dtype(hb.bool8) == pa.bool8()
     assert A.dtype_of(pa.bool_()) is hb.bool
     assert A.dtype_of(pa.bool8()) is hb.bool8
+
+
+def test_native_type_is_a_deprecated_alias_of_native_dtype() -> None:
+    with pytest.warns(DeprecationWarning, match="native_type is deprecated.*native_dtype"):
+        old = A.native_type
+    assert old is A.native_dtype and old(hb.int8) == pa.int8()
+    assert "native_type" not in A.__all__
 
 
 @pytest.mark.parametrize("dtype", [hb.bfloat16, hb.complex64, hb.complex128, hb.float8_e4m3fn,
@@ -101,7 +108,7 @@ def test_dtype_map_comes_from_the_table() -> None:
                          ids=lambda d: d.name)
 def test_types_arrow_lacks_are_refused_by_name(dtype: hb.DType) -> None:
     with pytest.raises(hb.UnsupportedError, match=rf"Arrow has no type for {dtype.name}"):
-        A.native_type(dtype)
+        A.native_dtype(dtype)
     # A real tensor of that type (through NumPy/ml_dtypes) is refused the same way.
     from hurray_bridge.adapters import numpy as npa
 
@@ -164,7 +171,7 @@ def test_array_from_hurray_is_zero_copy(dtype: hb.DType, np_dtype: Any, n: int) 
     with warnings.catch_warnings():
         warnings.simplefilter("error", hb.CopyWarning)
         arr = A.from_hurray(t)
-    assert isinstance(arr, pa.Array) and arr.type == A.native_type(dtype)
+    assert isinstance(arr, pa.Array) and arr.type == A.native_dtype(dtype)
     assert len(arr) == n and arr.null_count == 0 and arr.offset == 0
     arr.validate(full=True)
     data = arr.buffers()[1]

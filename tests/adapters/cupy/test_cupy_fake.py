@@ -637,3 +637,18 @@ def test_fake_cupy_to_numpy_needs_a_copy(fake: Any) -> None:
     _, cupy, _ = fake
     with pytest.raises(hb.CopyRequiredError):
         hb.convert(_fake_array(cupy), "numpy", copy=False)
+
+
+def test_fake_adapter_satisfies_the_contract(fake: Any) -> None:
+    from hurray_bridge._contract import NAMES, Adapter
+
+    adapter, _, _ = fake
+    assert isinstance(adapter, Adapter)
+    assert sorted(adapter.__all__) == sorted(NAMES)
+    assert adapter.NAME == "cupy" and adapter.HOLDS == {"dense", "sparse"}
+    assert adapter.fast_import is None and adapter.fast_export is None  # no shortcuts
+    table = adapter.native_dtypes()
+    assert hb.float32 in table and hb.int4 not in table  # no sub-byte CuPy dtypes
+    for dtype, native in table.items():
+        assert adapter.native_dtype(dtype) == native and adapter.dtype_of(native) == dtype
+    assert adapter.special_kind(object()) is None

@@ -29,7 +29,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax.experimental.layout import Format, Layout  # noqa: E402
 
 import hurray_bridge as hb  # noqa: E402
-from hurray_bridge import _capsule  # noqa: E402
+from hurray_bridge import _capsule, _subbyte  # noqa: E402
 from hurray_bridge.adapters import jax as hj  # noqa: E402
 from hurray_bridge.adapters import numpy as hnp  # noqa: E402
 from tests.frameworks import need  # noqa: E402
@@ -120,7 +120,7 @@ def _tensor_codes(t: hb.Tensor) -> np.ndarray:
     n = int(np.prod(t.shape, dtype=np.int64))
     if t.dtype.is_subbyte and not t.descriptor.padded:
         raw = np.frombuffer(t.memoryview(), np.uint8)
-        return hnp.unpack_subbyte(raw, n, t.dtype.bits)
+        return _subbyte.unpack(raw, n, t.dtype.bits)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", hb.CopyWarning)
         return _codes(hnp.from_hurray(t))
@@ -167,10 +167,10 @@ def test_xla_cpu_stores_subbyte_packed(d: hb.DType) -> None:
     a = _random_numpy(d, (3, 5), seed=1)
     x = _jax_array(d, (3, 5), seed=1)
     n = a.size
-    packed = hnp.pack_subbyte(a.view(np.uint8), d.bits)
+    packed = _subbyte.pack(a.view(np.uint8), d.bits)
     raw = np.frombuffer(ctypes.string_at(x.unsafe_buffer_pointer(), packed.size), np.uint8)
     # Trailing bits of the last byte are not zeroed by XLA: compare the elements.
-    assert np.array_equal(hnp.unpack_subbyte(raw, n, d.bits), a.reshape(-1).view(np.uint8))
+    assert np.array_equal(_subbyte.unpack(raw, n, d.bits), a.reshape(-1).view(np.uint8))
     assert x.nbytes == n  # misleading: the buffer holds ceil(n * bits / 8) bytes
     assert hj._host_subbyte_packed(d) is True
 
@@ -180,7 +180,7 @@ def test_jax_cannot_import_float4_over_dlpack() -> None:
     alike (and its own fp4 export): 'PjRt CPU buffers only support default layout';
     JAX 0.11.2 says 'Unsupported layout used for PjRt CPU buffers'."""
     vals = np.array([0.5, 1, -1.5, 6, 0, -0.0, 3], ml_dtypes.float4_e2m1fn)
-    packed = hnp.pack_subbyte(vals.view(np.uint8), 4)
+    packed = _subbyte.pack(vals.view(np.uint8), 4)
     buf = _aligned(packed.size)
     buf[:] = packed
     # Writable: a read-only tensor's legacy export is refused before JAX could see it.
@@ -388,7 +388,7 @@ def test_from_hurray_subbyte_copies(d: hb.DType, shape: tuple[int, ...]) -> None
     padded = hnp.to_hurray(a)
     assert padded.descriptor.padded
     n = a.size
-    packed_bytes = hnp.pack_subbyte(a.view(np.uint8), d.bits)
+    packed_bytes = _subbyte.pack(a.view(np.uint8), d.bits)
     buf = _aligned(packed_bytes.size)
     buf[:] = packed_bytes
     packed = Tensor._dense(buf.ctypes.data if n else 0, shape, d, strides=None, padded=False,
@@ -426,7 +426,7 @@ def test_from_hurray_strided_padded_subbyte() -> None:
 
 def test_from_hurray_one_bit_bool_is_unpacked() -> None:
     bits = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1], np.uint8)
-    packed = hnp.pack_subbyte(bits, 1)
+    packed = _subbyte.pack(bits, 1)
     buf = _aligned(packed.size)
     buf[:] = packed
     t = Tensor._dense(buf.ctypes.data, (11,), hb.bool, strides=None, padded=False, device=CPU,
@@ -909,7 +909,7 @@ class TestGPU:
         t = hj.to_hurray(x4)
         assert t.dtype is hb.float4_e2m1fn and not t.descriptor.padded and t.nbytes == 4
         got = np.frombuffer(self._device_bytes(t), np.uint8)
-        assert np.array_equal(hnp.unpack_subbyte(got, 7, 4), vals.view(np.uint8))
+        assert np.array_equal(_subbyte.unpack(got, 7, 4), vals.view(np.uint8))
 
     def test_torch_cuda_to_jax(self) -> None:
         torch = pytest.importorskip("torch")

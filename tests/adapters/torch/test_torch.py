@@ -17,6 +17,7 @@ np = pytest.importorskip("numpy")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import hurray_bridge as hb  # noqa: E402
+from hurray_bridge import _subbyte  # noqa: E402
 from hurray_bridge.adapters import numpy as hnp  # noqa: E402
 from hurray_bridge.adapters import torch as ht  # noqa: E402
 from hurray_bridge.tensor import CPU, Device, Tensor  # noqa: E402
@@ -284,7 +285,7 @@ FP4_BYTES = [0x21, 0x7A]  # element 0 in the low nibble
 def test_fp4_nibble_order_matches_ml_dtypes() -> None:
     codes = np.array(FP4_VALUES, ml_dtypes.float4_e2m1fn).view(np.uint8)
     assert codes.tolist() == [0x1, 0x2, 0xA, 0x7]
-    assert hnp.pack_subbyte(codes, 4).tolist() == FP4_BYTES
+    assert _subbyte.pack(codes, 4).tolist() == FP4_BYTES
     try:  # torch's own unpacker (used by its ONNX exporter), where present
         from torch.onnx._internal.exporter._type_casting import unpack_float4x2_as_uint8
     except ImportError:
@@ -311,7 +312,7 @@ def test_fp4_x2_to_hurray_doubles_last_dim() -> None:
 
 def test_fp4_packed_from_numpy_values_to_torch() -> None:
     vals = np.array([FP4_VALUES * 2, FP4_VALUES[::-1] * 2], ml_dtypes.float4_e2m1fn)
-    packed = hnp.pack_subbyte(vals.view(np.uint8), 4)
+    packed = _subbyte.pack(vals.view(np.uint8), 4)
     t = Tensor._dense(nptr(packed), (2, 8), hb.float4_e2m1fn, strides=None, padded=False,
                       device=CPU, owner=packed, readonly=False, copied=False)
     y = ht.from_hurray(t, copy=False)
@@ -378,7 +379,7 @@ def test_subbyte_refused(name: str) -> None:
 
 
 def _packed_bool(values: np.ndarray) -> tuple[Tensor, np.ndarray]:
-    packed = hnp.pack_subbyte(values.astype(np.uint8), 1)
+    packed = _subbyte.pack(values.astype(np.uint8), 1)
     t = Tensor._dense(nptr(packed) if packed.size else 0, values.shape, hb.bool, strides=None,
                       padded=False, device=CPU, owner=packed, readonly=True, copied=False)
     return t, packed

@@ -1,0 +1,259 @@
+"""Host arrays: NumPy views of host memory, the one host path every adapter shares.
+
+NumPy is the core's compute kernel (reached through ``_numpy.py``), and a NumPy array
+is the form in which adapters hand host memory to each other's kernels: the NumPy
+adapter, JAX's sub-byte and shard assembly, Arrow's sparse buffers and CuPy's host
+copies all view host memory through the functions here, so that no adapter imports
+another. Importing this module imports NumPy (only adapters and NumPy-computing steps
+import it; ``import hurray_bridge`` does not).
+
+NumPy's own DLPack refuses bfloat16, float8 and the sub-byte ml_dtypes types; the
+functions here read and build arrays from their pointer, shape and strides instead, so
+every type of the element-type table that ml_dtypes knows comes through zero-copy.
+ml_dtypes stores one sub-byte element per byte: those arrays are Hurray's padded form.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from . import _subbyte
+from ._copy_policy import check_copy, warn_copy
+from ._memory import _byte_array, _byte_arrays
+from ._numpy import ml_dtypes, numpy
+from .dtypes import DType, native_types
+from .errors import (
+    BackendNotAvailableError,
+    CopyRequiredError,
+    UnsupportedError,
+    not_a_tensor,
+)
+from .tensor import CPU, Tensor, host_copy
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = numpy()
+
+__all__ = ["check_sizes", "dtype_of", "from_hurray", "native_dtype", "native_dtypes",
+           "to_hurray"]
+
+# The element-type table's column, the kernel's own module name, and the name that
+# copies and refusals on this path report.
+_NAME = np.__name__
+
+
+def _resolve(entry: str) -> Any:
+    module, _, name = entry.partition(":")
+    if module == _NAME:
+        return np.dtype(getattr(np, name))
+    try:
+        extra = ml_dtypes()
+    except BackendNotAvailableError:
+        return None
+    t = getattr(extra, name, None)
+    return None if t is None else np.dtype(t)
+
+
+@lru_cache(maxsize=1)
+def _tables() -> tuple[dict[DType, np.dtype], dict[np.dtype, DType]]:
+    to_np = native_types(_NAME, _resolve)
+    from_np = {v: k for k, v in to_np.items()}
+    # The per-call lookups: keyed by tag (hashing a DType hashes all its fields, two of
+    # them enums with Python-level __hash__), filled here once.
+    _BY_TAG.update((d.tag, v) for d, v in to_np.items())
+    _FROM_NP.update(from_np)
+    for d, v in to_np.items():
+        try:
+            np.empty(1, v).data  # noqa: B018  (a buffer export, or the error)
+        except (ValueError, TypeError, BufferError):
+            continue  # ml_dtypes types have no buffer-protocol format
+        _BUFFER_TAGS.add(d.tag)
+    return to_np, from_np
+
+
+_BY_TAG: dict[int, np.dtype] = {}
+_FROM_NP: dict[np.dtype, DType] = {}
+_BUFFER_TAGS: set[int] = set()  # element types whose arrays export a buffer (see to_hurray)
+_addressof = ctypes.addressof
+_from_buffer = ctypes.c_char.from_buffer
+_ndarray = np.ndarray
+_frombuffer = np.frombuffer
+
+
+def native_dtype(dtype: DType) -> np.dtype:
+    """The NumPy dtype of a Hurray element type (ml_dtypes for the extended ones)."""
+    dt = _BY_TAG.get(dtype.tag)
+    if dt is not None:
+        return dt
+    try:
+        return _tables()[0][dtype]
+    except KeyError:
+        if dtype.numpy and dtype.numpy.startswith("ml_dtypes:"):
+            raise BackendNotAvailableError("ml_dtypes", _NAME,
+                                           f"NumPy needs ml_dtypes for {dtype.name}") from None
+        raise UnsupportedError(f"NumPy has no dtype for {dtype.name}") from None
+
+
+def native_dtypes() -> dict[DType, np.dtype]:
+    """Every Hurray element type NumPy holds (ml_dtypes for the extended ones), with its dtype."""
+    return dict(_tables()[0])
+
+
+def dtype_of(dt: np.dtype) -> DType:
+    """The Hurray element type of a NumPy dtype."""
+    d = _FROM_NP.get(dt)
+    if d is not None:
+        return d
+    try:
+        return _tables()[1][dt]
+    except KeyError:
+        raise UnsupportedError(
+            f"NumPy dtype {dt} has no Hurray element type (supported: "
+            f"{', '.join(sorted(d.name for d in _tables()[0]))})"
+        ) from None
+
+
+# --------------------------------------------------------------------- to Hurray
+def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
+    """A NumPy array (or scalar) as an hb.Tensor; zero-copy unless ``copy=True``."""
+    if type(obj) is _ndarray:
+        a, copied = obj, False
+    else:
+        a = obj if isinstance(obj, np.ndarray) else np.asarray(obj)
+        copied = a is not obj and not isinstance(obj, np.generic)
+    dt = a.dtype
+    if not dt.isnative:
+        if copy is False:
+            raise CopyRequiredError(f"array has non-native byte order ({a.dtype}); copy=False")
+        a = a.astype(a.dtype.newbyteorder("="))
+        dt = a.dtype
+        copied = True
+    dtype = _FROM_NP.get(dt) or dtype_of(dt)
+    strides = None
+    flags = a.flags
+    if not a.size:
+        ptr = 0
+    elif flags.c_contiguous:
+        # The address through the buffer protocol: __array_interface__ builds a whole
+        # dict for it (~7x the cost). Writable arrays with a buffer format only.
+        if flags.writeable and dtype.tag in _BUFFER_TAGS:
+            ptr = _addressof(_from_buffer(a))  # type: ignore[arg-type]
+        else:
+            ptr = a.__array_interface__["data"][0]
+    else:
+        isz = a.itemsize
+        if any(s % isz for s in a.strides):
+            if copy is False:
+                raise CopyRequiredError(f"strides {a.strides} are not multiples of itemsize {isz}")
+            a, copied = np.ascontiguousarray(a), True
+            flags = a.flags
+        else:
+            strides = tuple(s // isz for s in a.strides)
+        ptr = a.__array_interface__["data"][0]
+    t = Tensor._dense(ptr, a.shape, dtype, strides=strides, padded=dtype.bits < 8, device=CPU,
+                      owner=a, readonly=not flags.writeable, copied=copied)
+    return t.copy() if copy else t
+
+
+# ------------------------------------------------------------------- from Hurray
+def _unpacked(t: Tensor) -> np.ndarray:
+    """A packed sub-byte or 1-bit tensor as the padded NumPy array (a copy)."""
+    raw = np.frombuffer(t.memoryview(), np.uint8)
+    n = 1
+    for d in t.shape:
+        n *= d
+    codes = _subbyte.unpack(raw, n, t.dtype.bits).reshape(t.shape)
+    if t.dtype.bits == 1:
+        return codes.astype(np.bool_)
+    return codes.view(native_dtype(t.dtype))
+
+
+_INTP_MAX = int(np.iinfo(np.intp).max)
+
+
+def check_sizes(shape: tuple[int, ...], itemsize: int) -> None:
+    """NumPy's own size limits, which hold for arrays without elements too: every
+    dimension, and the product of the non-zero ones times the item size, fit in intp."""
+    n = itemsize
+    for d in shape:
+        if d > _INTP_MAX:
+            raise UnsupportedError(
+                f"NumPy cannot hold shape {list(shape)}: dimension {d} is above {_INTP_MAX} "
+                f"(2**{_INTP_MAX.bit_length()} - 1), NumPy's largest (intp); convert to torch "
+                "or keep the hb.Tensor")
+        if d:
+            n *= d
+    if n > _INTP_MAX:
+        raise UnsupportedError(
+            f"NumPy cannot hold shape {list(shape)} of {itemsize}-byte elements: the product of "
+            f"its non-zero dimensions times the item size is {n}, above "
+            f"2**{_INTP_MAX.bit_length()} - 1 (NumPy's limit, for arrays without elements "
+            "too); convert to torch or keep the hb.Tensor")
+
+
+def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> np.ndarray:
+    """An hb.Tensor as a NumPy array: a view of its memory unless a copy is needed or asked."""
+    if type(t) is not Tensor and not isinstance(t, Tensor):
+        raise not_a_tensor(t, _NAME)
+    if (device is None and not copy and t._strides is None and t._device.type == 1
+            and (t._desc is None or t.is_dense)):
+        # The common hand-off, compact CPU memory of a whole-byte type: an array over the
+        # same memory, through the buffer protocol of a ctypes array that holds t (and so
+        # its producer's memory). np.frombuffer is ~2.5x cheaper than np.ndarray(buffer=).
+        # (Tensor's slots are read directly here: a property costs 2-3x a slot read.)
+        dtype = t._dtype
+        nbytes = t._nbytes
+        if nbytes and dtype.bits >= 8:
+            dt = _BY_TAG.get(dtype.tag) or native_dtype(dtype)
+            # host_array(t._data, nbytes, t), inlined (a call is a tenth of this path).
+            buf = (_byte_arrays.get(nbytes) or _byte_array(nbytes)).from_address(t._data)
+            buf._hb_owner = t
+            out = _frombuffer(memoryview(buf).toreadonly() if t._readonly else buf, dt)
+            shape = t._shape
+            return out if len(shape) == 1 else out.reshape(shape)
+    if copy is not None and copy is not True and copy is not False:
+        check_copy(copy)
+    if device is not None and device not in ("cpu", CPU, (1, 0)):
+        raise UnsupportedError(f"NumPy arrays live on the CPU; device={device!r} is not possible")
+    if not t.is_dense:
+        raise UnsupportedError(
+            f"NumPy has no {t.descriptor.layout.name} arrays; densify the tensor first"
+        )
+    check_sizes(t.shape, (t.dtype.bits + 7) >> 3)
+    if not t.device.is_host_accessible:
+        if copy is False:
+            raise CopyRequiredError(f"a {t.device} tensor needs a copy to reach NumPy; copy=False")
+        # The producer copies to host on the consumer's behalf (dl_device=CPU); a
+        # producer that answers with device memory anyway is refused there.
+        return from_hurray(host_copy(t, "NumPy"), copy=False)
+    if t.dtype.is_subbyte and not t.descriptor.padded:
+        if copy is False:
+            raise CopyRequiredError(
+                f"packed {t.dtype.name} must be unpacked (NumPy stores one element per byte); "
+                "copy=False"
+            )
+        if copy is None:
+            warn_copy(_NAME, f"packed {t.dtype.name} unpacked to one element per byte")
+        return _unpacked(t)
+    dt = native_dtype(t.dtype)
+    shape = t.shape
+    if t.nbytes == 0:
+        # No allocation for an empty result; writable exactly when the source is.
+        out = np.ndarray(shape, dt, buffer=b"" if t.readonly else bytearray())
+        return out.copy() if copy else out
+    buf = t.memoryview()  # keeps t (and so the producer's memory) alive
+    isz = dt.itemsize
+    if t.strides is None:
+        out = np.ndarray(shape, dt, buffer=buf)
+    else:
+        offset = (t.data_ptr - t.buffers[0].ptr)
+        # A size-1 dimension's stride is never used: one beyond intp becomes 0.
+        out = np.ndarray(shape, dt, buffer=buf, offset=offset,
+                         strides=tuple(s * isz if d != 1 or abs(s * isz) <= _INTP_MAX else 0
+                                       for d, s in zip(shape, t.strides)))
+    if copy:
+        return out.copy()
+    return out
