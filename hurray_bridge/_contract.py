@@ -49,6 +49,10 @@ class Adapter(Protocol):
     HOLD_HOST_MEMORY: Callable[[Any], Any] | None
     """Called with an object before its host memory is shared, to keep that memory valid
     while it is (``None``: nothing to do)."""
+    DEFERRED_SAVE: Any
+    """How ``hb.save`` writes its objects when other processes hold their parts (a
+    ``hurray_bridge._deferred.DeferredSave``: the file is planned here, and each part is
+    written where it is computed), or ``None``: the saving process writes them itself."""
     fast_import: FastImport | None
     """The fast import of hb.convert's shortcuts, or None (hurray_bridge/_shortcuts.py)."""
     fast_export: FastExport | None

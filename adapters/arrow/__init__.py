@@ -38,9 +38,9 @@ from hurray_bridge.dtypes import DType, Kind, all_dtypes, bool_, native_types
 from hurray_bridge.errors import CopyRequiredError, UnsupportedError
 from hurray_bridge.tensor import CPU, Tensor, from_dlpack, host_copy
 
-__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
-           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
-           "special_kind", "to_hurray"]
+__all__ = ["DEFERRED_SAVE", "DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE",
+           "NAME", "dtype_of", "fast_export", "fast_import", "from_hurray", "native_dtype",
+           "native_dtypes", "special_kind", "to_hurray"]
 
 NAME = "arrow"
 """The target name: ``hb.convert(x, "arrow")``."""
@@ -52,6 +52,8 @@ LEGACY_EXPORTS_MUTABLE = False
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
+DEFERRED_SAVE = None
+"""Saves of its objects are written by the saving process (nothing deferred)."""
 HOLDS = frozenset({"dense", "sparse"})
 """Arrays, tensors and fixed-shape tensor arrays; sparse CSR/CSC/COO tensors (``.sparse``)."""
 DEVICES = frozenset({1})

@@ -38,9 +38,9 @@ from hurray_bridge.errors import (
 )
 from hurray_bridge.tensor import Device, Tensor, from_dlpack
 
-__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
-           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
-           "special_kind", "to_hurray"]
+__all__ = ["DEFERRED_SAVE", "DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE",
+           "NAME", "dtype_of", "fast_export", "fast_import", "from_hurray", "native_dtype",
+           "native_dtypes", "special_kind", "to_hurray"]
 
 NAME = "cupy"
 """The target name: ``hb.convert(x, "cupy")``."""
@@ -51,6 +51,8 @@ LEGACY_EXPORTS_MUTABLE = True
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
+DEFERRED_SAVE = None
+"""Saves of its objects are written by the saving process (nothing deferred)."""
 HOLDS = frozenset({"dense", "sparse"})
 """Dense arrays, and cupyx.scipy.sparse matrices (``.sparse``)."""
 DEVICES = frozenset({2, 10})

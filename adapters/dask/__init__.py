@@ -30,7 +30,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from hurray_bridge._copy_policy import check_copy, require_copy
 from hurray_bridge._deferred import FileTarget, Job, Run
-from hurray_bridge._registry import get_adapter
+from hurray_bridge import _host
 from hurray_bridge.container import file_stamp, mapped_file_origin, write_box
 from hurray_bridge.conversion import asarray
 from hurray_bridge.descriptor import Descriptor
@@ -38,32 +38,49 @@ from hurray_bridge.dtypes import DType
 from hurray_bridge.errors import FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Tensor
 
-__all__ = ["DEFERRED_SAVE", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "dtype_of",
-           "from_hurray", "native_dtype", "to_hurray", "view_chunks"]
+__all__ = ["DEFERRED_SAVE", "DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE",
+           "NAME", "dtype_of", "fast_export", "fast_import", "from_hurray", "native_dtype",
+           "native_dtypes", "special_kind", "to_hurray"]
 
 NAME = "dask"
+"""The target name: ``hb.convert(x, "dask")``."""
+HOLDS = frozenset({"dense", "sharded"})
+"""Dense Dask arrays; and a sharded tensor becomes one whose chunks are its boxes
+(``.shards``)."""
+DEVICES = frozenset({1})
+"""The host only (kDLCPU): the chunks are NumPy arrays."""
 LEGACY_EXPORTS_MUTABLE = False
 """Dask arrays export no DLPack capsule of their own; nothing to declare."""
 HOLD_HOST_MEMORY = None
 """Nothing to hold: a Dask array's chunks are NumPy arrays, which keep their memory."""
 
 
-def _numpy() -> Any:
-    # Dask's chunks are NumPy arrays: their types and views are NumPy's, through the
-    # core's registry (adapters do not import each other).
-    return get_adapter("numpy")
-
-
+# Dask's chunks are NumPy arrays: their types and views are the core's host path
+# (hurray_bridge._host), which every adapter shares for host memory.
 def native_dtype(dtype: DType) -> np.dtype:
     """The NumPy dtype of a Hurray element type: the dtype of the Dask array's chunks."""
-    out: np.dtype = _numpy().native_dtype(dtype)
-    return out
+    return _host.native_dtype(dtype)
+
+
+def native_dtypes() -> dict[DType, np.dtype]:
+    """Its element-type table: the host path's (a Dask array's chunks are NumPy arrays)."""
+    return _host.native_dtypes()
 
 
 def dtype_of(dt: np.dtype) -> DType:
     """The Hurray element type of a Dask array's dtype (a NumPy dtype)."""
-    out: DType = _numpy().dtype_of(np.dtype(dt))
-    return out
+    return _host.dtype_of(np.dtype(dt))
+
+
+def special_kind(obj: Any) -> str | None:
+    """None: a Dask object ``to_hurray`` refuses stays refused."""
+    return None
+
+
+fast_import = None
+"""No shortcut: converting a Dask array computes it, which only the full path does."""
+fast_export = None
+"""No shortcut: a Dask array is built from the tensor's memory by ``from_hurray``."""
 
 
 def _known_shape(x: Any, what: str) -> tuple[int, ...]:
@@ -105,7 +122,7 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
 
 
 # ------------------------------------------------------------------- from Hurray
-def view_chunks(arr: np.ndarray, chunks: Any = "auto") -> da.Array:
+def _view_chunks(arr: np.ndarray, chunks: Any = "auto") -> da.Array:
     """A Dask array whose chunks are views of ``arr`` (the graph holds the views)."""
     grid = da.core.normalize_chunks(chunks, arr.shape, dtype=arr.dtype)
     name = f"hurray-view-{secrets.token_hex(8)}"
@@ -164,8 +181,8 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None,
         src = _FileSlices(path, offset, t.shape, dt, stamp)
         return da.from_array(src, chunks=chunks, lock=False, asarray=False,
                              inline_array=True, meta=np.empty((0,) * t.ndim, dt))
-    arr = _numpy().from_hurray(t, copy=copy)
-    return view_chunks(arr, chunks)
+    arr = _host.from_hurray(t, copy=copy)
+    return _view_chunks(arr, chunks)
 
 
 # ------------------------------------------------------------- saves by the workers

@@ -19,7 +19,7 @@ import dask.array as da
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph
 
-from hurray_bridge._registry import get_adapter
+from hurray_bridge import _host
 from hurray_bridge.shards import Box, ShardedTensor
 from hurray_bridge.tensor import Tensor
 
@@ -60,7 +60,7 @@ def from_sharded(st: ShardedTensor, device: Any = None, copy: bool | None = None
     grid = grid_of(list(by_box), shape)
     if grid is None:
         return NotImplemented
-    to_numpy = get_adapter("numpy").from_hurray
+    to_numpy = _host.from_hurray
     starts = [np.cumsum((0, *c)).tolist()[:-1] for c in grid]
     name = f"hurray-shards-{secrets.token_hex(8)}"
     layer: dict[Any, Any] = {}

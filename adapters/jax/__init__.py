@@ -87,9 +87,9 @@ else:
 # replaced whole, so threads read a consistent pair.
 _raw_devices: dict[tuple[int, int], tuple[Any, Any]] = {}
 
-__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
-           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
-           "special_kind", "to_hurray"]
+__all__ = ["DEFERRED_SAVE", "DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE",
+           "NAME", "dtype_of", "fast_export", "fast_import", "from_hurray", "native_dtype",
+           "native_dtypes", "special_kind", "to_hurray"]
 
 NAME = "jax"
 """The target name: ``hb.convert(x, "jax")``."""
@@ -101,6 +101,8 @@ LEGACY_EXPORTS_MUTABLE = False
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
+DEFERRED_SAVE = None
+"""Saves of its objects are written by the saving process (nothing deferred)."""
 HOLDS = frozenset({"dense", "sparse", "sharded"})
 """Dense arrays, BCOO/BCSR arrays (``.sparse``) and arrays sharded over devices (``.shards``)."""
 DEVICES = frozenset({1, 2, 10})

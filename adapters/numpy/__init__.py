@@ -19,9 +19,9 @@ from typing import Any
 from hurray_bridge import _host, _subbyte
 from hurray_bridge._host import dtype_of, from_hurray, native_dtype, native_dtypes, to_hurray
 
-__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
-           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
-           "special_kind", "to_hurray"]
+__all__ = ["DEFERRED_SAVE", "DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE",
+           "NAME", "dtype_of", "fast_export", "fast_import", "from_hurray", "native_dtype",
+           "native_dtypes", "special_kind", "to_hurray"]
 
 NAME = "numpy"
 """The target name: ``hb.convert(x, "numpy")``."""
@@ -37,6 +37,8 @@ LEGACY_EXPORTS_MUTABLE = True
 says why); the core reads a legacy capsule as read-only unless its adapter says so."""
 HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
+DEFERRED_SAVE = None
+"""Saves of its objects are written by the saving process (nothing deferred)."""
 
 
 def special_kind(obj: Any) -> str | None:

@@ -32,9 +32,9 @@ from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
 from hurray_bridge.tensor import CPU, Device, Tensor, from_dlpack
 
-__all__ = ["DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE", "NAME", "dtype_of",
-           "fast_export", "fast_import", "from_hurray", "native_dtype", "native_dtypes",
-           "special_kind", "to_hurray"]
+__all__ = ["DEFERRED_SAVE", "DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE",
+           "NAME", "dtype_of", "fast_export", "fast_import", "from_hurray", "native_dtype",
+           "native_dtypes", "special_kind", "to_hurray"]
 
 NAME = "torch"
 """The target name: ``hb.convert(x, "torch")``."""
@@ -189,6 +189,8 @@ def hold_storage(x: torch.Tensor) -> Any:
 HOLD_HOST_MEMORY = hold_storage
 """Called with a CPU tensor before ``hb.from_dlpack`` shares its memory: :func:`hold_storage`
 (torch's ``resize_`` would otherwise free the memory under the export)."""
+DEFERRED_SAVE = None
+"""Saves of its objects are written by the saving process (nothing deferred)."""
 HOLDS = frozenset({"dense", "sparse", "quantized", "sharded"})
 """Dense tensors, sparse layouts, quantized tensors (``.quant``) and DTensors (``.shards``)."""
 DEVICES = frozenset({1, GPU_DEVICE_TYPE})
