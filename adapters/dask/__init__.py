@@ -28,9 +28,9 @@ import dask.array as da
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph
 
+from hurray_bridge import _host
 from hurray_bridge._copy_policy import check_copy, require_copy
 from hurray_bridge._deferred import FileTarget, Job, Run
-from hurray_bridge import _host
 from hurray_bridge.container import file_stamp, mapped_file_origin, write_box
 from hurray_bridge.conversion import asarray
 from hurray_bridge.descriptor import Descriptor
