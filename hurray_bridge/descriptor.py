@@ -746,8 +746,8 @@ class Descriptor(_BufferTableCache):
 
 # The binary codec lives in wire.py, which builds descriptors and so sits above this
 # module. The dependency of to_bytes/from_bytes on it is inverted, in the open: wire.py
-# calls install_codec() when it is imported, and the package imports wire.py (through
-# container) before any caller can reach a Descriptor.
+# calls install_codec() when it is imported, and the package's __init__ imports wire.py
+# before any caller can reach a Descriptor.
 class _Codec:
     """wire.encode and wire.decode, once wire.py has installed them."""
 
