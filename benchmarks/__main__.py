@@ -12,7 +12,7 @@ import sys
 import time
 
 SUITES = ("handoff", "size", "statedict", "codec", "c_decoder", "files", "convert", "peers",
-          "shards")
+          "shards", "many_tensors")
 
 
 def _machine() -> dict[str, object]:
