@@ -19,7 +19,7 @@ import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import _safetensors_header, container, safetensors_io
-from hurray_bridge.descriptor import Descriptor
+from hurray_bridge.descriptor import Descriptor, dense_descriptor
 
 np = pytest.importorskip("numpy")
 
@@ -96,6 +96,7 @@ def test_a_safetensors_load_builds_each_descriptor_once(tmp_path: pathlib.Path,
     path = tmp_path / "d.safetensors"
     safetensors_io.save(path, sd, fsync=False)
     _safetensors_header._descriptor.cache_clear()
+    dense_descriptor.cache_clear()
     built = 0
     init = Descriptor.__post_init__
 
@@ -190,3 +191,25 @@ def test_a_loaded_file_holds_few_objects_per_tensor(tmp_path: pathlib.Path, fmt:
     per_tensor = (len(gc.get_objects()) - before) / len(loaded)
     assert len(loaded) == len(sd)
     assert per_tensor <= 4, per_tensor
+
+
+@pytest.mark.parametrize("fmt", ["hurray", "safetensors"])
+def test_a_save_builds_a_descriptor_per_shape_and_type_not_per_tensor(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    sd = _state_dict(3_000)  # 5 shapes, one type
+    dense_descriptor.cache_clear()
+    built = 0
+    init = Descriptor.__post_init__
+
+    def counting(self: Descriptor) -> None:
+        nonlocal built
+        built += 1
+        init(self)
+
+    monkeypatch.setattr(Descriptor, "__post_init__", counting)
+    (hb.save if fmt == "hurray" else safetensors_io.save)(tmp_path / f"s.{fmt}", sd,
+                                                            fsync=False)
+    monkeypatch.undo()
+    assert built <= 5
+    back = hb.load(tmp_path / f"s.{fmt}")
+    assert all(back[k].shape == v.shape for k, v in sd.items())
