@@ -12,7 +12,8 @@ import sys
 import time
 
 SUITES = ("handoff", "size", "statedict", "codec", "c_decoder", "files", "convert", "peers",
-          "shards", "flight", "checkpoint_dir", "arrow_capsule", "jax_restore", "dcp")
+          "shards", "flight", "checkpoint_dir", "arrow_capsule", "jax_restore", "dcp",
+          "many_tensors")
 
 
 def _machine() -> dict[str, object]:

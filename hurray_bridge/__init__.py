@@ -6,51 +6,10 @@ imported by their adapters, and only when a conversion needs them.
 
 from __future__ import annotations
 
-from . import (
-    _source_tree,  # noqa: F401  (first: lets a source checkout find adapters/)
-    checkpoint_dir,  # noqa: F401  (hb.load of a folder or an index reads through it)
-    dtypes,
-    quant,
-    shards,
-    shm,
-    sparse,
-    stream,
-)
-from ._exchange import front as _import_front
-from ._registry import get_adapter
-from .container import dumps, load, loads, save
-from .conversion import asarray as _asarray
-from .conversion import convert
-from .descriptor import DYNAMIC, MAX_RANK, BufferSpec, Descriptor, Quantization, Shard, Sparse
-from .dtypes import (
-    DType,
-    bfloat16,
-    bool8,
-    complex64,
-    complex128,
-    float4_e2m1fn,
-    float8_e4m3fn,
-    float8_e4m3fnuz,
-    float8_e5m2,
-    float8_e5m2fnuz,
-    float8_e8m0fnu,
-    float16,
-    float32,
-    float64,
-    int2,
-    int4,
-    int8,
-    int16,
-    int32,
-    int64,
-    uint2,
-    uint4,
-    uint8,
-    uint16,
-    uint32,
-    uint64,
-)
-from .dtypes import bool_ as bool
+from typing import TYPE_CHECKING, Any
+
+from . import _source_tree  # noqa: F401  (first: lets a source checkout find adapters/)
+from . import wire as _wire  # noqa: F401  (installs Descriptor.to_bytes/from_bytes' codec)
 from .errors import (
     BackendNotAvailableError,
     ClosedFileError,
@@ -63,16 +22,59 @@ from .errors import (
     TransportError,
     UnsupportedError,
 )
-from .layout import BufferRole, Flags, Layout, QuantScheme
-from .quant import dequantize, pack_subbyte, quantize, unpack_subbyte
-from .shards import Box, ShardedTensor, assemble, grid_boxes, split
-from .sparse import densify
-from .stream import StreamReader, StreamWriter
-from .tensor import CPU, Buffer, Device, Tensor, from_dlpack
 
-# hb.asarray: the tensors of a type an adapter registered with the compiled import
-# (torch's) are read in C, everything else by conversion.asarray (see _exchange.py).
-asarray = _import_front(_asarray, positional_copy=True, name="asarray")
+# Every other public name is imported on first use (PEP 562's module __getattr__): the
+# command line (``hurray --version``, ``hurray inspect``) and a program that needs one
+# part do not pay for the import of all of them. Type checkers read the imports below.
+if TYPE_CHECKING:
+    from . import dtypes, quant, shards, shm, sparse, stream
+    from ._registry import get_adapter
+    from .container import dumps, load, loads, save
+    from .conversion import asarray, convert
+    from .descriptor import (
+        DYNAMIC,
+        MAX_RANK,
+        BufferSpec,
+        Descriptor,
+        Quantization,
+        Shard,
+        Sparse,
+    )
+    from .dtypes import (
+        DType,
+        bfloat16,
+        bool8,
+        complex64,
+        complex128,
+        float4_e2m1fn,
+        float8_e4m3fn,
+        float8_e4m3fnuz,
+        float8_e5m2,
+        float8_e5m2fnuz,
+        float8_e8m0fnu,
+        float16,
+        float32,
+        float64,
+        int2,
+        int4,
+        int8,
+        int16,
+        int32,
+        int64,
+        uint2,
+        uint4,
+        uint8,
+        uint16,
+        uint32,
+        uint64,
+    )
+    from .dtypes import bool_ as bool
+    from .layout import BufferRole, Flags, Layout, QuantScheme
+    from .quant import dequantize, pack_subbyte, quantize, unpack_subbyte
+    from .shards import Box, ShardedTensor, assemble, grid_boxes, split
+    from .sparse import densify
+    from .stream import StreamReader, StreamWriter
+    from .tensor import CPU, Buffer, Device, Tensor, from_dlpack
 
 __version__ = "0.1.0"
 
@@ -162,3 +164,53 @@ __all__ = [
 
 def __dir__() -> list[str]:
     return __all__
+
+
+# name -> (module, attribute in it; None: the module itself)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    **{m: (m, None) for m in ("dtypes", "quant", "shards", "shm", "sparse", "stream")},
+    "get_adapter": ("_registry", "get_adapter"),
+    **{n: ("container", n) for n in ("dumps", "load", "loads", "save")},
+    "convert": ("conversion", "convert"),
+    **{n: ("descriptor", n) for n in ("DYNAMIC", "MAX_RANK", "BufferSpec", "Descriptor",
+                                       "Quantization", "Shard", "Sparse")},
+    **{n: ("dtypes", n) for n in (
+        "DType", "bfloat16", "bool8", "complex64", "complex128", "float4_e2m1fn",
+        "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+        "float8_e8m0fnu", "float16", "float32", "float64", "int2", "int4", "int8", "int16",
+        "int32", "int64", "uint2", "uint4", "uint8", "uint16", "uint32", "uint64")},
+    "bool": ("dtypes", "bool_"),
+    **{n: ("layout", n) for n in ("BufferRole", "Flags", "Layout", "QuantScheme")},
+    **{n: ("quant", n) for n in ("dequantize", "pack_subbyte", "quantize", "unpack_subbyte")},
+    **{n: ("shards", n) for n in ("Box", "ShardedTensor", "assemble", "grid_boxes", "split")},
+    "densify": ("sparse", "densify"),
+    **{n: ("stream", n) for n in ("StreamReader", "StreamWriter")},
+    **{n: ("tensor", n) for n in ("CPU", "Buffer", "Device", "Tensor", "from_dlpack")},
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported on first use (and then held here, so asked once)."""
+    import importlib
+
+    if name == "asarray":
+        from ._exchange import front
+        from .conversion import asarray
+
+        # hb.asarray: the tensors of a type an adapter registered with the compiled import
+        # (torch's) are read in C, everything else by conversion.asarray (_exchange.py).
+        value: Any = front(asarray, positional_copy=True, name="asarray")
+    elif name in _LAZY:
+        module, attr = _LAZY[name]
+        value = importlib.import_module(f"{__name__}.{module}")
+        if module == "container":
+            # hb.load of a folder or a checkpoint index reads through checkpoint_dir, which
+            # adds its reader to container's list as it is imported (container cannot import
+            # it: checkpoint_dir imports container).
+            importlib.import_module(f"{__name__}.checkpoint_dir")
+        if attr is not None:
+            value = getattr(value, attr)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value

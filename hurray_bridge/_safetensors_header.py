@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from ._disk import checkpoint
-from .descriptor import DYNAMIC, MAX_RANK, Descriptor
+from .descriptor import DYNAMIC, MAX_RANK, Descriptor, dense_descriptor
 from .dtypes import DType, all_dtypes
 from .errors import FormatError, UnsupportedError
 
@@ -317,7 +317,7 @@ _CHECKS = {"dtype": _check_dtype, "shape": _check_shape, "data_offsets": _check_
 def _descriptor(shape: tuple[int, ...], st: str) -> tuple[Descriptor, int]:
     """The descriptor of a dense tensor of safetensors type ``st`` and its byte count (many
     entries share one: a cache keyed by strings and ints, which hash fast)."""
-    d = Descriptor(shape, _by_name()[st])
+    d = dense_descriptor(shape, _by_name()[st])
     ((_, nbytes),) = d.buffer_layout()  # a dense tensor's one buffer: d.nbytes
     return d, nbytes
 

@@ -53,13 +53,13 @@ from ._disk import (
     interruptible,
     stale_temporaries,
 )
+from ._gc import collection_paused
 from ._memory import alloc_aligned, buffer_address
 from ._pread import read_all
 from ._registry import deferred_save
 from ._safetensors_header import (
     looks_like_safetensors,
     read_header_and_descriptors,
-    read_header_from,
 )
 from ._trailing import high_bits, placed_pieces, set_trailing_bits, written_pieces
 from .conversion import asarray, asarray_one
@@ -1009,7 +1009,8 @@ def _load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> Tensor
         f.seek(0)
         if head[:4] != MAGIC and looks_like_safetensors(head):
             return _load_safetensors(f, os.fspath(path), mmap=mmap, verify=verify)
-        h, entries, meta = _read_head(f)
+        with collection_paused():
+            h, entries, meta = _read_head(f)
         if not mmap:
             tensors = _read_tensors(f, entries, h.data_offset, h if verify else None)
             return TensorFile(tensors, meta, BUFFER_ALIGNMENT)
@@ -1020,7 +1021,8 @@ def _load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> Tensor
                          (lambda view: _verify_data(view, h, entries)) if verify else None)
     # A page-aligned map: every buffer is aligned as the file says.
     alignment = _pow2_alignment(owner.address + h.data_offset, h.alignment)
-    tensors = _tensors_over(entries, owner.address + h.data_offset, owner, True)
+    with collection_paused():
+        tensors = _tensors_over(entries, owner.address + h.data_offset, owner, True)
     return TensorFile(tensors, meta, alignment)
 
 
@@ -1036,10 +1038,13 @@ def _load_safetensors(f: Any, path: str, *, mmap: bool = True,
     """
     if sys.byteorder != "little":
         raise UnsupportedError("safetensors is little-endian; this host is big-endian")
-    idx = read_header_from(f)
-    entries = [EntryInfo(i, e.name, e.descriptor,
-                         (BufferEntry(BufferRole.DATA, e.begin, e.end - e.begin),), None)
-               for i, e in enumerate(idx.entries)]
+    # The descriptors the header was checked by (e.descriptor would build each again).
+    with collection_paused():
+        idx, descriptors = read_header_and_descriptors(f)
+        data = BufferRole.DATA
+        entries = [EntryInfo(i, e.name, d, (BufferEntry(data, e.begin, e.end - e.begin),),
+                             None)
+                   for i, (e, d) in enumerate(zip(idx.entries, descriptors, strict=True))]
     if not mmap:
         return TensorFile(_read_tensors(f, entries, idx.data_start),
                           dict(idx.metadata), BUFFER_ALIGNMENT)
@@ -1064,7 +1069,9 @@ def _load_safetensors(f: Any, path: str, *, mmap: bool = True,
             f"{len(idx.entries)} tensors are not {BUFFER_ALIGNMENT}-byte aligned, and each of "
             f"those is copied too; `hurray convert {shlex.quote(path)} {out}` (or hb.save of "
             f"the loaded file to a .hurray path) aligns them all, once")
-    return TensorFile(_tensors_over(entries, base, owner, True), dict(idx.metadata), alignment)
+    with collection_paused():
+        tensors = _tensors_over(entries, base, owner, True)
+    return TensorFile(tensors, dict(idx.metadata), alignment)
 
 
 def loads(buffer: Any, *, copy: bool | None = None, verify: bool = False) -> TensorFile:
@@ -1562,6 +1569,23 @@ def _start_writeback() -> Callable[[int, int, int], object] | None:
     return lambda fd, offset, length: fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
 
 
+_CHUNK_ALIGN = 2 << 20  # a huge page: where the chunks of a large write begin and end
+
+
+def _chunk_length(at: int, n: int, cap: int) -> int:
+    """How much of ``n`` bytes written at file offset ``at`` the next chunk of a writer with
+    ``cap``-byte buffers takes: a chunk cut short of the end ends on a multiple of
+    ``_CHUNK_ALIGN`` (with buffers at least that large).
+
+    Writes that begin and end at huge-page boundaries let the page cache hold the file in
+    large pages; 4 MiB chunks cut anywhere left it in small ones, and reading the file
+    back through a memory map then took three times the page faults.
+    """
+    if cap < _CHUNK_ALIGN:
+        return min(n, cap)
+    return min(n, (at + cap) // _CHUNK_ALIGN * _CHUNK_ALIGN - at)
+
+
 class _Chunk(NamedTuple):
     data: memoryview | bytes
     read: Future[None] | None  # the read that fills ``data`` from a file region, if any
@@ -1645,6 +1669,10 @@ class _DataWriter:
         # small tensors would otherwise cost two system calls and a chunk's work each.
         self.gathers = self.reader is None and WRITES_VECTORS
         self.gather: _Gather | None = None
+        # Likewise small pieces in memory, and the padding between them, wait here and are
+        # written in one call (never while a gather is pending: each flushes the other).
+        self.vectors: list[memoryview | bytes] = []
+        self.vector_bytes = 0
 
     def __enter__(self) -> _DataWriter:
         return self
@@ -1669,17 +1697,23 @@ class _DataWriter:
         self.end = at
         if a == b:
             return
-        if self.gather is not None and b - a <= len(_ZERO_PAD):
-            # Between two regions read at once, written with them: a view of the one
-            # zero buffer, so a gather's padding takes no memory (a longer run ends it).
-            self.gather.ops.append((-1, b - a, None))
-            return
+        if b - a <= len(_ZERO_PAD):
+            # Between two regions read at once, or pieces written at once, written with
+            # them: a view of the one zero buffer, so padding takes no memory (a longer
+            # run ends it).
+            if self.gather is not None:
+                self.gather.ops.append((-1, b - a, None))
+                return
+            if self.gathers:
+                self._vector(_ZERO_PAD[:b - a])
+                return
         self._flush_gather()
         self._queue(_Chunk(bytes(b - a), None, True))
 
     def put(self, src: _Piece, slot: int | None) -> None:
         n = len(src)
         a, b = self._window(n)
+        at = self.end + a  # the file offset of the first byte written
         self.end += n
         if a == b:
             return  # (an empty buffer's offset means nothing: it is never read)
@@ -1688,14 +1722,23 @@ class _DataWriter:
         if isinstance(src, _Region):
             if not (self.gathers and self._gathered(src, slot)):
                 self._flush_gather()
-                self._through(src, slot, write=True)
+                self._through(src, slot, write=True, at=at)
+            return
+        if self.gathers and len(src) < self.buffer_size:
+            if self.gather is not None:
+                self._flush_gather()
+            if slot is not None:
+                self._sum(slot, src, None, None)
+            self._vector(src)
             return
         self._flush_gather()
-        for k in range(0, len(src), _CHUNK):
-            chunk = src[k:k + _CHUNK]
+        k = 0
+        while k < len(src):
+            chunk = src[k:k + _chunk_length(at + k, len(src) - k, self.buffer_size)]
             if slot is not None:
                 self._sum(slot, chunk, None, None)
             self._queue(_Chunk(chunk, None, True))
+            k += len(chunk)
 
     def checksum(self, src: _Region, slot: int) -> None:
         if not src.length or (self.clip and not self.base <= self.end < self.base + self.total):
@@ -1769,13 +1812,33 @@ class _DataWriter:
             self._flush_gather()
             g = None
         if g is None:
+            if self.vectors:
+                self._flush_vectors()
             g = self.gather = _Gather(src.fd, src.offset)
         g.ops.append((src.offset - g.start, n, slot))
         g.end = src.offset + n
         return True
 
+    def _vector(self, piece: memoryview | bytes) -> None:
+        self.vectors.append(piece)
+        self.vector_bytes += len(piece)
+        if self.vector_bytes >= self.buffer_size or len(self.vectors) >= _GATHER_OPS:
+            self._flush_vectors()
+
+    def _flush_vectors(self) -> None:
+        views, self.vectors = self.vectors, []
+        total, self.vector_bytes = self.vector_bytes, 0
+        if self.stop is not None and self.stop.is_set():
+            raise _Stopped
+        _write_vectors(self.fd, cast(list[memoryview], views),
+                       self.pos if self.positional else None)
+        self._advance(total)
+
     def _flush_gather(self) -> None:
-        """Read the pending gather's span in one call, sum its regions, write it in one."""
+        """Write what waits: the pending gather (its span read in one call, its regions
+        summed, written in one) or the pending pieces in memory (written in one)."""
+        if self.vectors:
+            self._flush_vectors()
         g, self.gather = self.gather, None
         if g is None:
             return
@@ -1797,11 +1860,12 @@ class _DataWriter:
         _write_vectors(self.fd, views, self.pos if self.positional else None)
         self._advance(total)
 
-    def _through(self, src: _Region, slot: int | None, *, write: bool) -> None:
+    def _through(self, src: _Region, slot: int | None, *, write: bool,
+                 at: int = 0) -> None:
         off, end = src.offset, src.offset + src.length
         while off < end:
             j, buf = self._buffer()
-            view = buf[:min(len(buf), end - off)]
+            view = buf[:_chunk_length(at + off - src.offset, end - off, len(buf))]
             read = None
             if self.reader is None:
                 _pread_into(src.fd, view, off)
@@ -1843,9 +1907,10 @@ def _split_point(items: Sequence[_Item], base: int, total: int) -> tuple[int, in
         k = min(range(1, len(items)), key=lambda j: abs(items[j][0] - middle))
         if abs(items[k][0] - middle) <= total / 4:
             return k, k, items[k][0]
-    mid = middle - middle % 4096  # (the halves meet at a page where one lies between)
-    if mid <= base:
-        mid = middle
+    # The halves meet at a huge page where one lies between (see _chunk_length), else at
+    # a page, else anywhere.
+    mid = next((m for m in (middle - middle % _CHUNK_ALIGN, middle - middle % 4096, middle)
+                if m > base), middle)
     if not base < mid < base + total:
         return None  # fewer than two bytes
     return _cut_at(items, mid)
@@ -1972,11 +2037,12 @@ def _write_plan(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool,
                     out.put(src, i if slots else None)
         return feed
 
-    for i, e in enumerate(plan.entries):
-        items.append((end, feeder(i, e)))
-        for src, off in zip(e.sources, e.offsets, strict=True):
-            if len(src):
-                end = plan.data_offset + off + len(src)
+    with collection_paused():
+        for i, e in enumerate(plan.entries):
+            items.append((end, feeder(i, e)))
+            for src, off in zip(e.sources, e.offsets, strict=True):
+                if len(src):
+                    end = plan.data_offset + off + len(src)
     with atomic_output(path, fsync=fsync) as fd:
         # The data first, checksummed as it goes; the head, which holds the
         # checksums, last. Its size is known in advance, so one pass suffices.
@@ -2273,7 +2339,8 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
     permission bits are kept. See :func:`atomic_output`.
     """
     check_suffix(_fspath(path, "path"), "hurray")
-    plan = _plan_tensors(mapping, metadata, alignment, checksums, defer=True)
+    with collection_paused():
+        plan = _plan_tensors(mapping, metadata, alignment, checksums, defer=True)
     if plan.deferred:
         _write_deferred(path, plan, fsync=fsync)
     else:
@@ -2283,4 +2350,6 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
 def dumps(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None = None, *,
           alignment: int = BUFFER_ALIGNMENT, checksums: bool = True) -> bytes:
     """The bytes :func:`save` would write, as a ``bytes`` object."""
-    return _serialise(_plan_tensors(mapping, metadata, alignment, checksums))
+    with collection_paused():
+        plan = _plan_tensors(mapping, metadata, alignment, checksums)
+    return _serialise(plan)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NamedTuple, NoReturn
 
 from .dtypes import DType, Kind, dtype_from_name
@@ -744,10 +745,18 @@ class Descriptor(_BufferTableCache):
         return f"Descriptor({', '.join(parts)})"
 
 
+@lru_cache(maxsize=4096)
+def dense_descriptor(shape: tuple[int, ...], dtype: DType, padded: bool = False) -> Descriptor:
+    """The row-major descriptor of ``shape`` and ``dtype``, built and checked once per
+    combination: descriptors are immutable, and the tensors of a checkpoint share a few
+    shapes and types, so each of its tensors need not build and check its own."""
+    return Descriptor(shape, dtype, padded=padded)
+
+
 # The binary codec lives in wire.py, which builds descriptors and so sits above this
 # module. The dependency of to_bytes/from_bytes on it is inverted, in the open: wire.py
-# calls install_codec() when it is imported, and the package imports wire.py (through
-# container) before any caller can reach a Descriptor.
+# calls install_codec() when it is imported, and the package's __init__ imports wire.py
+# before any caller can reach a Descriptor.
 class _Codec:
     """wire.encode and wire.decode, once wire.py has installed them."""
 

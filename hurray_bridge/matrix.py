@@ -31,7 +31,6 @@ from typing import Any
 
 from ._numpy import numpy
 from ._registry import ADAPTERS, get_adapter
-from .conversion import asarray, asarray_one, convert
 from .dtypes import DType, all_dtypes
 from .errors import (
     BackendNotAvailableError,
@@ -40,7 +39,6 @@ from .errors import (
     HurrayError,
     UnsupportedError,
 )
-from .tensor import canonical_bytes
 
 __all__ = ["FORMATS", "Cell", "Report", "available_frameworks", "build_report",
            "cells_as_dicts", "format_report", "reason_groups", "run_matrix"]
@@ -146,6 +144,9 @@ def _placed(a: Any, offset: int) -> Any:
 
 def _logical_bytes(obj: Any) -> bytes:
     """The values of ``obj``, comparable across packed/padded forms (b"" off the host)."""
+    from .conversion import asarray_one
+    from .tensor import canonical_bytes
+
     t = asarray_one(obj, what="a matrix cell")
     return canonical_bytes(t) if t.device.is_host_accessible else b""
 
@@ -162,6 +163,8 @@ def _measure(fn: Any, repeat: int) -> float:
 
 def _probe(x: Any, dst: str, repeat: int) -> tuple[str, str, float | None]:
     """(outcome, detail, median microseconds) of handing ``x`` to ``dst``."""
+    from .conversion import asarray_one, convert
+
     try:
         before = asarray_one(x, what="a matrix cell").data_ptr
         with warnings.catch_warnings(record=True) as caught:
@@ -184,6 +187,10 @@ def _probe(x: Any, dst: str, repeat: int) -> tuple[str, str, float | None]:
 
 
 def _cell(src: str, dst: str, dtype: DType, n: int, repeat: int) -> Cell:
+    # (imported here: ``hurray --help`` and ``--version`` read this module's FORMATS, and
+    # start faster without the conversion machinery)
+    from .conversion import asarray, convert
+
     placed = src == "numpy" and dtype.bits != 1
     try:
         base = _sample(dtype, n)

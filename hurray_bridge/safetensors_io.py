@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ._disk import _fspath, _open_regular, _write_all, atomic_output, check_suffix
+from ._gc import collection_paused
 from ._safetensors_header import LENGTH as _LEN
 from ._safetensors_header import MAX_HEADER_SIZE, SafetensorsEntry, SafetensorsIndex, parse_header
 from ._safetensors_header import METADATA_KEY as _METADATA_KEY
@@ -246,12 +247,13 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
                                f"{type(mapping).__name__}")
     _encode_metadata(metadata)  # the same rules as a Hurray file's metadata
     tensors = {}
-    for name, value in mapping.items():
-        if not isinstance(name, str):
-            raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
-                                   f"{name!r}")
-        tensors[name] = _host_tensor(name, value)
-    outs = [_out_of(name, t) for name, t in tensors.items()]
+    with collection_paused():
+        for name, value in mapping.items():
+            if not isinstance(name, str):
+                raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
+                                       f"{name!r}")
+            tensors[name] = _host_tensor(name, value)
+        outs = [_out_of(name, t) for name, t in tensors.items()]
     return _write_safetensors(target, outs, metadata, fsync=fsync, progress=progress)
 
 
@@ -268,15 +270,16 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
     if metadata:
         header[_METADATA_KEY] = dict(metadata)
     pos = 0
-    for o in outs:
-        if o.dtype == "BOOL":  # row-major here: every byte written is an element
-            for piece, _slot, written in o.pieces:
-                if written:
-                    check_bool8_bytes(piece, o.name)
-        header[o.name] = {"dtype": o.dtype, "shape": o.shape,
-                          "data_offsets": [pos, pos + o.nbytes]}
-        pos += o.nbytes
-    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    with collection_paused():
+        for o in outs:
+            if o.dtype == "BOOL":  # row-major here: every byte written is an element
+                for piece, _slot, written in o.pieces:
+                    if written:
+                        check_bool8_bytes(piece, o.name)
+            header[o.name] = {"dtype": o.dtype, "shape": o.shape,
+                              "data_offsets": [pos, pos + o.nbytes]}
+            pos += o.nbytes
+        raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # safetensors pads its header with spaces to 8 bytes
     if len(raw) > MAX_HEADER_SIZE:
         raise UnsupportedError(f"the safetensors header would be {len(raw)} bytes, over the "
@@ -294,9 +297,10 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
         return feed
 
     items, at = [], len(head)
-    for o in outs:
-        items.append((at, feeder(o)))
-        at += o.nbytes
+    with collection_paused():
+        for o in outs:
+            items.append((at, feeder(o)))
+            at += o.nbytes
     with atomic_output(dst, fsync=fsync) as fd:
         _write_all(fd, head)
         crcs = _write_data(fd, len(head), pos, slots, items, durable=fsync, progress=progress)

@@ -25,7 +25,7 @@ from ._dlpack import (
     DLDeviceType,
 )
 from ._memory import alloc_aligned, host_view
-from .descriptor import Descriptor, compact_strides, form_name
+from .descriptor import Descriptor, compact_strides, dense_descriptor, form_name
 from .dtypes import DType, dtype_from_dlpack
 from .errors import CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
@@ -245,10 +245,11 @@ class Tensor:
     @property
     def descriptor(self) -> Descriptor:
         if self._desc is None:
-            layout = Layout.ROW_MAJOR if self._strides is None else Layout.STRIDED
-            self._desc = Descriptor(
-                self._shape, self._dtype, layout, self._strides, padded=self._padded
-            )
+            if self._strides is None:
+                self._desc = dense_descriptor(self._shape, self._dtype, self._padded)
+            else:
+                self._desc = Descriptor(self._shape, self._dtype, Layout.STRIDED,
+                                        self._strides, padded=self._padded)
         return self._desc
 
     @property

@@ -1,0 +1,215 @@
+"""Checkpoints of many small tensors cost what their bytes cost: counts, not timings.
+
+The work per tensor is held to what it needs: no automatic garbage collection
+while a save or load builds its per-tensor objects (each full collection walks
+the whole heap), each descriptor of a safetensors file built once, and the
+bytes of many small tensors written in a few system calls. Large writes are cut
+at huge-page boundaries of the file. Timings are in benchmarks/many_tensors.py.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import hurray_bridge as hb
+from hurray_bridge import _safetensors_header, container, safetensors_io
+from hurray_bridge.descriptor import Descriptor, dense_descriptor
+
+np = pytest.importorskip("numpy")
+
+N = 5_000
+
+
+def _state_dict(n: int) -> dict[str, Any]:
+    return {f"layers.{i}.p": np.full((i % 5 + 1, 3), i, np.float32) for i in range(n)}
+
+
+@pytest.fixture
+def collections() -> Iterator[list[int]]:
+    """The generation of every garbage collection that starts while the test runs
+    (with the default thresholds, so the count means what it does in a program)."""
+    started: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    old = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    gc.collect()
+    gc.callbacks.append(note)
+    try:
+        yield started
+    finally:
+        gc.callbacks.remove(note)
+        gc.set_threshold(*old)
+
+
+@pytest.mark.parametrize("fmt", ["hurray", "safetensors"])
+def test_save_and_load_of_many_tensors_start_almost_no_collection(
+        tmp_path: pathlib.Path, collections: list[int], fmt: str) -> None:
+    # Each tensor leaves a dozen or more live objects: unpaused, the save of N tensors
+    # started ~N/50 young collections and some full ones (about 270 and 2 at 10,000).
+    sd = _state_dict(N)
+    path = tmp_path / f"m.{fmt}"
+    save = hb.save if fmt == "hurray" else safetensors_io.save
+    before = len(collections)  # (making the tensors started some)
+    save(path, sd, fsync=False)
+    saved = len(collections)
+    loaded = hb.load(path)
+    loading = len(collections)
+    assert len(loaded) == N
+    assert np.array_equal(hb.convert(loaded[f"layers.{N - 1}.p"], "numpy"),
+                          sd[f"layers.{N - 1}.p"])
+    assert saved - before <= 3, collections[before:]
+    assert loading - saved <= 3, collections[saved:]
+    assert gc.isenabled()
+
+
+def test_collection_stays_as_the_caller_left_it(tmp_path: pathlib.Path) -> None:
+    sd = _state_dict(10)
+    gc.disable()
+    try:
+        hb.save(tmp_path / "a.hurray", sd, fsync=False)
+        hb.load(tmp_path / "a.hurray")
+        assert not gc.isenabled()  # off stays off
+    finally:
+        gc.enable()
+    with pytest.raises(hb.UnsupportedError):  # a refusal while planning, collection paused
+        hb.save(tmp_path / "b.hurray", {**sd, "bad": object()})
+    with pytest.raises(hb.UnsupportedError):
+        safetensors_io.save(tmp_path / "b.safetensors", {**sd, "bad": object()})
+    assert gc.isenabled()  # on is back on, after an error too
+
+
+def test_a_safetensors_load_builds_each_descriptor_once(tmp_path: pathlib.Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    n = 300
+    # Distinct shapes: the header's cache of descriptors by (shape, type) never hits.
+    sd = {f"t{i}": np.zeros((i + 1,), np.float32) for i in range(n)}
+    path = tmp_path / "d.safetensors"
+    safetensors_io.save(path, sd, fsync=False)
+    _safetensors_header._descriptor.cache_clear()
+    dense_descriptor.cache_clear()
+    built = 0
+    init = Descriptor.__post_init__
+
+    def counting(self: Descriptor) -> None:
+        nonlocal built
+        built += 1
+        init(self)
+
+    monkeypatch.setattr(Descriptor, "__post_init__", counting)
+    out = hb.load(path)
+    assert {k: v.shape for k, v in out.items()} == {k: v.shape for k, v in sd.items()}
+    assert built == n
+
+
+def test_many_small_tensors_are_written_in_few_calls(tmp_path: pathlib.Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    sd = _state_dict(2_000)
+    calls: list[str] = []
+    for name in ("write", "writev", "pwrite", "pwritev"):
+        real = getattr(os, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(container.os, name, counted)
+    hb.save(tmp_path / "w.hurray", sd, fsync=False)
+    hurray_calls = len(calls)
+    safetensors_io.save(tmp_path / "w.safetensors", sd, fsync=False)
+    monkeypatch.undo()
+    # ~100 KiB of data in 2,000 pieces and their padding: batches of up to 1,024 views,
+    # and the head (one call each unpaused: 2,000 or more)
+    assert hurray_calls <= 8, calls
+    assert len(calls) - hurray_calls <= 8, calls
+    back = hb.load(tmp_path / "w.hurray", verify=True)  # the checksums cover what was written
+    again = hb.load(tmp_path / "w.safetensors")
+    for k, v in sd.items():
+        assert np.array_equal(hb.convert(back[k], "numpy"), v)
+        assert np.array_equal(hb.convert(again[k], "numpy"), v)
+
+
+def test_chunk_lengths_end_on_huge_pages() -> None:
+    mib = 1 << 20
+    cap = container._CHUNK
+    # A buffer's worth from offset 1 MiB + 4 KiB ends at 4 MiB, then each ends on 2 MiB.
+    at, n, ends = mib + 4096, 13 * mib, []
+    while n:
+        k = container._chunk_length(at, n, cap)
+        assert 0 < k <= cap
+        at, n = at + k, n - k
+        ends.append(at)
+    assert all(e % (2 * mib) == 0 for e in ends[:-1]), ends
+    assert ends[-1] == mib + 4096 + 13 * mib
+    assert container._chunk_length(3 * mib, 100, cap) == 100  # the rest of a piece
+    assert container._chunk_length(5, 10 * mib, 65536) == 65536  # a small file's buffer
+
+
+def test_large_writes_end_on_huge_pages(tmp_path: pathlib.Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A big tensor after a small one: its bytes start off any 2 MiB boundary.
+    sd = {"small": np.ones(1000, np.uint8), "big": np.arange(3 << 20, dtype=np.int32)}
+    ends: list[int] = []
+    real = os.write
+
+    def write(fd: int, data: Any) -> int:
+        n = real(fd, data)
+        ends.append(os.lseek(fd, 0, os.SEEK_CUR))
+        return n
+
+    monkeypatch.setattr(container.os, "write", write)
+    hb.save(tmp_path / "big.hurray", sd, fsync=False, checksums=False)
+    monkeypatch.undo()
+    size = os.path.getsize(tmp_path / "big.hurray")
+    data_ends = [e for e in ends if e > 1 << 20 and e != size]  # (not the head's, nor the last)
+    assert data_ends and all(e % (2 << 20) == 0 for e in data_ends), ends
+    out = hb.load(tmp_path / "big.hurray")
+    assert np.array_equal(hb.convert(out["big"], "numpy"), sd["big"])
+
+
+@pytest.mark.parametrize("fmt", ["hurray", "safetensors"])
+def test_a_loaded_file_holds_few_objects_per_tensor(tmp_path: pathlib.Path, fmt: str) -> None:
+    # A tensor, its name and its buffer (descriptors of one shape and type are shared);
+    # a safetensors load held 12 when it built each descriptor a second time.
+    sd = _state_dict(2_000)
+    path = tmp_path / f"o.{fmt}"
+    (hb.save if fmt == "hurray" else safetensors_io.save)(path, sd, fsync=False)
+    hb.load(path)  # (caches filled: of descriptors, of the adapters)
+    gc.collect()
+    before = len(gc.get_objects())
+    loaded = hb.load(path)
+    gc.collect()
+    per_tensor = (len(gc.get_objects()) - before) / len(loaded)
+    assert len(loaded) == len(sd)
+    assert per_tensor <= 4, per_tensor
+
+
+@pytest.mark.parametrize("fmt", ["hurray", "safetensors"])
+def test_a_save_builds_a_descriptor_per_shape_and_type_not_per_tensor(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    sd = _state_dict(3_000)  # 5 shapes, one type
+    dense_descriptor.cache_clear()
+    built = 0
+    init = Descriptor.__post_init__
+
+    def counting(self: Descriptor) -> None:
+        nonlocal built
+        built += 1
+        init(self)
+
+    monkeypatch.setattr(Descriptor, "__post_init__", counting)
+    (hb.save if fmt == "hurray" else safetensors_io.save)(tmp_path / f"s.{fmt}", sd,
+                                                            fsync=False)
+    monkeypatch.undo()
+    assert built <= 5
+    back = hb.load(tmp_path / f"s.{fmt}")
+    assert all(back[k].shape == v.shape for k, v in sd.items())
