@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -102,3 +104,41 @@ def ratio(value: float | None, goal: str, **extra: object) -> dict[str, object]:
         else:
             met = value <= b if op == "<=" else value < b if op == "<" else None
     return {"value": value, "goal": goal, "met": met, **extra}
+
+
+def time_saves(variants: dict[str, Callable[[], object]], repeat: int) -> list[Timing]:
+    """Median time of each save, interleaved, each starting with no dirty pages.
+
+    Writing a checkpoint leaves it dirty in the page cache; the next writes are
+    then throttled by the kernel's writeback of the previous ones, by an amount
+    that depends on the order of the runs more than on the writer. ``os.sync``
+    before each timed save gives every writer the same clean start.
+    """
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(repeat + 1):  # the first round warms up and is dropped
+        for name, fn in variants.items():
+            if hasattr(os, "sync"):
+                os.sync()
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - t0) * 1e6)
+    out = []
+    for name, v in samples.items():
+        v = v[1:]
+        q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0], v[0], v[0]]
+        out.append(Timing(name, statistics.median(v), q[2] - q[0], 1))
+    return out
+
+
+def parse_size(text: str) -> int:
+    """A byte count from the command line: ``1GiB``, ``256MiB``, ``64k``, ``4096``."""
+    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "k": 1 << 10, "m": 1 << 20,
+             "g": 1 << 30}
+    low = text.strip().lower()
+    try:
+        for u in sorted(units, key=len, reverse=True):
+            if low.endswith(u):
+                return int(float(low[: -len(u)]) * units[u])
+        return int(low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1GiB, 256MiB)") from None

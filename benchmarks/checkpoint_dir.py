@@ -36,8 +36,8 @@ import hurray_bridge as hb
 from hurray_bridge import safetensors_io
 from hurray_bridge.checkpoint_dir import convert_checkpoint
 
-from ._timing import compare, ratio
-from .files import N_TENSORS, _checkpoint, _size
+from ._timing import compare, parse_size, ratio
+from .files import N_TENSORS, _checkpoint
 
 DEFAULT_SIZE = 512 << 20
 SMALL_SIZE = 32 << 20
@@ -147,7 +147,7 @@ def run(size: int | None = None, small: bool = False, shards: int = N_SHARDS,
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.checkpoint_dir", description=__doc__)
-    p.add_argument("--size", type=_size, default=None, help="checkpoint size, e.g. 1GiB")
+    p.add_argument("--size", type=parse_size, default=None, help="checkpoint size, e.g. 1GiB")
     p.add_argument("--small", action="store_true", help=f"{SMALL_SIZE >> 20} MiB, for a quick run")
     p.add_argument("--shards", type=int, default=N_SHARDS)
     p.add_argument("--dir", default=None, help="where to write the folders (default: $TMPDIR)")

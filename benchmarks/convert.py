@@ -450,7 +450,7 @@ def _same(a: str, b: str) -> bool:
 
 
 def main() -> int:
-    from .files import _size
+    from ._timing import parse_size as _size
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.convert", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -36,7 +36,7 @@ from typing import Any
 
 import hurray_bridge as hb
 
-from ._timing import Timing, ratio
+from ._timing import Timing, parse_size, ratio
 
 DEFAULT_SIZE = 1 << 30
 SMALL_SIZE = 64 << 20
@@ -172,18 +172,12 @@ def run(small: bool = False, size: int | None = None, rounds: int = 3) -> dict[s
     }
 
 
-def _size(text: str) -> int:
-    units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "": 1}
-    t = text.strip().upper()
-    for u in ("KIB", "MIB", "GIB", ""):
-        if t.endswith(u):
-            return int(float(t[: len(t) - len(u)] or 0) * units[u])
-    raise argparse.ArgumentTypeError(text)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.dask_save")
-    p.add_argument("--size", type=_size, default=DEFAULT_SIZE, help="bytes (e.g. 256MiB, 1GiB)")
+    p.add_argument("--size", type=parse_size, default=DEFAULT_SIZE,
+                   help="bytes (e.g. 256MiB, 1GiB)")
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     res = run(size=args.size, rounds=args.rounds)

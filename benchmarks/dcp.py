@@ -40,7 +40,7 @@ import time
 import warnings
 from typing import Any
 
-from ._timing import Timing, compare, ratio
+from ._timing import Timing, compare, parse_size, ratio, time_saves
 
 DEFAULT_SIZE = 128 << 20
 SMALL_SIZE = 16 << 20
@@ -85,22 +85,6 @@ def _rchar() -> int:
     return 0
 
 
-def _time_saves(variants: dict[str, Any], repeat: int) -> list[Timing]:
-    """Median time of each save, interleaved, each after ``os.sync`` (benchmarks/files.py
-    says why), the first round dropped as warm-up."""
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(repeat + 1):
-        for name, fn in variants.items():
-            os.sync()
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append((time.perf_counter() - t0) * 1e6)
-    out = []
-    for name, v in samples.items():
-        v = v[1:]
-        q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0], v[0], v[0]]
-        out.append(Timing(name, statistics.median(v), q[2] - q[0], 1))
-    return out
 
 
 # ---------------------------------------------------------------- child ranks
@@ -251,7 +235,7 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # DCP's single-process notice, overwrite notice
-            saves = _time_saves({
+            saves = time_saves({
                 f"dcp.save, HurrayStorageWriter ({total >> 20} MiB; fsync, checksums)":
                     lambda: dcp.save(sd, storage_writer=HurrayStorageWriter(hdir)),
                 "dcp.save, FileSystemWriter (sync_files, no checksums)":
@@ -326,17 +310,11 @@ def run(size: int | None = None, small: bool = False, directory: str | None = No
     return results
 
 
-def _size(text: str) -> int:
-    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-    for u, m in units.items():
-        if text.endswith(u):
-            return int(float(text[:-len(u)]) * m)
-    return int(text)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.dcp")
-    p.add_argument("--size", type=_size, default=None, help="checkpoint size, e.g. 512MiB")
+    p.add_argument("--size", type=parse_size, default=None, help="checkpoint size, e.g. 512MiB")
     p.add_argument("--small", action="store_true")
     p.add_argument("--child", nargs=2, metavar=("KIND", "DIR"), help=argparse.SUPPRESS)
     p.add_argument("--repeat", type=int, default=0, help=argparse.SUPPRESS)

@@ -7,7 +7,7 @@ the same run:
 - save: ``hb.save`` (durable: fsync of the file and its directory; CRC-32
   checksums), ``hb.save(fsync=False)`` and ``hb.save(fsync=False,
   checksums=False)`` against ``safetensors.numpy.save_file`` (which has
-  neither); interleaved, each after ``os.sync()`` (see ``_time_saves``);
+  neither); interleaved, each after ``os.sync()`` (see ``_timing.time_saves``);
 - load: ``hb.load`` (mmap) + the metadata + the first element of every tensor,
   against ``safe_open`` + ``get_tensor`` of every tensor (+ its first element);
 - every byte: the sum of every byte of every tensor, through each, and through
@@ -30,15 +30,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 from typing import Any
 
 import hurray_bridge as hb
 
-from ._timing import Timing, compare, measure
+from ._timing import compare, measure, parse_size, time_saves
 
 DEFAULT_SIZE = 1 << 30
 SMALL_SIZE = 32 << 20
@@ -68,28 +66,6 @@ def _checkpoint(size: int, n: int) -> dict[str, Any]:
     return out
 
 
-def _time_saves(variants: dict[str, Any], repeat: int) -> list[Timing]:
-    """Median time of each save, interleaved, each starting with no dirty pages.
-
-    Writing a checkpoint leaves it dirty in the page cache; the next writes are
-    then throttled by the kernel's writeback of the previous ones, by an amount
-    that depends on the order of the runs more than on the writer. ``os.sync``
-    before each timed save gives every writer the same clean start.
-    """
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(repeat + 1):  # the first round warms up and is dropped
-        for name, fn in variants.items():
-            if hasattr(os, "sync"):
-                os.sync()
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append((time.perf_counter() - t0) * 1e6)
-    out = []
-    for name, v in samples.items():
-        v = v[1:]
-        q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0], v[0], v[0]]
-        out.append(Timing(name, statistics.median(v), q[2] - q[0], 1))
-    return out
 
 
 def _rss() -> int | None:
@@ -123,7 +99,7 @@ def run(size: int | None = None, small: bool = False, n_tensors: int = N_TENSORS
         return m.median_us
 
     try:
-        saves = _time_saves({
+        saves = time_saves({
             f"hb.save ({total >> 20} MiB, {len(tensors)} tensors; fsync, checksums)":
                 lambda: hb.save(hpath, tensors, meta),
             "hb.save (fsync=False; checksums)":
@@ -228,19 +204,12 @@ def run(size: int | None = None, small: bool = False, n_tensors: int = N_TENSORS
     return results
 
 
-def _size(text: str) -> int:
-    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "k": 1 << 10, "m": 1 << 20,
-             "g": 1 << 30}
-    low = text.strip().lower()
-    for u in sorted(units, key=len, reverse=True):
-        if low.endswith(u):
-            return int(float(low[: -len(u)]) * units[u])
-    return int(low)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.files", description=__doc__)
-    p.add_argument("--size", type=_size, default=None, help="checkpoint size, e.g. 1GiB, 256MiB")
+    p.add_argument("--size", type=parse_size, default=None,
+                   help="checkpoint size, e.g. 1GiB, 256MiB")
     p.add_argument("--small", action="store_true", help=f"{SMALL_SIZE >> 20} MiB, for a quick run")
     p.add_argument("--tensors", type=int, default=N_TENSORS)
     p.add_argument("--dir", default=None, help="where to write the two files (default: $TMPDIR)")
