@@ -27,6 +27,7 @@ import ctypes
 import itertools
 import json
 import struct
+from collections.abc import Callable
 from functools import lru_cache
 from math import prod
 from typing import Any
@@ -147,26 +148,24 @@ def _release(p: int, release_offset: int, private_offset: int,
         _at(q + release_offset).value = None
 
 
-def _release_schema(p: int | None, _save: Any = _save_exception,
-                    _restore: Any = _restore_exception, _rel: Any = _release,
-                    _offsets: tuple[int, int] = (_SCHEMA_RELEASE, _SCHEMA_PRIVATE)) -> None:
-    saved = _save()
-    try:
-        _rel(p or 0, *_offsets)
-    finally:
-        if saved is not None:
-            _restore(saved)
+def _releaser(release_offset: int, private_offset: int) -> Callable[[int | None], None]:
+    """The release callback of one struct kind (schema or array), at those offsets."""
+
+    def release(p: int | None, _save: Any = _save_exception,
+                _restore: Any = _restore_exception, _rel: Any = _release,
+                _offsets: tuple[int, int] = (release_offset, private_offset)) -> None:
+        saved = _save()
+        try:
+            _rel(p or 0, *_offsets)
+        finally:
+            if saved is not None:
+                _restore(saved)
+
+    return release
 
 
-def _release_array(p: int | None, _save: Any = _save_exception,
-                   _restore: Any = _restore_exception, _rel: Any = _release,
-                   _offsets: tuple[int, int] = (_ARRAY_RELEASE, _ARRAY_PRIVATE)) -> None:
-    saved = _save()
-    try:
-        _rel(p or 0, *_offsets)
-    finally:
-        if saved is not None:
-            _restore(saved)
+_release_schema = _releaser(_SCHEMA_RELEASE, _SCHEMA_PRIVATE)
+_release_array = _releaser(_ARRAY_RELEASE, _ARRAY_PRIVATE)
 
 
 def _capsule_destructor(
