@@ -256,12 +256,6 @@ class TensorFile(dict[str, "Tensor | ShardedTensor"]):
         self.close()
 
 
-
-_U16 = struct.Struct("<H")
-_U64 = struct.Struct("<Q")
-
-
-
 def _verify_data(view: memoryview, h: _Header, entries: Sequence[EntryInfo]) -> None:
     """Check what the index does not cover: data checksums and zero padding.
 
@@ -512,7 +506,8 @@ def _read_tensors(f: Any, entries: Sequence[EntryInfo], data_start: int,
     return out
 
 
-
+# ------------------------------------------------------------------- reading
+# (the index is read and checked by _format: read_index, _read_head)
 def _map(f: Any, size: int) -> _mmap.mmap:
     """The open file ``f`` mapped copy-on-write (``MAP_PRIVATE``; container.md §8.2).
 
