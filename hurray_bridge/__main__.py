@@ -207,7 +207,7 @@ def _rows_of(path: str, verify: bool = False,
     file; ``checksums`` is "verified", "not checked" or "none" (the file has none).
     ``verify`` reads every byte (container.verify); otherwise the index only."""
     if _sniff(path) == "safetensors":
-        from .safetensors_io import read_header
+        from ._safetensors_header import read_header
 
         idx = read_header(path)  # the header and every tensor's offsets, as verify checks
         rows = [{"name": e.name, "dtype": e.dtype.name, "shape": list(e.shape),
@@ -217,10 +217,14 @@ def _rows_of(path: str, verify: bool = False,
                    f"{_count(idx.file_size - idx.data_start, 'byte')} of data, no checksums "
                    "(the format has none; header and offsets checked)")
         return summary, rows, dict(idx.metadata), "none"
-    from .container import read_index
-    from .container import verify as verify_file
+    from ._format import read_index
 
-    fi = verify_file(path) if verify else read_index(path)
+    if verify:
+        from .container import verify as verify_file
+
+        fi = verify_file(path)
+    else:
+        fi = read_index(path)
     rows = [{"name": e.name, "dtype": e.descriptor.dtype.name,
              "shape": list(e.descriptor.shape), "layout": _layout_text(e.descriptor),
              "bytes": e.nbytes, "quantization": _quant_text(e.descriptor)}
@@ -292,7 +296,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         _report_stale(path)
         try:
             if _sniff(path) == "safetensors":
-                from .safetensors_io import read_header
+                from ._safetensors_header import read_header
 
                 idx = read_header(path)
                 print(f"{_shown(path)}: OK (safetensors: {_count(len(idx.entries), 'tensor')}, "

@@ -15,8 +15,6 @@ import errno
 import functools
 import os
 import re
-import secrets
-import socket
 import stat
 import time
 import zlib
@@ -200,6 +198,8 @@ def _host_tag() -> str:
     and a host name, each see the other's process ids as dead; the tag keeps a
     process from judging a temporary whose writer it cannot see.
     """
+    import socket  # here: saves and their clean-up need it, ``hurray inspect`` starts without
+
     try:
         namespace = os.readlink("/proc/self/ns/pid")
     except OSError:
@@ -344,7 +344,7 @@ def atomic_temporary(path: str | os.PathLike[str], *,
     directory = os.path.dirname(os.path.abspath(target))
     _remove_stale(directory)
     tmp = os.path.join(directory, f"{_temp_prefix(target)}{os.getpid()}-{_host_tag()}-"
-                                  f"{secrets.token_hex(6)}.tmp")
+                                  f"{os.urandom(6).hex()}.tmp")  # what secrets.token_hex(6) is
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(
         os, "O_BINARY", 0)
     try:

@@ -28,7 +28,7 @@ import struct
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from ._disk import checkpoint
+from ._disk import _open_regular, checkpoint
 from .descriptor import DYNAMIC, MAX_RANK, Descriptor, dense_descriptor
 from .dtypes import DType, all_dtypes
 from .errors import FormatError, UnsupportedError
@@ -479,6 +479,12 @@ def _check_entry(name: str, info: dict[str, Any], by_name: dict[str, DType],
                           f"{list(shape)} of {st} needs {nbytes}",
                           field=f"{field}.data_offsets")
     return entry, d
+
+
+def read_header(path: str | os.PathLike[str]) -> SafetensorsIndex:
+    """Read and check a safetensors file's header (not its data)."""
+    with _open_regular(path) as f:
+        return read_header_from(f)
 
 
 def read_header_from(f: Any) -> SafetensorsIndex:

@@ -22,9 +22,14 @@ from typing import Any, NamedTuple
 from ._disk import _fspath, _open_regular, _write_all, atomic_output, check_suffix
 from ._gc import collection_paused
 from ._safetensors_header import LENGTH as _LEN
-from ._safetensors_header import MAX_HEADER_SIZE, SafetensorsEntry, SafetensorsIndex, parse_header
+from ._safetensors_header import (
+    MAX_HEADER_SIZE,
+    SafetensorsEntry,
+    SafetensorsIndex,
+    parse_header,
+    read_header,
+)
 from ._safetensors_header import METADATA_KEY as _METADATA_KEY
-from ._safetensors_header import read_header_from as _read_header_from
 from ._trailing import check_bool8_bytes
 from .container import (
     BUFFER_ALIGNMENT,
@@ -69,12 +74,6 @@ __all__ = [
 ]
 
 _Progress = Callable[[int, int], None]
-
-
-def read_header(path: str | os.PathLike[str]) -> SafetensorsIndex:
-    """Read and check a safetensors file's header (not its data)."""
-    with _open_regular(path) as f:
-        return _read_header_from(f)
 
 
 def safetensors_to_hurray(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
