@@ -215,8 +215,10 @@ def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch,
     return _Message(d, offsets, data)
 
 
+@lru_cache(maxsize=256)
 def _element_alignment(d: Descriptor) -> int:
-    """Alignment every buffer of ``d`` needs to be read in place by a typed view."""
+    """Alignment every buffer of ``d`` needs to be read in place by a typed view (the
+    same for every message of a shape; descriptors are immutable)."""
     types = [d.dtype]
     if d.sparse is not None:
         types.append(d.sparse.index_dtype)
