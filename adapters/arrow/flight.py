@@ -286,7 +286,7 @@ def _body_padding(header: int, md: int, body: int) -> int:
 
 
 @lru_cache(maxsize=256)
-def _layout(d: Descriptor, header: int) -> tuple[list[int], int, bytes, bool]:
+def _layout(d: Descriptor, header: int) -> tuple[tuple[int, ...], int, bytes, bool]:
     """Per resolved descriptor, what every message of it sends alike: its buffers'
     offsets, where they end, the app_metadata after the message header (the encoded
     descriptor and the padding that puts the body 16-aligned) and whether its one
@@ -297,7 +297,8 @@ def _layout(d: Descriptor, header: int) -> tuple[list[int], int, bytes, bool]:
     tail = encode(d, offsets)
     if end:  # IPC pads the body to 8 bytes
         tail += bytes(_body_padding(header, _MESSAGE_HEADER.size + len(tail), -(-end // 8) * 8))
-    return offsets, end, tail, len(lengths) == 1 and verbatim(d)
+    # A tuple: the cache hands the same object to every message.
+    return tuple(offsets), end, tail, len(lengths) == 1 and verbatim(d)
 
 
 def _batch(t: Tensor, seq: int, arrow_schema: pa.Schema,
