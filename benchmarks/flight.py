@@ -6,7 +6,9 @@ One float32 tensor of 1 MiB and one of 64 MiB, over localhost, each way:
   batches) against pyarrow's ``do_get`` of the same bytes as a plain record batch (one
   float32 column, read chunk by chunk), and against ``hb.StreamReader`` reading the same
   tensor from a localhost TCP socket that ``hb.StreamWriter`` writes on a thread;
-- ``put``: ``flight.put`` against pyarrow's ``do_put`` of that plain batch.
+- ``put``: ``flight.put`` against pyarrow's ``do_put`` of that plain batch, built once
+  (the goal's peer), and, for information, against a ``do_put`` that builds its batch
+  from the array in every call, as ``flight.put`` builds its own from the tensor.
 
 The servers (ours, pyarrow's plain one, and the socket stream's writer) run in a
 child process, as on another machine: in this process their Python handlers would
@@ -154,6 +156,13 @@ def run(small: bool = False) -> dict[str, Any]:
                     writer.write_batch(batch)
                     writer.close()
 
+                def pa_put_fresh(a: Any = a, desc: Any = desc) -> None:
+                    # What a pyarrow user pays who has an array, not a batch, per put.
+                    fresh = pa.record_batch([pa.array(a)], names=["x"])
+                    writer, _ = c_plain.do_put(desc, fresh.schema)
+                    writer.write_batch(fresh)
+                    writer.close()
+
                 copies = [0]
 
                 def hb_get(label: str = label, copies: list[int] = copies) -> None:
@@ -178,6 +187,8 @@ def run(small: bool = False) -> dict[str, Any]:
                 pairs = [
                     (f"put_{label}_vs_pyarrow_do_put", "hb flight.put", hb_put,
                      "pyarrow do_put (plain batch)", pa_put, "<= 1.11"),
+                    (f"put_{label}_vs_pyarrow_do_put_fresh_batch", "hb flight.put", hb_put,
+                     "pyarrow do_put (batch built per put)", pa_put_fresh, "informational"),
                     (f"get_{label}_vs_pyarrow_do_get", "hb flight.get", hb_get,
                      "pyarrow do_get (plain batch)", pa_get, "<= 1.11"),
                     (f"get_{label}_vs_socket_stream", "hb flight.get", hb_get,

@@ -36,7 +36,7 @@ from .errors import FormatError
 from .layout import Layout
 
 __all__ = ["check_bool8", "check_bool8_bytes", "high_bits", "placed_pieces",
-           "set_trailing_bits", "written_pieces"]
+           "set_trailing_bits", "verbatim", "written_pieces"]
 
 Piece = memoryview | bytes
 _BOOL8_TAG = bool8.tag  # (a tag names one type: cheaper to compare than the DType)
@@ -176,12 +176,18 @@ def written_pieces(d: Descriptor, views: Sequence[memoryview],
     return out
 
 
+def verbatim(d: Descriptor) -> bool:
+    """Whether ``d``'s buffers are written as they are: no bool8 byte to check and no
+    sub-byte bits to mask (:func:`written_pieces` returns each view as its one piece)."""
+    dt = d.dtype
+    return dt.bits >= 8 and dt.tag != _BOOL8_TAG
+
+
 def placed_pieces(
     d: Descriptor, views: Sequence[memoryview], offsets: Sequence[int], name: str | None = None
 ) -> tuple[tuple[Piece, ...], tuple[int, ...]]:
     """:func:`written_pieces` flattened, each piece with its offset (buffers at ``offsets``)."""
-    dt = d.dtype
-    if len(views) == 1 and dt.bits >= 8 and dt.tag != _BOOL8_TAG:
+    if len(views) == 1 and verbatim(d):
         return (views[0],), (offsets[0],)  # one buffer, neither checked nor masked
     pieces: list[Piece] = []
     at: list[int] = []

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from hurray_bridge._memory import alloc_aligned, host_view
-from hurray_bridge._trailing import written_pieces
+from hurray_bridge._trailing import verbatim, written_pieces
 from hurray_bridge.conversion import asarray_one
 from hurray_bridge.descriptor import DYNAMIC, Descriptor
 from hurray_bridge.errors import (
@@ -215,8 +215,10 @@ def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch,
     return _Message(d, offsets, data)
 
 
+@lru_cache(maxsize=256)
 def _element_alignment(d: Descriptor) -> int:
-    """Alignment every buffer of ``d`` needs to be read in place by a typed view."""
+    """Alignment every buffer of ``d`` needs to be read in place by a typed view (the
+    same for every message of a shape; descriptors are immutable)."""
     types = [d.dtype]
     if d.sparse is not None:
         types.append(d.sparse.index_dtype)
@@ -283,19 +285,36 @@ def _body_padding(header: int, md: int, body: int) -> int:
     return 0  # unreachable for app_metadata under 16 KiB
 
 
+@lru_cache(maxsize=256)
+def _layout(d: Descriptor, header: int) -> tuple[tuple[int, ...], int, bytes, bool]:
+    """Per resolved descriptor, what every message of it sends alike: its buffers'
+    offsets, where they end, the app_metadata after the message header (the encoded
+    descriptor and the padding that puts the body 16-aligned) and whether its one
+    buffer goes to Flight as it is. Descriptors are immutable (and shared per shape)."""
+    lengths = [s.nbytes for s in d.buffer_layout()]
+    offsets = canonical_offsets(lengths)
+    end = max((o + n for o, n in zip(offsets, lengths) if n), default=0)
+    tail = encode(d, offsets)
+    if end:  # IPC pads the body to 8 bytes
+        tail += bytes(_body_padding(header, _MESSAGE_HEADER.size + len(tail), -(-end // 8) * 8))
+    # A tuple: the cache hands the same object to every message.
+    return tuple(offsets), end, tail, len(lengths) == 1 and verbatim(d)
+
+
 def _batch(t: Tensor, seq: int, arrow_schema: pa.Schema,
            header: int) -> tuple[pa.RecordBatch, bytes]:
     """One tensor as a record batch and its app_metadata; no copy for one plain buffer."""
     d = t.descriptor
+    offsets, end, tail, whole = _layout(d, header)
     specs = d.buffer_layout()
-    lengths = [s.nbytes for s in specs]
-    offsets = canonical_offsets(lengths)
-    end = max((o + n for o, n in zip(offsets, lengths) if n), default=0)
-    views = [t.memoryview(s.role) for s in specs]
-    pieces = written_pieces(d, views)
+    if not whole and end:
+        # bool8 bytes are checked, sub-byte ones may need masking (then copied).
+        views = [t.memoryview(s.role) for s in specs]
+        pieces = written_pieces(d, views)
+        whole = len(pieces) == 1 and len(pieces[0]) == 1 and pieces[0][0] is views[0]
     if end == 0:
         data = pa.py_buffer(b"")
-    elif len(pieces) == 1 and len(pieces[0]) == 1 and pieces[0][0] is views[0]:
+    elif whole:
         # The tensor's own memory goes to Flight, which sends it without copying;
         # ``base`` keeps the tensor (and its owner) alive while Flight holds the buffer.
         data = pa.foreign_buffer(t.buffer(specs[0].role).ptr, end, base=t)
@@ -313,10 +332,7 @@ def _batch(t: Tensor, seq: int, arrow_schema: pa.Schema,
         data = pa.foreign_buffer(alloc.ptr, end, base=alloc)
     column = pa.Array.from_buffers(pa.uint8(), end, [None, data], null_count=0)
     batch = pa.RecordBatch.from_arrays([column], schema=arrow_schema)
-    md = (_MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_TENSOR, len(specs), d.rank, seq, end, 0)
-          + encode(d, offsets))
-    if end:  # IPC pads the body to 8 bytes
-        md += bytes(_body_padding(header, len(md), -(-end // 8) * 8))
+    md = _MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_TENSOR, len(specs), d.rank, seq, end, 0) + tail
     return batch, md
 
 

@@ -448,3 +448,35 @@ def _read_line(child: subprocess.Popen[str], timeout: float) -> str:
     th.join(timeout)
     assert line and line[0].strip(), f"the child server did not start (rc={child.poll()})"
     return line[0].strip()
+
+
+def test_a_bool8_tensor_is_checked_and_handed_to_flight_without_a_copy() -> None:
+    # bool8 leaves the framing's plain-buffer shortcut (its bytes are checked) but a
+    # valid one is still sent from its own memory.
+    a = np.array([True, False, True] * 100)
+    schema = Descriptor([DYNAMIC], hb.bool8)
+    arrow_schema = F._arrow_schema(schema)
+    batch, _ = F._batch(hb.asarray(a), 0, arrow_schema, F._header_size(arrow_schema))
+    assert batch.column(0).buffers()[1].address == a.ctypes.data
+    bad = np.frombuffer(bytes([0, 1, 2]), dtype=np.bool_)  # 2 is no bool8 value
+    with pytest.raises(hb.FormatError, match="bool8"):
+        F._batch(hb.asarray(bad), 0, arrow_schema, F._header_size(arrow_schema))
+
+
+def test_messages_of_one_shape_share_their_framing_but_not_their_header() -> None:
+    # The encoded descriptor and padding are remembered per descriptor; the sequence
+    # number is each message's own, and the receiver checks each message in full.
+    schema = Descriptor([DYNAMIC, 4], hb.float32)
+    arrow_schema = F._arrow_schema(schema)
+    header = F._header_size(arrow_schema)
+    a, b = np.ones((3, 4), np.float32), np.zeros((5, 4), np.float32)
+    mds = [F._batch(hb.asarray(x), seq, arrow_schema, header)
+           for seq, x in enumerate([a, b, a])]
+    n = F._MESSAGE_HEADER.size
+    assert mds[0][1][n:] == mds[2][1][n:] != mds[1][1][n:]  # the tail after the header
+    assert mds[0][1] != mds[2][1]  # sequence numbers 0 and 2
+    for seq, (batch, md) in enumerate(mds):
+        msg = F._check(schema, seq, batch, pa.py_buffer(md))
+        assert msg.resolved is not None and msg.resolved.shape[0] in (3, 5)
+    with pytest.raises(hb.FormatError, match="sequence number 2, expected 1"):
+        F._check(schema, 1, mds[2][0], pa.py_buffer(mds[2][1]))
