@@ -8,7 +8,8 @@ One float32 tensor of 1 MiB and one of 64 MiB, over localhost, each way:
   tensor from a localhost TCP socket that ``hb.StreamWriter`` writes on a thread;
 - ``put``: ``flight.put`` against pyarrow's ``do_put`` of that plain batch, built once
   (the goal's peer), and, for information, against a ``do_put`` that builds its batch
-  from the array in every call, as ``flight.put`` builds its own from the tensor.
+  from the array in every call, as ``flight.put`` builds its own from the tensor; and for
+  1 MiB, a stream of ``STREAM`` tensors in one put against ``do_put`` of as many batches.
 
 The servers (ours, pyarrow's plain one, and the socket stream's writer) run in a
 child process, as on another machine: in this process their Python handlers would
@@ -36,6 +37,9 @@ import hurray_bridge as hb
 from ._timing import compare, ratio
 
 SIZES = (1 << 20, 64 << 20)
+# Tensors in one put for the streamed 1 MiB pair: the cost of opening a call and of the
+# end-of-stream message is then shared, as in a stream of a model's tensors.
+STREAM = 16
 SMALL_SIZES = (1 << 20, 8 << 20)
 
 
@@ -182,9 +186,24 @@ def run(small: bool = False) -> dict[str, Any]:
                     sock.sendall(request)
                     assert len(list(hb.StreamReader(sock))) == 1
 
+                def hb_put_stream(a: Any = a, label: str = label) -> None:
+                    flight.put(c_ours, label + "x16", [a] * STREAM, schema=schema)
+
+                def pa_put_stream(batch: Any = batch, desc: Any = desc) -> None:
+                    writer, _ = c_plain.do_put(desc, batch.schema)
+                    for _ in range(STREAM):
+                        writer.write_batch(batch)
+                    writer.close()
+
                 hb_put()
                 pa_put()
+                stream_pairs = [] if size > (1 << 20) else [
+                    (f"put_{label}_stream_of_{STREAM}_vs_pyarrow_do_put", "hb flight.put",
+                     hb_put_stream, f"pyarrow do_put ({STREAM} plain batches)", pa_put_stream,
+                     "<= 1.11"),
+                ]
                 pairs = [
+                    *stream_pairs,
                     (f"put_{label}_vs_pyarrow_do_put", "hb flight.put", hb_put,
                      "pyarrow do_put (plain batch)", pa_put, "<= 1.11"),
                     (f"put_{label}_vs_pyarrow_do_put_fresh_batch", "hb flight.put", hb_put,
@@ -197,10 +216,11 @@ def run(small: bool = False) -> dict[str, Any]:
                 for key, na, fa, nb, fb, goal in pairs:
                     ta, tb, r = compare(f"{na} {label}", fa, f"{nb} {label}", fb, rounds=rounds)
                     results["timings"] += [ta.as_dict(), tb.as_dict()]
+                    moved = size * (STREAM if "_stream_of_" in key else 1) / (1 << 20)
                     results["ratios"][key] = ratio(
                         r, goal, throughput_vs_peer=round(1 / r, 3),
-                        mib_per_s=round(size / (1 << 20) / (ta.median_us / 1e6), 1),
-                        peer_mib_per_s=round(size / (1 << 20) / (tb.median_us / 1e6), 1))
+                        mib_per_s=round(moved / (ta.median_us / 1e6), 1),
+                        peer_mib_per_s=round(moved / (tb.median_us / 1e6), 1))
                 results["notes"].append(f"{label}: flight.get copied {copies[0]} received "
                                         "tensors for alignment (0 = every one shared the "
                                         "record batch)")
