@@ -38,7 +38,7 @@ else:
     np = numpy()
 
 __all__ = ["check_sizes", "dense_bytes", "dtype_of", "from_hurray", "native_dtype",
-           "native_dtypes", "to_hurray"]
+           "native_dtypes", "tensor_view", "to_hurray"]
 
 # The element-type table's column, the kernel's own module name, and the name that
 # copies and refusals on this path report.
@@ -224,26 +224,41 @@ def check_sizes(shape: tuple[int, ...], itemsize: int) -> None:
             "too); convert to torch or keep the hb.Tensor")
 
 
+def tensor_view(t: Tensor) -> Any:
+    """The NumPy array over an hb.Tensor's memory, for the common hand-off: compact CPU
+    memory of a whole-byte type, holding elements. ``NotImplemented`` for any other
+    tensor (:func:`from_hurray` then takes its general steps).
+
+    What ``from_hurray(t)`` gives such a tensor, and never a copy: hb.convert's shortcut
+    for an hb.Tensor to NumPy (``_shortcuts.learn``) is this function.
+    """
+    if not (t._strides is None and t._device.type == 1 and (t._desc is None or t.is_dense)):
+        return NotImplemented
+    # An array over the same memory, through the buffer protocol of a ctypes array that
+    # holds t (and so its producer's memory). np.frombuffer is ~2.5x cheaper than
+    # np.ndarray(buffer=). (Tensor's slots are read directly here: a property costs 2-3x a
+    # slot read.)
+    dtype = t._dtype
+    nbytes = t._nbytes
+    if not nbytes or dtype.bits < 8:
+        return NotImplemented
+    dt = _BY_TAG.get(dtype.tag) or native_dtype(dtype)
+    # host_array(t._data, nbytes, t), inlined (a call is a tenth of this path).
+    buf = (_byte_arrays.get(nbytes) or _byte_array(nbytes)).from_address(t._data)
+    buf._hb_owner = t
+    out = _frombuffer(memoryview(buf).toreadonly() if t._readonly else buf, dt)
+    shape = t._shape
+    return out if len(shape) == 1 else out.reshape(shape)
+
+
 def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> np.ndarray:
     """An hb.Tensor as a NumPy array: a view of its memory unless a copy is needed or asked."""
     if type(t) is not Tensor and not isinstance(t, Tensor):
         raise not_a_tensor(t, _NAME)
-    if (device is None and not copy and t._strides is None and t._device.type == 1
-            and (t._desc is None or t.is_dense)):
-        # The common hand-off, compact CPU memory of a whole-byte type: an array over the
-        # same memory, through the buffer protocol of a ctypes array that holds t (and so
-        # its producer's memory). np.frombuffer is ~2.5x cheaper than np.ndarray(buffer=).
-        # (Tensor's slots are read directly here: a property costs 2-3x a slot read.)
-        dtype = t._dtype
-        nbytes = t._nbytes
-        if nbytes and dtype.bits >= 8:
-            dt = _BY_TAG.get(dtype.tag) or native_dtype(dtype)
-            # host_array(t._data, nbytes, t), inlined (a call is a tenth of this path).
-            buf = (_byte_arrays.get(nbytes) or _byte_array(nbytes)).from_address(t._data)
-            buf._hb_owner = t
-            out = _frombuffer(memoryview(buf).toreadonly() if t._readonly else buf, dt)
-            shape = t._shape
-            return out if len(shape) == 1 else out.reshape(shape)
+    if device is None and not copy:
+        out = tensor_view(t)
+        if out is not NotImplemented:
+            return out
     if copy is not None and copy is not True and copy is not False:
         check_copy(copy)
     if device is not None and device not in ("cpu", CPU, (1, 0)):

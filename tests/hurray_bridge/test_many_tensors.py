@@ -299,6 +299,24 @@ def test_the_fast_path_refuses_as_the_general_path(tmp_path: pathlib.Path) -> No
         assert not (tmp_path / "bad.hurray").exists()
 
 
+def test_a_file_tensor_reaches_numpy_by_the_shortcut(tmp_path: pathlib.Path) -> None:
+    from hurray_bridge import _shortcuts
+
+    sd = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.arange(4, dtype=np.int8)}
+    hb.save(tmp_path / "s.hurray", sd, fsync=False)
+    back = hb.load(tmp_path / "s.hurray")
+    first = hb.convert(back["a"], "numpy")  # the full path, which learns the pair
+    assert _shortcuts.serves(back["b"], "numpy")
+    out = hb.convert(back["b"], "numpy")
+    assert out.ctypes.data == back["b"].data_ptr  # the file's memory, no copy
+    assert not out.flags.writeable and not first.flags.writeable  # as mapped: read-only
+    assert np.array_equal(out, sd["b"]) and np.array_equal(first, sd["a"])
+    # What the view cannot give exactly, the full path does (declined, not mishandled).
+    strided = hb.asarray(np.arange(8, dtype=np.float32)[::2])
+    assert not _shortcuts.serves(strided, "numpy")
+    assert np.array_equal(hb.convert(strided, "numpy"), [0, 2, 4, 6])
+
+
 def test_a_safetensors_save_writes_the_bytes_of_the_general_path(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     kept = ("f32", "f16", "i64 0-d", "u8", "read-only", "f64 3-D", "bool", "bfloat16",
