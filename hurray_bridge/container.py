@@ -1557,6 +1557,9 @@ def _plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None
     # an hb.Tensor each (_host.dense_bytes says which); no such array exists unless the
     # kernel was imported.
     dense = _dense_reader()
+    # (shape, type tag) -> descriptor: dense_descriptor's own key hashes the DType, whose
+    # hash is Python code over all its fields.
+    descriptors: dict[tuple[tuple[int, ...], int], Descriptor] = {}
     for name, value in mapping.items():
         if not isinstance(name, str):
             raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
@@ -1564,8 +1567,11 @@ def _plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None
         parts = None if dense is None else dense(value)
         if parts is not None:
             dtype, shape, view = parts
+            d = descriptors.get((shape, dtype.tag))
+            if d is None:
+                d = descriptors[shape, dtype.tag] = dense_descriptor(shape, dtype)
             keep.append(value)
-            items.append((name, dense_descriptor(shape, dtype), view))
+            items.append((name, d, view))
             continue
         saver = deferred_save(type(value)) if defer else None
         if saver is not None:
@@ -1643,6 +1649,7 @@ class _Gather:
 _GATHER_GAP = 64 << 10  # bytes between two regions read (and dropped) to read them at once
 _GATHER_OPS = 1024  # pieces of one gather, so the list of views stays short
 _ZERO_PAD = memoryview(bytes(64 << 10))
+_ZERO_PAD_BYTES = len(_ZERO_PAD)
 
 
 class _DataWriter:
@@ -1783,15 +1790,15 @@ class _DataWriter:
         of a file of many small tensors (bytes in memory, shorter than a buffer, written
         with others in one call), the two otherwise."""
         gap = at - self.end
+        n = len(src)
         if (type(src) is not memoryview or self.clip or not self.gathers
-                or self.gather is not None or not 0 <= gap <= len(_ZERO_PAD)
-                or len(src) >= self.buffer_size or self.summer is not None):
+                or self.gather is not None or not 0 <= gap <= _ZERO_PAD_BYTES
+                or n >= self.buffer_size or self.summer is not None):
             self.pad_to(at)
             self.put(src, slot)
             return
         if gap:
             self._vector(_ZERO_PAD[:gap])
-        n = len(src)
         self.end = at + n
         if slot is not None:
             self.summed[slot] = self.summed.get(slot, 0) + n
