@@ -23,7 +23,7 @@ from . import _subbyte
 from ._copy_policy import check_copy, warn_copy
 from ._memory import _byte_array, _byte_arrays
 from ._numpy import ml_dtypes, numpy
-from .dtypes import DType, native_types
+from .dtypes import DType, bool8, native_types
 from .errors import (
     BackendNotAvailableError,
     CopyRequiredError,
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 else:
     np = numpy()
 
-__all__ = ["check_sizes", "dtype_of", "from_hurray", "native_dtype", "native_dtypes",
-           "to_hurray"]
+__all__ = ["check_sizes", "dense_bytes", "dtype_of", "from_hurray", "native_dtype",
+           "native_dtypes", "tensor_view", "to_hurray"]
 
 # The element-type table's column, the kernel's own module name, and the name that
 # copies and refusals on this path report.
@@ -76,6 +76,7 @@ def _tables() -> tuple[dict[DType, np.dtype], dict[np.dtype, DType]]:
 
 _BY_TAG: dict[int, np.dtype] = {}
 _FROM_NP: dict[np.dtype, DType] = {}
+_BOOL8_TAG = bool8.tag
 _BUFFER_TAGS: set[int] = set()  # element types whose arrays export a buffer (see to_hurray)
 _addressof = ctypes.addressof
 _from_buffer = ctypes.c_char.from_buffer
@@ -117,6 +118,35 @@ def dtype_of(dt: np.dtype) -> DType:
 
 
 # --------------------------------------------------------------------- to Hurray
+def dense_bytes(obj: Any) -> tuple[DType, tuple[int, ...], memoryview] | None:
+    """A plain NumPy array's element type, shape and bytes (a flat read-only-or-not view
+    of its memory), when a writer may copy those bytes as they are: an ``np.ndarray``
+    (no subclass) holding elements, C-contiguous, in native byte order, of a whole-byte
+    type of the table other than bool8 (whose bytes a writer checks) that NumPy exports
+    through the buffer protocol. Else None, and the writer takes the general path
+    (:func:`to_hurray`).
+
+    A save of many small arrays spends most of its time building an hb.Tensor per array;
+    this is what the file needs of one, at a fifth of the cost.
+    """
+    if type(obj) is not _ndarray:
+        return None
+    dtype = _FROM_NP.get(obj.dtype)
+    if dtype is None:
+        if _FROM_NP:
+            return None
+        _tables()  # (the first call fills the lookups)
+        dtype = _FROM_NP.get(obj.dtype)
+        if dtype is None:
+            return None
+    if dtype.tag not in _BUFFER_TAGS or dtype.tag == _BOOL8_TAG or dtype.bits < 8:
+        return None
+    view = memoryview(obj)  # type: ignore[arg-type]  # (ndarray exports a buffer)
+    if not view.c_contiguous or not view.nbytes:
+        return None  # (a view with no bytes cannot be cast)
+    return dtype, obj.shape, view.cast("B")
+
+
 def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     """A NumPy array (or scalar) as an hb.Tensor; zero-copy unless ``copy=True``."""
     if type(obj) is _ndarray:
@@ -194,26 +224,41 @@ def check_sizes(shape: tuple[int, ...], itemsize: int) -> None:
             "too); convert to torch or keep the hb.Tensor")
 
 
+def tensor_view(t: Tensor) -> Any:
+    """The NumPy array over an hb.Tensor's memory, for the common hand-off: compact CPU
+    memory of a whole-byte type, holding elements. ``NotImplemented`` for any other
+    tensor (:func:`from_hurray` then takes its general steps).
+
+    What ``from_hurray(t)`` gives such a tensor, and never a copy: hb.convert's shortcut
+    for an hb.Tensor to NumPy (``_shortcuts.learn``) is this function.
+    """
+    if not (t._strides is None and t._device.type == 1 and (t._desc is None or t.is_dense)):
+        return NotImplemented
+    # An array over the same memory, through the buffer protocol of a ctypes array that
+    # holds t (and so its producer's memory). np.frombuffer is ~2.5x cheaper than
+    # np.ndarray(buffer=). (Tensor's slots are read directly here: a property costs 2-3x a
+    # slot read.)
+    dtype = t._dtype
+    nbytes = t._nbytes
+    if not nbytes or dtype.bits < 8:
+        return NotImplemented
+    dt = _BY_TAG.get(dtype.tag) or native_dtype(dtype)
+    # host_array(t._data, nbytes, t), inlined (a call is a tenth of this path).
+    buf = (_byte_arrays.get(nbytes) or _byte_array(nbytes)).from_address(t._data)
+    buf._hb_owner = t
+    out = _frombuffer(memoryview(buf).toreadonly() if t._readonly else buf, dt)
+    shape = t._shape
+    return out if len(shape) == 1 else out.reshape(shape)
+
+
 def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> np.ndarray:
     """An hb.Tensor as a NumPy array: a view of its memory unless a copy is needed or asked."""
     if type(t) is not Tensor and not isinstance(t, Tensor):
         raise not_a_tensor(t, _NAME)
-    if (device is None and not copy and t._strides is None and t._device.type == 1
-            and (t._desc is None or t.is_dense)):
-        # The common hand-off, compact CPU memory of a whole-byte type: an array over the
-        # same memory, through the buffer protocol of a ctypes array that holds t (and so
-        # its producer's memory). np.frombuffer is ~2.5x cheaper than np.ndarray(buffer=).
-        # (Tensor's slots are read directly here: a property costs 2-3x a slot read.)
-        dtype = t._dtype
-        nbytes = t._nbytes
-        if nbytes and dtype.bits >= 8:
-            dt = _BY_TAG.get(dtype.tag) or native_dtype(dtype)
-            # host_array(t._data, nbytes, t), inlined (a call is a tenth of this path).
-            buf = (_byte_arrays.get(nbytes) or _byte_array(nbytes)).from_address(t._data)
-            buf._hb_owner = t
-            out = _frombuffer(memoryview(buf).toreadonly() if t._readonly else buf, dt)
-            shape = t._shape
-            return out if len(shape) == 1 else out.reshape(shape)
+    if device is None and not copy:
+        out = tensor_view(t)
+        if out is not NotImplemented:
+            return out
     if copy is not None and copy is not True and copy is not False:
         check_copy(copy)
     if device is not None and device not in ("cpu", CPU, (1, 0)):

@@ -70,7 +70,8 @@ from typing import Any, TypeVar, cast
 from ._registry import get_adapter
 
 __all__ = ["EXPORTER", "FORMS", "NDARRAY", "RAW", "READONLY_CAPSULE", "TABLE", "Entry", "clear",
-           "compiled", "compose", "entry", "front", "learn", "maker", "serves"]
+           "compiled", "compose", "entry", "front", "learn", "maker", "serves",
+           "tensor_shortcut"]
 
 Entry = tuple[Any, ...]  # (fn, attr, value, kwnames, kwvalues, nonempty)
 # type(x) -> target name as passed (aliases included) -> entry, or None once a pair
@@ -165,6 +166,23 @@ def maker(tp: type, source: str, target: str) -> Entry | None:
     return None
 
 
+def tensor_shortcut(target: str) -> Entry | None:
+    """The shortcut from an hb.Tensor to adapter ``target``: the core's own host view of
+    it (``_host.tensor_view``, the ``NDARRAY`` form) where that array is the target's
+    result itself (its fast export takes ``NDARRAY`` as it is); None for other targets.
+
+    Those build their result from an ndarray by rules that their ``from_hurray`` of an
+    hb.Tensor need not share (a read-only tensor, a type they store differently), so
+    they keep the full path. The view declines (``NotImplemented``) every tensor that
+    the full path would not hand over as that same view.
+    """
+    build = getattr(_hooks(target), "fast_export", None)
+    if build is None or NDARRAY not in (takes := build()) or takes[NDARRAY] is not None:
+        return None
+    from ._host import tensor_view  # (the target's adapter has imported the host kernel)
+    return entry(tensor_view)
+
+
 def learn(tp: type, to: str, source: str | None, target: str) -> None:
     """Record the shortcut (or its absence) for ``(tp, to)`` after the full path succeeded.
 
@@ -173,7 +191,11 @@ def learn(tp: type, to: str, source: str | None, target: str) -> None:
     inner = TABLE.setdefault(tp, {})
     if to in inner:
         return
-    found = None if source is None else maker(tp, source, target)
+    if source is None:
+        from .tensor import Tensor
+        found = tensor_shortcut(target) if tp is Tensor else None
+    else:
+        found = maker(tp, source, target)
     # setdefault: a thread that learned the pair meanwhile keeps its entry (entries are
     # never replaced; the compiled front caches them).
     inner.setdefault(to, found)

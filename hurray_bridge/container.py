@@ -36,6 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
+from . import _numpy
 from ._copy_policy import check_copy
 from ._deferred import FileTarget, Job, Pending, Run, box_runs
 from ._disk import (
@@ -92,13 +93,13 @@ from ._safetensors_header import (
 )
 from ._trailing import high_bits, placed_pieces, set_trailing_bits, written_pieces
 from .conversion import asarray, asarray_one
-from .descriptor import Descriptor
-from .dtypes import bool8
+from .descriptor import Descriptor, dense_descriptor
+from .dtypes import DType, bool8
 from .errors import ClosedFileError, CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
 from .shards import ShardedTensor, _missing_box, check_set
 from .tensor import CPU, Buffer, Tensor
-from .wire import BufferEntry, encode
+from .wire import DENSE_PLACE, BufferEntry, dense_head, encode
 
 __all__ = [
     "BUFFER_ALIGNMENT",
@@ -123,6 +124,7 @@ __all__ = [
     "verify",
 ]
 
+_NAME_PADS = tuple(bytes(n) for n in range(8))  # the zeros after a name of 8k - n bytes
 _CHUNK = 4 << 20  # write and checksum in slices that stay in the CPU cache
 _PROGRESS = Callable[[int, int], None]
 
@@ -1017,11 +1019,11 @@ class _Plan:
     def head(self, crcs: Sequence[int]) -> bytes:
         """Header, table, metadata and the zero padding up to the data region."""
         parts = []
+        pack, pads, checksums = _ENTRY.pack, _NAME_PADS, self.checksums
         for e, crc in zip(self.entries, crcs, strict=True):
-            parts += [_ENTRY.pack(len(e.name_bytes), len(e.descriptor_bytes),
-                                  crc if self.checksums else 0, 0),
-                      e.name_bytes, bytes(_pad8(len(e.name_bytes)) - len(e.name_bytes)),
-                      e.descriptor_bytes]
+            nb = e.name_bytes
+            parts += [pack(len(nb), len(e.descriptor_bytes), crc if checksums else 0, 0),
+                      nb, pads[-len(nb) & 7], e.descriptor_bytes]
         parts.append(self.metadata)
         index = b"".join(parts)
         flags = FLAG_DATA_CHECKSUMS if self.checksums else 0
@@ -1104,11 +1106,21 @@ def _host_tensor(name: str, value: Any) -> Tensor:
     return t
 
 
-def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece]]],
+def _dense_reader() -> Callable[[Any], tuple[DType, tuple[int, ...], memoryview] | None] | None:
+    """``_host.dense_bytes`` once the host kernel is imported, else None (the core never
+    imports it to save a file: no value can then be one of its arrays)."""
+    if _numpy.loaded() is None:
+        return None
+    from ._host import dense_bytes
+    return dense_bytes
+
+
+def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece] | memoryview]],
           metadata: Mapping[str, str] | None, alignment: int, checksums: bool,
           keep_alive: Sequence[object]) -> _Plan:
     """Lay out a file: ``items`` are (name, descriptor, one byte view or file region per
-    buffer)."""
+    buffer), or (name, row-major descriptor from ``dense_descriptor``, the byte view of
+    its one data buffer) for bytes written as they are (``_host.dense_bytes``)."""
     if (isinstance(alignment, bool) or not isinstance(alignment, int)
             or not BUFFER_ALIGNMENT <= alignment <= MAX_BUFFER_ALIGNMENT
             or alignment & (alignment - 1)):
@@ -1116,6 +1128,7 @@ def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece]]],
                           f"{MAX_BUFFER_ALIGNMENT}], got {alignment!r}", field="alignment")
     meta, n_meta = _encode_metadata(metadata)
     entries, names, cursor, table = [], set(), 0, 0
+    heads: dict[int, bytes] = {}  # id of a shared dense descriptor -> its encoded head
     for k, (name, d, sources) in enumerate(items):
         if not k & 1023:
             checkpoint()  # a file of many entries plans for seconds
@@ -1123,6 +1136,21 @@ def _plan(items: Sequence[tuple[str, Descriptor, Sequence[_Piece]]],
         if name in names:
             raise FormatError(f"duplicate entry name {name!r}", field="name")
         names.add(name)
+        if type(sources) is memoryview:
+            # A dense entry whose bytes are written as they are: its descriptor's bytes
+            # are the head shared by its shape and type, then its place (wire.dense_head;
+            # d outlives the plan in dense_descriptor's cache and in items, so its id
+            # names it).
+            head = heads.get(id(d))
+            if head is None:
+                head = heads[id(d)] = dense_head(d)
+            n = len(sources)
+            cursor = -(-cursor // alignment) * alignment
+            entries.append(_PlanEntry(nb, head + DENSE_PLACE.pack(cursor, n), (sources,),
+                                      (cursor,)))
+            table += _ENTRY.size + _pad8(len(nb)) + len(head) + DENSE_PLACE.size
+            cursor += n
+            continue
         specs = d.buffer_layout()
         if len(sources) != len(specs) or (
                 len(sources[0]) != specs[0].nbytes if len(specs) == 1 else any(
@@ -1162,13 +1190,29 @@ def _plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None
     if not isinstance(mapping, Mapping):
         raise UnsupportedError(f"expected a mapping of names to tensors, got "
                                f"{type(mapping).__name__}")
-    items: list[tuple[str, Descriptor, Sequence[_Piece]]] = []
+    items: list[tuple[str, Descriptor, Sequence[_Piece] | memoryview]] = []
     keep: list[object] = []
     deferred = []
+    # The host kernel's plain arrays are planned from their type, shape and bytes, without
+    # an hb.Tensor each (_host.dense_bytes says which); no such array exists unless the
+    # kernel was imported.
+    dense = _dense_reader()
+    # (shape, type tag) -> descriptor: dense_descriptor's own key hashes the DType, whose
+    # hash is Python code over all its fields.
+    descriptors: dict[tuple[tuple[int, ...], int], Descriptor] = {}
     for name, value in mapping.items():
         if not isinstance(name, str):
             raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
                                    f"{name!r}")
+        parts = None if dense is None else dense(value)
+        if parts is not None:
+            dtype, shape, view = parts
+            d = descriptors.get((shape, dtype.tag))
+            if d is None:
+                d = descriptors[shape, dtype.tag] = dense_descriptor(shape, dtype)
+            keep.append(value)
+            items.append((name, d, view))
+            continue
         saver = deferred_save(type(value)) if defer else None
         if saver is not None:
             d = saver.describe(value)
@@ -1245,6 +1289,7 @@ class _Gather:
 _GATHER_GAP = 64 << 10  # bytes between two regions read (and dropped) to read them at once
 _GATHER_OPS = 1024  # pieces of one gather, so the list of views stays short
 _ZERO_PAD = memoryview(bytes(64 << 10))
+_ZERO_PAD_BYTES = len(_ZERO_PAD)
 
 
 class _DataWriter:
@@ -1379,6 +1424,26 @@ class _DataWriter:
                 self._sum(slot, chunk, None, None)
             self._queue(_Chunk(chunk, None, True))
             k += len(chunk)
+
+    def put_at(self, at: int, src: _Piece, slot: int | None) -> None:
+        """:meth:`pad_to` ``at``, then :meth:`put` ``src``: one step for the common piece
+        of a file of many small tensors (bytes in memory, shorter than a buffer, written
+        with others in one call), the two otherwise."""
+        gap = at - self.end
+        n = len(src)
+        if (type(src) is not memoryview or self.clip or not self.gathers
+                or self.gather is not None or not 0 <= gap <= _ZERO_PAD_BYTES
+                or n >= self.buffer_size or self.summer is not None):
+            self.pad_to(at)
+            self.put(src, slot)
+            return
+        if gap:
+            self._vector(_ZERO_PAD[:gap])
+        self.end = at + n
+        if slot is not None:
+            self.summed[slot] = self.summed.get(slot, 0) + n
+            self.crcs[slot] = _crc32(src, self.crcs[slot])
+        self._vector(src)
 
     def checksum(self, src: _Region, slot: int) -> None:
         if not src.length or (self.clip and not self.base <= self.end < self.base + self.total):
@@ -1679,6 +1744,17 @@ def _write_plan(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool,
 
     with collection_paused():
         for i, e in enumerate(plan.entries):
+            if len(e.sources) == 1:
+                # (a partial costs a third of a closure; most entries have one piece)
+                src = e.sources[0]
+                if len(src):
+                    at = plan.data_offset + e.offsets[0]
+                    items.append((end, functools.partial(_put_one, at, src,
+                                                         i if slots else None)))
+                    end = at + len(src)
+                else:
+                    items.append((end, _put_none))
+                continue
             items.append((end, feeder(i, e)))
             for src, off in zip(e.sources, e.offsets, strict=True):
                 if len(src):
@@ -1693,6 +1769,15 @@ def _write_plan(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool,
             check(crcs)
         os.lseek(fd, 0, os.SEEK_SET)
         _write_all(fd, plan.head(crcs))
+
+
+def _put_one(at: int, src: _Piece, slot: int | None, out: _DataWriter) -> None:
+    """The feed of an entry of one piece, at file offset ``at``."""
+    out.put_at(at, src, slot)
+
+
+def _put_none(out: _DataWriter) -> None:
+    """The feed of an entry without bytes."""
 
 
 def _write_deferred(path: str | os.PathLike[str], plan: _Plan, *, fsync: bool) -> None:

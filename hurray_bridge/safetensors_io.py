@@ -41,6 +41,7 @@ from .container import (
     _check_padding_and_bits,
     _copy_tensors,
     _DataWriter,
+    _dense_reader,
     _encode_metadata,
     _file_reader,
     _Header,
@@ -56,7 +57,8 @@ from .container import (
     _write_plan,
     load,
 )
-from .descriptor import Descriptor, form_name
+from .descriptor import Descriptor, dense_descriptor, form_name
+from .dtypes import DType
 from .errors import FormatError, UnsupportedError
 from .layout import Layout
 from .shards import ShardedTensor
@@ -245,15 +247,31 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
         raise UnsupportedError(f"expected a mapping of names to tensors, got "
                                f"{type(mapping).__name__}")
     _encode_metadata(metadata)  # the same rules as a Hurray file's metadata
-    tensors = {}
+    values: dict[str, Tensor | tuple[DType, tuple[int, ...], memoryview]] = {}
+    dense = _dense_reader()  # plain host arrays need no hb.Tensor (as in hb.save)
     with collection_paused():
         for name, value in mapping.items():
             if not isinstance(name, str):
                 raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
                                        f"{name!r}")
-            tensors[name] = _host_tensor(name, value)
-        outs = [_out_of(name, t) for name, t in tensors.items()]
+            parts = None if dense is None else dense(value)
+            values[name] = _host_tensor(name, value) if parts is None else parts
+        names: dict[int, str] = {}
+        outs = [_out_of(name, v) if isinstance(v, Tensor) else _dense_out(name, v, names)
+                for name, v in values.items()]
     return _write_safetensors(target, outs, metadata, fsync=fsync, progress=progress)
+
+
+def _dense_out(name: str, parts: tuple[DType, tuple[int, ...], memoryview],
+               names: dict[int, str]) -> _Out:
+    """:func:`_out_of` of a plain host array (``container._dense_reader``'s parts):
+    ``names`` keeps the safetensors name of each element type met (tag -> name), which
+    for such arrays depends on the type alone."""
+    dtype, shape, view = parts
+    st = names.get(dtype.tag)
+    if st is None or name == _METADATA_KEY:
+        st = names[dtype.tag] = _safetensors_dtype(name, dense_descriptor(shape, dtype))
+    return _Out(name, st, list(shape), len(view), ((view, None, True),))
 
 
 def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
@@ -286,6 +304,10 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
     head = _LEN.pack(len(raw)) + raw
 
     def feeder(o: _Out) -> Callable[[_DataWriter], None]:
+        if len(o.pieces) == 1 and o.pieces[0][2]:
+            piece, slot, _ = o.pieces[0]  # (a partial costs a third of a closure)
+            return functools.partial(_put_piece, piece, slot)
+
         def feed(out: _DataWriter) -> None:
             for piece, slot, written in o.pieces:
                 if written:
@@ -306,6 +328,11 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
         if check is not None:
             check(crcs)
     return len(outs)
+
+
+def _put_piece(piece: _Piece, slot: int | None, out: _DataWriter) -> None:
+    """The feed of an output of one piece, written."""
+    out.put(piece, slot)
 
 
 # hb.load opens safetensors files through the container's reader, which maps both formats

@@ -35,8 +35,10 @@ __all__ = [
     "HEADER_SIZE",
     "MAGIC",
     "VERSION",
+    "DENSE_PLACE",
     "BufferEntry",
     "decode",
+    "dense_head",
     "decode_prefix",
     "encode",
     "encoded_size",
@@ -133,6 +135,28 @@ def _placed(i: int, spec: BufferSpec, off: object) -> BufferEntry:
     return BufferEntry(spec.role, off, spec.nbytes)
 
 
+DENSE_PLACE = struct.Struct("<QQ")
+"""The last 16 bytes of a placed dense descriptor: its data buffer's offset (0 when the
+buffer is empty) and length (see :func:`dense_head`)."""
+
+
+def dense_head(d: Descriptor) -> bytes:
+    """The bytes of a row-major descriptor ``d`` (no quantization, no shard, one data
+    buffer) placed by its carrier, up to its one buffer's offset: ``encode(d, [off])`` is
+    ``dense_head(d) + DENSE_PLACE.pack(off, nbytes)`` for an aligned ``off`` (0 when empty).
+
+    A writer of many tensors of a few shapes builds it once per shape and packs only the
+    place of each.
+    """
+    rank = len(d.shape)
+    return b"".join((
+        _HEADER.pack(MAGIC, VERSION[0], VERSION[1], _PADDED_FLAG if d.padded else 0,
+                     rank, d.dtype.tag, _ROW_MAJOR_CODE, 1,
+                     HEADER_SIZE + 8 * rank + BUFFER_ENTRY_SIZE, 0),
+        _U64[rank].pack(*d.shape),
+        _ENTRY.pack(_DATA_ROLE_CODE, _ZERO7, 0, 0)[:8]))
+
+
 def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
     """Encode ``d``; ``offsets`` place its buffers in a carrier's data region.
 
@@ -150,13 +174,7 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
         off = offsets[0]
         if type(off) is int and (not nbytes or (
                 0 <= off and not off % ALIGNMENT and off + nbytes <= DYNAMIC)):
-            rank = len(d.shape)
-            total = HEADER_SIZE + 8 * rank + BUFFER_ENTRY_SIZE
-            return b"".join((
-                _HEADER.pack(MAGIC, VERSION[0], VERSION[1], _PADDED_FLAG if d.padded else 0,
-                             rank, d.dtype.tag, _ROW_MAJOR_CODE, 1, total, 0),
-                _U64[rank].pack(*d.shape),
-                _ENTRY.pack(_DATA_ROLE_CODE, _ZERO7, off if nbytes else 0, nbytes)))
+            return dense_head(d) + DENSE_PLACE.pack(off if nbytes else 0, nbytes)
     if d.rank > MAX_RANK:
         # Descriptor() already refuses this; the check guards objects built around it.
         raise FormatError(

@@ -213,3 +213,128 @@ def test_a_save_builds_a_descriptor_per_shape_and_type_not_per_tensor(
     assert built <= 5
     back = hb.load(tmp_path / f"s.{fmt}")
     assert all(back[k].shape == v.shape for k, v in sd.items())
+
+
+def _mixed() -> dict[str, Any]:
+    """Arrays the dense fast path takes (plain, C-contiguous, whole-byte, native) and
+    arrays it leaves to the general path, which builds an hb.Tensor for each."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ro = np.arange(7, dtype=np.int32)
+    ro.flags.writeable = False
+    fast = {"f32": np.arange(16, dtype=np.float32), "f16": np.ones((3, 3), np.float16),
+            "i64 0-d": np.array(5, np.int64), "u8": np.arange(5, dtype=np.uint8),
+            "c64": np.ones(2, np.complex64), "read-only": ro,
+            "f64 3-D": np.arange(24.0).reshape(2, 3, 4)}
+    general = {"bool": np.array([True, False, True]),
+               "bfloat16": np.ones(4, ml_dtypes.bfloat16),
+               "int4": np.arange(5).astype(ml_dtypes.int4),
+               "empty": np.ones((0, 2), np.float32),
+               "column slice": np.ones((4, 4), np.float32)[:, :2],
+               "big-endian": np.ones(3, ">f4"),
+               "masked": np.ma.masked_array(np.ones(2, np.float32)),
+               "scalar": np.float32(2.5)}
+    return {**fast, **general, "after": np.arange(9, dtype=np.int16)}
+
+
+@pytest.fixture
+def tensors_built(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One item per hb.Tensor built (by either constructor) while the test runs."""
+    from hurray_bridge.tensor import Tensor
+
+    built: list[int] = []
+    dense, init = Tensor._dense.__func__, Tensor.__init__  # type: ignore[attr-defined]
+
+    def counting_dense(cls: type, *args: Any, **kwargs: Any) -> Any:
+        built.append(1)
+        return dense(cls, *args, **kwargs)
+
+    def counting_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Tensor, "_dense", classmethod(counting_dense))
+    monkeypatch.setattr(Tensor, "__init__", counting_init)
+    return built
+
+
+def test_a_save_of_plain_arrays_builds_no_tensor(tmp_path: pathlib.Path,
+                                                 tensors_built: list[int]) -> None:
+    sd = _state_dict(2_000)
+    hb.save(tmp_path / "a.hurray", sd, fsync=False)
+    safetensors_io.save(tmp_path / "a.safetensors", sd, fsync=False)
+    assert tensors_built == []
+    # Only the eight values the fast path leaves build a tensor, one each.
+    hb.save(tmp_path / "b.hurray", _mixed(), fsync=False)
+    assert len(tensors_built) == 8, len(tensors_built)
+    del tensors_built[:]
+    back = hb.load(tmp_path / "a.hurray")
+    assert all(np.array_equal(hb.convert(back[k], "numpy"), v) for k, v in sd.items())
+
+
+@pytest.mark.parametrize("checksums", [True, False])
+@pytest.mark.parametrize("alignment", [64, 4096])
+def test_the_fast_path_writes_the_bytes_of_the_general_path(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, checksums: bool,
+        alignment: int) -> None:
+    sd = {**_state_dict(300), **_mixed()}
+    fast, general = tmp_path / "fast.hurray", tmp_path / "general.hurray"
+    hb.save(fast, sd, fsync=False, checksums=checksums, alignment=alignment,
+            metadata={"k": "v"})
+    monkeypatch.setattr(container, "_dense_reader", lambda: None)
+    hb.save(general, sd, fsync=False, checksums=checksums, alignment=alignment,
+            metadata={"k": "v"})
+    assert fast.read_bytes() == general.read_bytes()
+    back = hb.load(fast)
+    assert np.array_equal(hb.convert(back["read-only"], "numpy"), sd["read-only"])
+    assert np.array_equal(hb.convert(back["f64 3-D"], "numpy"), sd["f64 3-D"])
+
+
+def test_the_fast_path_refuses_as_the_general_path(tmp_path: pathlib.Path) -> None:
+    ok = np.ones(3, np.float32)
+    for bad, message in [({"": ok}, "entry name"), ({"a\x00b": ok}, "NUL"),
+                         ({"x" * 70_000: ok}, "bytes of UTF-8"),
+                         ({"a": ok, "b": np.array([0, 2], np.uint8).view(np.bool_)}, "'b'")]:
+        with pytest.raises(hb.HurrayError, match=message):
+            hb.save(tmp_path / "bad.hurray", bad, fsync=False)
+        assert not (tmp_path / "bad.hurray").exists()
+
+
+def test_a_file_tensor_reaches_numpy_by_the_shortcut(tmp_path: pathlib.Path) -> None:
+    from hurray_bridge import _shortcuts
+
+    sd = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.arange(4, dtype=np.int8)}
+    hb.save(tmp_path / "s.hurray", sd, fsync=False)
+    back = hb.load(tmp_path / "s.hurray")
+    first = hb.convert(back["a"], "numpy")  # the full path, which learns the pair
+    assert _shortcuts.serves(back["b"], "numpy")
+    out = hb.convert(back["b"], "numpy")
+    assert out.ctypes.data == back["b"].data_ptr  # the file's memory, no copy
+    assert not out.flags.writeable and not first.flags.writeable  # as mapped: read-only
+    assert np.array_equal(out, sd["b"]) and np.array_equal(first, sd["a"])
+    # What the view cannot give exactly, the full path does (declined, not mishandled).
+    strided = hb.asarray(np.arange(8, dtype=np.float32)[::2])
+    assert not _shortcuts.serves(strided, "numpy")
+    assert np.array_equal(hb.convert(strided, "numpy"), [0, 2, 4, 6])
+
+
+def test_a_safetensors_save_writes_the_bytes_of_the_general_path(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kept = ("f32", "f16", "i64 0-d", "u8", "read-only", "f64 3-D", "bool", "bfloat16",
+            "empty", "column slice", "big-endian", "scalar", "after")
+    mixed = _mixed()
+    sd = {**_state_dict(300), **{k: mixed[k] for k in kept}}
+    fast, general = tmp_path / "fast.safetensors", tmp_path / "general.safetensors"
+    safetensors_io.save(fast, sd, fsync=False, metadata={"k": "v"})
+    monkeypatch.setattr(safetensors_io, "_dense_reader", lambda: None)
+    safetensors_io.save(general, sd, fsync=False, metadata={"k": "v"})
+    assert fast.read_bytes() == general.read_bytes()
+    monkeypatch.undo()
+    # The refusals name the entry, as the general path's do.
+    with pytest.raises(hb.UnsupportedError, match="'c128' is complex128"):
+        safetensors_io.save(tmp_path / "c.safetensors",
+                            {"a": np.ones(2, np.float32), "c128": np.ones(2, np.complex128)},
+                            fsync=False)
+    with pytest.raises(hb.FormatError, match="__metadata__"):
+        safetensors_io.save(tmp_path / "m.safetensors",
+                            {"a": np.ones(2, np.float32), "__metadata__": np.ones(2, np.float32)},
+                            fsync=False)

@@ -223,6 +223,20 @@ CASES: list[tuple[str, Callable[[], Any], str, bool]] = [
          False),
         ("torch quantized", _torch_quantized, False),
     ]],
+    # hb.Tensor -> NumPy: the core's host view, for compact whole-byte host tensors
+    ("hb f32", lambda: hb.asarray(_np()), "numpy", True),
+    ("hb 2-D", lambda: hb.asarray(_np(shape=(2, 3))), "numpy", True),
+    ("hb 0-d", lambda: hb.asarray(_np(shape=())), "numpy", True),
+    ("hb read-only", lambda: hb.asarray(_readonly(_np())), "numpy", True),
+    ("hb bool", lambda: hb.asarray(_np(bool)), "numpy", True),
+    ("hb bfloat16", lambda: hb.asarray(_np(ml_dtypes.bfloat16)), "numpy", True),
+    ("hb empty", lambda: hb.asarray(_np(shape=(0,))), "numpy", False),
+    ("hb strided", lambda: hb.asarray(_np(shape=(8,))[::2]), "numpy", False),
+    ("hb int4 padded", lambda: hb.asarray(_np(ml_dtypes.int4)), "numpy", False),
+    ("hb torch bf16", lambda: hb.asarray(torch.arange(4.0).to(torch.bfloat16)), "numpy", True),
+    # hb.Tensor -> other targets: their from_hurray has rules of its own (full path)
+    ("hb f32", lambda: hb.asarray(_np()), "torch", False),
+    ("hb f32", lambda: hb.asarray(_np()), "arrow", False),
 ]
 
 
@@ -270,6 +284,8 @@ def _observe(out: Any) -> tuple[Any, ...]:
 
 def _source_pointer(obj: Any) -> int | None:
     try:
+        if isinstance(obj, hb.Tensor):
+            return obj.data_ptr
         if isinstance(obj, (np.ndarray, torch.Tensor, pa.Array)):
             return _pointer(obj)
         return int(obj.unsafe_buffer_pointer())
