@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -142,3 +146,29 @@ def parse_size(text: str) -> int:
         return int(low)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1GiB, 256MiB)") from None
+
+
+def run_on_host_devices(module: str, args: list[str], devices: int, needs: tuple[str, ...],
+                        timeout: float) -> dict[str, Any]:
+    """``python -m benchmarks.<module> --child ARGS`` with JAX on ``devices`` forced CPU
+    devices (the flag must be set before JAX is imported: a child process), and its last
+    line of output read as the results. A missing package of ``needs``, or a failed child,
+    is a note instead of figures."""
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               JAX_PLATFORMS="cpu")
+    try:
+        proc = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--child", *args],
+                              capture_output=True, text=True, timeout=timeout, check=False,
+                              env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"timings": [], "ratios": {}, "notes": [f"{module} child failed: {exc}"]}
+    if proc.returncode != 0:
+        missing = [m for m in needs if f"No module named '{m}" in proc.stderr]
+        if missing:
+            why = f"{missing[0]} is not installed: nothing measured"
+        else:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
+            why = f"{module} child failed: {tail[0]}"
+        return {"timings": [], "ratios": {}, "notes": [why]}
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out

@@ -28,13 +28,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import warnings
 from typing import Any
 
-from ._timing import compare, ratio
+from ._timing import compare, ratio, run_on_host_devices
 
 DEFAULT_BYTES = 1 << 30
 SMALL_BYTES = 64 << 20
@@ -150,26 +149,8 @@ def _child(nbytes: int, rounds: int) -> dict[str, Any]:
 
 def run(small: bool = False, nbytes: int | None = None) -> dict[str, Any]:
     nbytes = nbytes or (SMALL_BYTES if small else DEFAULT_BYTES)
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES}",
-               JAX_PLATFORMS="cpu")
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.jax_restore", "--child", str(nbytes),
-             "7" if small else "9"],
-            capture_output=True, text=True, timeout=1800, check=False, env=env,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"timings": [], "ratios": {}, "notes": [f"jax_restore child failed: {exc}"]}
-    if proc.returncode != 0:
-        missing = [m for m in ("jax", "orbax") if f"No module named '{m}" in proc.stderr]
-        if missing:
-            why = f"{missing[0]} is not installed: nothing measured"
-        else:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
-            why = f"jax_restore child failed: {tail[0]}"
-        return {"timings": [], "ratios": {}, "notes": [why]}
-    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return out
+    return run_on_host_devices("jax_restore", [str(nbytes), "7" if small else "9"], DEVICES,
+                               ("jax", "orbax"), timeout=1800)
 
 
 if __name__ == "__main__":

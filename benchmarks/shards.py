@@ -31,13 +31,11 @@ describes every shard (box, replica, device) where the loops only view buffers.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import warnings
 from typing import Any
 
-from ._timing import compare, ratio
+from ._timing import compare, ratio, run_on_host_devices
 
 DEFAULT_BYTES = 1 << 30
 SMALL_BYTES = 64 << 20
@@ -142,25 +140,8 @@ def _child(nbytes: int, rounds: int) -> dict[str, Any]:
 
 def run(small: bool = False) -> dict[str, Any]:
     nbytes = SMALL_BYTES if small else DEFAULT_BYTES
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES}",
-               JAX_PLATFORMS="cpu")
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.shards", "--child", str(nbytes),
-             "7" if small else "9"],
-            capture_output=True, text=True, timeout=1200, check=False, env=env,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"timings": [], "ratios": {}, "notes": [f"shards child failed: {exc}"]}
-    if proc.returncode != 0:
-        if "No module named 'jax'" in proc.stderr:
-            why = "jax is not installed: nothing measured"
-        else:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
-            why = f"shards child failed: {tail[0]}"
-        return {"timings": [], "ratios": {}, "notes": [why]}
-    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return out
+    return run_on_host_devices("shards", [str(nbytes), "7" if small else "9"], DEVICES,
+                               ("jax",), timeout=1200)
 
 
 if __name__ == "__main__":
