@@ -115,7 +115,8 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     require_copy(copy, None, why, refusal=(
         f"{why}, which is a copy, but copy=False; pass copy=None, or save it with "
         "hb.save, which has each chunk written where it is computed"))
-    t = asarray(np.ascontiguousarray(obj.compute()))
+    # Not np.ascontiguousarray: it makes a rank-0 result rank 1.
+    t = asarray(np.asarray(obj.compute(), order="C"))
     assert isinstance(t, Tensor)  # a NumPy array is one tensor
     t._copied = True
     return t
