@@ -15,9 +15,11 @@ hooks.
 
 ``GAPS`` is the one table of what an adapter declares but cannot take: its cases are
 strict xfails that must end in a HurrayError refusal (a fix turns one into a failure, and
-the table shrinks). ``COPIES`` is the one table of round trips that copy by design. A
-case this configuration cannot run (the framework not installed, ml_dtypes absent, JAX
-without x64) is a skip that says so.
+the table shrinks). ``COPIES`` is the one table of round trips that copy by design;
+``DEVICE_ONLY`` names the adapters whose objects never live in host memory (their host
+cases skip, saying so; every other adapter must declare the host). A case this
+configuration cannot run (the framework not installed, ml_dtypes absent, JAX without
+x64) is a skip that says so.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ NEEDS_COPY: dict[str, tuple[str, dict[str, Any]]] = {
 }
 # Adapters whose to_hurray always copies (copy=False refuses every object).
 TO_HURRAY_COPIES = {"dask": "to_hurray computes the Dask graph into one new array"}
+# Adapters whose objects never live in host memory; every other must declare the host.
+DEVICE_ONLY = {"cupy": "CuPy arrays live in GPU memory"}
 # torch has no read-only tensors: a read-only hb.Tensor not tracked by autograd reaches
 # torch as a writable view, with a once-per-process UserWarning (buffer-protocol.md §6.3).
 SHARES_READ_ONLY_WRITABLE = {"torch": "torch has no read-only tensors (buffer-protocol.md §6.3)"}
@@ -114,6 +118,17 @@ def _adapter(name: str) -> ModuleType:
     if why:
         pytest.skip(why)
     return get_adapter(name)
+
+
+def _host_adapter(name: str) -> ModuleType:
+    """The adapter, for a case that hands it host memory to hold as it is."""
+    mod = _adapter(name)
+    if name in DEVICE_ONLY:
+        assert 1 not in mod.DEVICES, f"{name} is in DEVICE_ONLY yet declares the host"
+        pytest.skip(f"{DEVICE_ONLY[name]} (DEVICES={sorted(mod.DEVICES)}): host tensors are "
+                    "copied to its device, which gpu_tests/ cover")
+    assert 1 in mod.DEVICES, f"{name} must declare host memory (1) in DEVICES"
+    return mod
 
 
 def _names() -> list[Any]:
@@ -195,7 +210,7 @@ def _skip_config(name: str, dtype: hb.DType) -> None:
 # ------------------------------------------------------------------ round trips
 @pytest.mark.parametrize("name,dtype,shape_name,form", _dtype_cases())
 def test_dense_round_trip(name: str, dtype: hb.DType, shape_name: str, form: str) -> None:
-    mod = _adapter(name)
+    mod = _host_adapter(name)
     _skip_config(name, dtype)
     shape = SHAPES[shape_name]
     t = source(dtype, shape, form=form)
@@ -226,7 +241,7 @@ def test_dtype_table_agrees_with_its_lookups(name: str) -> None:
 @pytest.mark.parametrize("name,dtype,shape_name,form", _dtype_cases(("vector_5",)))
 def test_read_only_memory_never_comes_back_writable_and_shared(
         name: str, dtype: hb.DType, shape_name: str, form: str) -> None:
-    mod = _adapter(name)
+    mod = _host_adapter(name)
     _skip_config(name, dtype)
     shape = SHAPES[shape_name]
     t = source(dtype, shape, form=form, readonly=True)
@@ -242,21 +257,24 @@ def test_read_only_memory_never_comes_back_writable_and_shared(
 
 
 # ----------------------------------------------------------------- copy policy
-@pytest.mark.parametrize("name", _names())
-def test_copy_true_gives_fresh_memory(name: str) -> None:
-    mod = _adapter(name)
-    t = source(hb.float32, (2, 3, 4))
+@pytest.mark.parametrize("name,dtype,shape_name,form", _dtype_cases(("vector_5",)))
+def test_copy_true_gives_fresh_memory(name: str, dtype: hb.DType, shape_name: str,
+                                      form: str) -> None:
+    mod = _host_adapter(name)
+    _skip_config(name, dtype)
+    t = source(dtype, SHAPES[shape_name], form=form)
     _x, u, _ = _round_trip(mod, t, copy=True)
     _same_values(t, u)
     assert u.data_ptr != t.data_ptr, "from_hurray(copy=True) shares the tensor's memory"
-    v = mod.to_hurray(mod.from_hurray(t), copy=True)
+    x, shared, _ = _round_trip(mod, t)  # x's own memory, as to_hurray shares it
+    v = mod.to_hurray(x, copy=True)
     _same_values(t, v)
-    assert v.data_ptr != t.data_ptr and v.copied, "to_hurray(copy=True) shares memory"
+    assert v.data_ptr != shared.data_ptr and v.copied, "to_hurray(copy=True) shares memory"
 
 
 @pytest.mark.parametrize("name", _names())
 def test_copy_false_refuses_a_needed_copy_and_shares_otherwise(name: str) -> None:
-    mod = _adapter(name)
+    mod = _host_adapter(name)
     if name in NEEDS_COPY:
         why, how = NEEDS_COPY[name]
         with pytest.raises(hb.CopyRequiredError, match=why):
@@ -278,13 +296,9 @@ def test_copy_false_refuses_a_needed_copy_and_shares_otherwise(name: str) -> Non
 # ------------------------------------------------------- devices, kinds, hooks
 @pytest.mark.parametrize("name", _names())
 def test_declares_the_host_and_round_trips_there(name: str) -> None:
-    mod = _adapter(name)
-    assert mod.DEVICES and all(type(d) is int and d > 0 for d in mod.DEVICES)
-    if 1 not in mod.DEVICES:
-        # A device-only framework (CuPy): its host tensors go to a device this CPU
-        # suite cannot reach.
-        pytest.skip(f"{name} declares no host memory (DEVICES={sorted(mod.DEVICES)}): its "
-                    "device round trips need a GPU (gpu_tests/)")
+    devices = _adapter(name).DEVICES
+    assert devices and all(type(d) is int and d > 0 for d in devices)
+    mod = _host_adapter(name)
     t = source(hb.int32, (5,))
     _x, u, _ = _round_trip(mod, t)
     _same_values(t, u)
@@ -295,10 +309,11 @@ def test_declares_the_host_and_round_trips_there(name: str) -> None:
 def test_special_kind_tells_only_declared_kinds(name: str) -> None:
     mod = _adapter(name)
     assert mod.HOLDS <= KINDS
-    x = mod.from_hurray(source(hb.float32, (5,)))
     for obj in (object(), 3, None, b"x"):
         kind = mod.special_kind(obj)
         assert kind is None or (kind in mod.HOLDS and kind != "dense"), (obj, kind)
+    mod = _host_adapter(name)
+    x = mod.from_hurray(source(hb.float32, (5,)))
     assert mod.special_kind(x) is None, "a dense object to_hurray takes has no special kind"
 
 
@@ -308,7 +323,7 @@ def test_fast_hooks_are_absent_or_give_tables_of_raw_forms(name: str) -> None:
     assert (mod.fast_import is None) == (mod.fast_export is None)
     if mod.fast_import is None:
         pytest.skip(f"{name} declares no fast hooks (hb.convert takes the full path)")
-    x = mod.from_hurray(source(hb.float32, (5,)))
+    x = _host_adapter(name).from_hurray(source(hb.float32, (5,)))
     imports = mod.fast_import(type(x))
     exports = mod.fast_export()
     for table in (imports, exports):
