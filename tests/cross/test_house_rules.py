@@ -309,8 +309,14 @@ def test_every_adapter_exports_the_contracts_names() -> None:
         "one adapter needs is private or lives in a submodule):\n" + "\n".join(offences))
 
 
-_FRAMEWORK_OF = {"numpy": "numpy", "torch": "torch", "jax": "jax", "arrow": "pyarrow",
-                 "cupy": "cupy"}
+def _framework_of() -> dict[str, str]:
+    # Every registered adapter, so that one added to the registry is checked at once.
+    from hurray_bridge._registry import ADAPTERS
+
+    return {name: spec.framework for name, spec in ADAPTERS.items()}
+
+
+_FRAMEWORK_OF = _framework_of()
 
 
 @pytest.mark.parametrize("name", sorted(_FRAMEWORK_OF))
