@@ -583,6 +583,9 @@ def _locate(p: int, typ: _Type, level: int, first: int, count: int, path: str) -
     if a.length < 0 or a.offset < 0:
         raise FormatError(f"length {a.length} and offset {a.offset} must not be negative",
                           field=f"{path}.length")
+    if a.offset > (1 << 63) - 1 - a.length:
+        raise FormatError(f"offset {a.offset} + length {a.length} is past 2**63 - 1: no "
+                          "buffer has such slots", field=f"{path}.offset")
     if first + count > a.length:
         raise FormatError(f"the parent array needs slots {first}..{first + count} of this "
                           f"array, and it has {a.length}", field=f"{path}.length")
@@ -619,6 +622,13 @@ def _locate(p: int, typ: _Type, level: int, first: int, count: int, path: str) -
             raise FormatError(f"NULL data buffer for {count} values", field=f"{path}.buffers[1]")
         return 0, 0
     bits = typ.dtype.bits
+    # The C interface carries no buffer sizes, so a lying offset cannot be caught in
+    # general; values that would end past the address space are a lie on their face
+    # (and an address over 64 bits breaks every consumer with an OverflowError).
+    if data + -(-(phys + count) * bits // 8) > (1 << 64) - 1:
+        raise FormatError(f"offset {a.offset}: slots up to {phys + count} of "
+                          f"{typ.dtype.name} from address {data:#x} end past the address "
+                          "space", field=f"{path}.offset")
     return data + phys * bits // 8, phys * bits % 8
 
 

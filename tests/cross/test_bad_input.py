@@ -408,6 +408,12 @@ CASES: list[Case] = [
          lambda: hb.asarray(ArrowDoctored("offset", 2**40, t=hb.asarray(
              np.zeros((2, 2), np.float32)))), hb.FormatError,
          ("children[0].length", "needs slots")),
+    Case("arrow-import-offset-overflow", "ArrowArray.offset = 2**63 - 5",
+         lambda: hb.asarray(ArrowDoctored("offset", 2**63 - 5)), hb.FormatError,
+         ("array.offset", "past 2**63 - 1")),
+    Case("arrow-import-offset-past-memory", "ArrowArray.offset = 2**62",
+         lambda: hb.asarray(ArrowDoctored("offset", 2**62)), hb.FormatError,
+         ("array.offset", "past the address space")),
     Case("arrow-import-buffers", "ArrowArray.n_buffers = 3",
          lambda: hb.asarray(ArrowDoctored("n_buffers", 3)), hb.FormatError,
          ("array.n_buffers", "3 buffers", "calls for 2")),

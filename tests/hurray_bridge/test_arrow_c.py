@@ -350,6 +350,10 @@ BAD_ARRAYS = [
     ("NULL buffers array", {"buffers": [None, None], "n_buffers": 2, "buffers_null": True},
      FormatError, "buffers"),
     ("released array", {"release": None}, FormatError, "array.release"),
+    # Offsets no real buffer can have: the sum overflows int64, or the values would end
+    # past the top of the address space (refused before any address is formed).
+    ("offset + length past int64", {"offset": 2**63 - 5}, FormatError, "array.offset"),
+    ("values past the address space", {"offset": 2**62}, FormatError, "array.offset"),
 ]
 
 
