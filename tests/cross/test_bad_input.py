@@ -1414,6 +1414,10 @@ CASES += [
          functools.partial(_dcp_reader, {"format": 1, "items": {
              "w": {"dtype": "float32", "size": [2], "chunks": [[[1], [2]]]}}, "storage": []}),
          hb.FormatError, ("item 'w'", "[[1], [2]]", "outside its size [2]")),
+    Case("dcp-reader-plan-modules", "a DCP plan with modules 5",
+         functools.partial(_dcp_reader, {"format": 1, "items": {}, "storage": [],
+                                         "modules": 5}),
+         hb.FormatError, ("'modules' is 5", "not a list of module names")),
     Case("dcp-reader-entry-dtype", "a DCP rank file whose entry 'w' is bfloat16 where the "
          "plan says float16", functools.partial(_dcp_read, "dtype"), hb.FormatError,
          ("entry 'w' holds bfloat16", "the plan says torch.float16", "save the checkpoint")),
