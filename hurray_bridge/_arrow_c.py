@@ -383,7 +383,11 @@ def export_schema(t: Any, compact: bool) -> object:
 def _storage_formats(p: int) -> list[bytes]:
     """The format strings of a schema and its first children, outermost first."""
     out = []
+    path = "requested_schema"
     for _ in range(MAX_NDIM + 1):
+        if not p:  # (a NULL child pointer: reading it would crash the interpreter)
+            raise FormatError("the requested schema has a NULL child ArrowSchema; pass a "
+                              "schema the producer built whole", field=path)
         s = ArrowSchema.from_address(p)
         if not s.format:
             raise FormatError("the requested schema has a NULL format", field="format")
@@ -391,6 +395,7 @@ def _storage_formats(p: int) -> list[bytes]:
         if s.n_children != 1 or not s.children:
             break
         p = _c_void_p.from_address(s.children).value or 0
+        path += ".children[0]"
     return out
 
 

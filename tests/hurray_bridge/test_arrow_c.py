@@ -613,3 +613,25 @@ def test_a_tensor_in_device_memory_is_refused_by_both_exports() -> None:
     for call in (t.__arrow_c_array__, t.__arrow_c_device_array__, t.__arrow_c_schema__):
         with pytest.raises(UnsupportedError, match="cuda:0"):
             call()
+
+
+def test_a_requested_schema_with_a_null_child_is_refused_not_read() -> None:
+    # Run in a child: reading an ArrowSchema at address 0 would kill the interpreter.
+    code = textwrap.dedent("""
+        import ctypes, numpy as np, hurray_bridge as hb
+        from hurray_bridge import _arrow_c as A
+        t = hb.asarray(np.zeros((2, 3), np.int32))
+        cap = t.__arrow_c_schema__()
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        s = A.ArrowSchema.from_address(get(cap, b"arrow_schema"))
+        ctypes.c_void_p.from_address(s.children).value = None
+        try:
+            t.__arrow_c_array__(requested_schema=cap)
+        except hb.FormatError as e:
+            print("refused", e.field)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "refused requested_schema.children[0]"
