@@ -484,9 +484,12 @@ class _Type:
         self.list_sizes = list_sizes
 
 
-def _parse_schema(p: int, path: str = "schema") -> _Type:
+def _parse_schema(p: int, path: str = "schema", depth: int = 1) -> _Type:
     if not p:
         raise FormatError("NULL ArrowSchema", field=path)
+    if depth > MAX_NDIM:  # checked going down: a schema that is its own child never ends
+        raise FormatError(f"fixed_size_list nested over {MAX_NDIM} levels (is a schema its "
+                          f"own child?), over the rank limit {MAX_NDIM}", field=path)
     s = ArrowSchema.from_address(p)
     if not s.release:
         raise FormatError("the ArrowSchema is already released (release is NULL)",
@@ -525,7 +528,7 @@ def _parse_schema(p: int, path: str = "schema") -> _Type:
             raise FormatError(f"a fixed_size_list has {s.n_children} children, expected 1",
                               field=f"{path}.n_children")
         inner = _parse_schema(_c_void_p.from_address(s.children).value or 0,
-                              f"{path}.children[0]")
+                              f"{path}.children[0]", depth + 1)
         shape = (size, *inner.shape)
         if ext == FIXED_SHAPE_TENSOR:
             if inner.shape:

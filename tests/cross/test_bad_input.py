@@ -157,6 +157,20 @@ class ArrowDoctored:
         return s, a
 
 
+class ArrowSchemaCycle:
+    """``__arrow_c_array__`` of a 2-D tensor whose ``fixed_size_list`` schema names itself
+    as its child: a cycle a recursive reader would follow without end."""
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+        from hurray_bridge import _arrow_c
+
+        s, a = hb.asarray(np.zeros((2, 2), np.float32)).__arrow_c_array__()
+        p = _capsule._PyCapsule_GetPointer(s, b"arrow_schema")
+        self.children = (ctypes.c_void_p * 1)(p)  # held by the producer while it is read
+        _arrow_c.ArrowSchema.from_address(p).children = ctypes.addressof(self.children)
+        return s, a
+
+
 class ArrowReturns:
     """``__arrow_c_array__`` returns ``what()``."""
 
@@ -414,6 +428,9 @@ CASES: list[Case] = [
     Case("arrow-import-offset-past-memory", "ArrowArray.offset = 2**62",
          lambda: hb.asarray(ArrowDoctored("offset", 2**62)), hb.FormatError,
          ("array.offset", "past the address space")),
+    Case("arrow-import-schema-cycle", "ArrowSchema.children[0] = the schema itself",
+         lambda: hb.asarray(ArrowSchemaCycle()), hb.FormatError,
+         ("schema.children[0]", "nested over 64 levels", "own child")),
     Case("arrow-import-buffers", "ArrowArray.n_buffers = 3",
          lambda: hb.asarray(ArrowDoctored("n_buffers", 3)), hb.FormatError,
          ("array.n_buffers", "3 buffers", "calls for 2")),

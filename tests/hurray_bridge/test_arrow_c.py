@@ -615,6 +615,19 @@ def test_a_tensor_in_device_memory_is_refused_by_both_exports() -> None:
             call()
 
 
+def test_a_schema_that_is_its_own_child_is_refused() -> None:
+    # A cycle would recurse until RecursionError, which is no HurrayError.
+    h = Hand()
+    s = h.schema(b"+w:1", children=(h.schema(b"i"),))
+    ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(s))
+    h.keep.append(ptrs)
+    s.children = ctypes.addressof(ptrs)
+    data = h.data(np.zeros(1, dtype=np.int32))
+    a = h.array(1, [None], children=(h.array(1, [None, data]),))
+    with pytest.raises(FormatError, match="schema.children"):
+        hb.asarray(h.producer(s, a))
+
+
 def test_a_requested_schema_with_a_null_child_is_refused_not_read() -> None:
     # Run in a child: reading an ArrowSchema at address 0 would kill the interpreter.
     code = textwrap.dedent("""
