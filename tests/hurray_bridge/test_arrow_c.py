@@ -624,7 +624,7 @@ def test_a_schema_that_is_its_own_child_is_refused() -> None:
     s.children = ctypes.addressof(ptrs)
     data = h.data(np.zeros(1, dtype=np.int32))
     a = h.array(1, [None], children=(h.array(1, [None, data]),))
-    with pytest.raises(FormatError, match="schema.children"):
+    with pytest.raises(FormatError, match=r"schema\.children"):
         hb.asarray(h.producer(s, a))
 
 
