@@ -556,11 +556,14 @@ def _fixed_shape(text: bytes, size: int, path: str) -> tuple[int, ...]:
     try:
         doc = json.loads(text)
         shape = doc["shape"]
-        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+        # int64 as Arrow's own: with a zero elsewhere the product checks nothing, and a
+        # larger size is no descriptor's (2**64 - 1 would read as a dynamic dimension).
+        if not (isinstance(shape, list)
+                and all(type(d) is int and 0 <= d <= (1 << 63) - 1 for d in shape)):
             raise ValueError
     except (ValueError, KeyError, TypeError):
         raise FormatError(f"arrow.fixed_shape_tensor metadata {text[:80]!r} has no valid "
-                          "'shape' (a list of non-negative integers)", field=where) from None
+                          "'shape' (a list of integers in 0..2**63 - 1)", field=where) from None
     perm = doc.get("permutation")
     if perm is not None and perm != list(range(len(shape))):
         raise UnsupportedError(

@@ -135,6 +135,19 @@ class Garbage:
 _U_FORMAT = ctypes.create_string_buffer(b"u")  # an Arrow format no tensor has (utf8)
 
 
+def _arrow_metadata(items: dict[bytes, bytes]) -> Any:
+    """An ArrowSchema ``metadata`` blob (int32 count, then length-prefixed keys and values)."""
+    out = [struct.pack("=i", len(items))]
+    for k, v in items.items():
+        out += [struct.pack("=i", len(k)), k, struct.pack("=i", len(v)), v]
+    return ctypes.create_string_buffer(b"".join(out))
+
+
+# A fixed_shape_tensor of no elements whose other size no descriptor holds.
+_FST_HUGE = _arrow_metadata({b"ARROW:extension:name": b"arrow.fixed_shape_tensor",
+                             b"ARROW:extension:metadata": b'{"shape": [0, 18446744073709551615]}'})
+
+
 class ArrowDoctored:
     """``__arrow_c_array__`` of a float32 tensor's export with one field of its
     ``ArrowArray`` (or, with ``schema=True``, ``ArrowSchema``) rewritten: a producer bug."""
@@ -431,6 +444,10 @@ CASES: list[Case] = [
     Case("arrow-import-schema-cycle", "ArrowSchema.children[0] = the schema itself",
          lambda: hb.asarray(ArrowSchemaCycle()), hb.FormatError,
          ("schema.children[0]", "nested over 64 levels", "own child")),
+    Case("arrow-import-fst-dimension", "fixed_shape_tensor shape [0, 2**64 - 1] over +w:0",
+         lambda: hb.asarray(ArrowDoctored("metadata", ctypes.addressof(_FST_HUGE), True,
+                                          t=hb.asarray(np.zeros((2, 0), np.float32)))),
+         hb.FormatError, ("metadata[ARROW:extension:metadata]", "0..2**63 - 1")),
     Case("arrow-import-buffers", "ArrowArray.n_buffers = 3",
          lambda: hb.asarray(ArrowDoctored("n_buffers", 3)), hb.FormatError,
          ("array.n_buffers", "3 buffers", "calls for 2")),

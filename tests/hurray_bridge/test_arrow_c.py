@@ -317,6 +317,11 @@ BAD_SCHEMAS = [
     ("fst permutation", lambda h: h.schema(b"+w:6", fst_meta([2, 3], permutation=[1, 0]),
                                            children=(h.schema(b"i"),)),
      UnsupportedError, "permutation"),
+    # Zero elements whatever the other sizes: a tensor whose dimension no descriptor holds
+    # (2**64 - 1 would read as a dynamic dimension).
+    ("fst dimension past int64", lambda h: h.schema(b"+w:0", fst_meta([0, 2**64 - 1]),
+                                                    children=(h.schema(b"i"),)),
+     FormatError, "valid 'shape'"),
 ]
 
 
