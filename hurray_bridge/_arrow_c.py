@@ -383,7 +383,11 @@ def export_schema(t: Any, compact: bool) -> object:
 def _storage_formats(p: int) -> list[bytes]:
     """The format strings of a schema and its first children, outermost first."""
     out = []
+    path = "requested_schema"
     for _ in range(MAX_NDIM + 1):
+        if not p:  # (a NULL child pointer: reading it would crash the interpreter)
+            raise FormatError("the requested schema has a NULL child ArrowSchema; pass a "
+                              "schema the producer built whole", field=path)
         s = ArrowSchema.from_address(p)
         if not s.format:
             raise FormatError("the requested schema has a NULL format", field="format")
@@ -391,6 +395,7 @@ def _storage_formats(p: int) -> list[bytes]:
         if s.n_children != 1 or not s.children:
             break
         p = _c_void_p.from_address(s.children).value or 0
+        path += ".children[0]"
     return out
 
 
@@ -479,9 +484,12 @@ class _Type:
         self.list_sizes = list_sizes
 
 
-def _parse_schema(p: int, path: str = "schema") -> _Type:
+def _parse_schema(p: int, path: str = "schema", depth: int = 1) -> _Type:
     if not p:
         raise FormatError("NULL ArrowSchema", field=path)
+    if depth > MAX_NDIM:  # checked going down: a schema that is its own child never ends
+        raise FormatError(f"fixed_size_list nested over {MAX_NDIM} levels (is a schema its "
+                          f"own child?), over the rank limit {MAX_NDIM}", field=path)
     s = ArrowSchema.from_address(p)
     if not s.release:
         raise FormatError("the ArrowSchema is already released (release is NULL)",
@@ -520,7 +528,7 @@ def _parse_schema(p: int, path: str = "schema") -> _Type:
             raise FormatError(f"a fixed_size_list has {s.n_children} children, expected 1",
                               field=f"{path}.n_children")
         inner = _parse_schema(_c_void_p.from_address(s.children).value or 0,
-                              f"{path}.children[0]")
+                              f"{path}.children[0]", depth + 1)
         shape = (size, *inner.shape)
         if ext == FIXED_SHAPE_TENSOR:
             if inner.shape:
@@ -548,11 +556,14 @@ def _fixed_shape(text: bytes, size: int, path: str) -> tuple[int, ...]:
     try:
         doc = json.loads(text)
         shape = doc["shape"]
-        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+        # int64 as Arrow's own: with a zero elsewhere the product checks nothing, and a
+        # larger size is no descriptor's (2**64 - 1 would read as a dynamic dimension).
+        if not (isinstance(shape, list)
+                and all(type(d) is int and 0 <= d <= (1 << 63) - 1 for d in shape)):
             raise ValueError
     except (ValueError, KeyError, TypeError):
         raise FormatError(f"arrow.fixed_shape_tensor metadata {text[:80]!r} has no valid "
-                          "'shape' (a list of non-negative integers)", field=where) from None
+                          "'shape' (a list of integers in 0..2**63 - 1)", field=where) from None
     perm = doc.get("permutation")
     if perm is not None and perm != list(range(len(shape))):
         raise UnsupportedError(
@@ -583,6 +594,9 @@ def _locate(p: int, typ: _Type, level: int, first: int, count: int, path: str) -
     if a.length < 0 or a.offset < 0:
         raise FormatError(f"length {a.length} and offset {a.offset} must not be negative",
                           field=f"{path}.length")
+    if a.offset > (1 << 63) - 1 - a.length:
+        raise FormatError(f"offset {a.offset} + length {a.length} is past 2**63 - 1: no "
+                          "buffer has such slots", field=f"{path}.offset")
     if first + count > a.length:
         raise FormatError(f"the parent array needs slots {first}..{first + count} of this "
                           f"array, and it has {a.length}", field=f"{path}.length")
@@ -619,6 +633,13 @@ def _locate(p: int, typ: _Type, level: int, first: int, count: int, path: str) -
             raise FormatError(f"NULL data buffer for {count} values", field=f"{path}.buffers[1]")
         return 0, 0
     bits = typ.dtype.bits
+    # The C interface carries no buffer sizes, so a lying offset cannot be caught in
+    # general; values that would end past the address space are a lie on their face
+    # (and an address over 64 bits breaks every consumer with an OverflowError).
+    if data + -(-(phys + count) * bits // 8) > (1 << 64) - 1:
+        raise FormatError(f"offset {a.offset}: slots up to {phys + count} of "
+                          f"{typ.dtype.name} from address {data:#x} end past the address "
+                          "space", field=f"{path}.offset")
     return data + phys * bits // 8, phys * bits % 8
 
 

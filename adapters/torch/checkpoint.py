@@ -337,9 +337,11 @@ def _parse_plan(text: str, path: str) -> tuple[Metadata, dict[MetadataIndex, tup
             fqn, _ints(offset, f"storage row {row!r}"))
         storage[key] = (file, entry)
     modules = doc.get("modules") or []
+    if not (isinstance(modules, list) and all(isinstance(m, str) for m in modules)):
+        raise _plan_error(f"{path}: 'modules' is {modules!r:.60}, not a list of module names")
     meta = Metadata(state_dict_metadata=sd_md, planner_data=pd, storage_data=storage,
                     storage_meta=StorageMeta(save_id=doc.get("save_id"),
-                                             modules=[str(m) for m in modules]),
+                                             modules=modules),
                     version=doc.get("version"))
     return meta, storage
 

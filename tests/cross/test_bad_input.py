@@ -135,6 +135,19 @@ class Garbage:
 _U_FORMAT = ctypes.create_string_buffer(b"u")  # an Arrow format no tensor has (utf8)
 
 
+def _arrow_metadata(items: dict[bytes, bytes]) -> Any:
+    """An ArrowSchema ``metadata`` blob (int32 count, then length-prefixed keys and values)."""
+    out = [struct.pack("=i", len(items))]
+    for k, v in items.items():
+        out += [struct.pack("=i", len(k)), k, struct.pack("=i", len(v)), v]
+    return ctypes.create_string_buffer(b"".join(out))
+
+
+# A fixed_shape_tensor of no elements whose other size no descriptor holds.
+_FST_HUGE = _arrow_metadata({b"ARROW:extension:name": b"arrow.fixed_shape_tensor",
+                             b"ARROW:extension:metadata": b'{"shape": [0, 18446744073709551615]}'})
+
+
 class ArrowDoctored:
     """``__arrow_c_array__`` of a float32 tensor's export with one field of its
     ``ArrowArray`` (or, with ``schema=True``, ``ArrowSchema``) rewritten: a producer bug."""
@@ -154,6 +167,20 @@ class ArrowDoctored:
             struct_ = _arrow_c.ArrowArray.from_address(
                 _capsule._PyCapsule_GetPointer(a, b"arrow_array"))
         setattr(struct_, self.field, self.value)
+        return s, a
+
+
+class ArrowSchemaCycle:
+    """``__arrow_c_array__`` of a 2-D tensor whose ``fixed_size_list`` schema names itself
+    as its child: a cycle a recursive reader would follow without end."""
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+        from hurray_bridge import _arrow_c
+
+        s, a = hb.asarray(np.zeros((2, 2), np.float32)).__arrow_c_array__()
+        p = _capsule._PyCapsule_GetPointer(s, b"arrow_schema")
+        self.children = (ctypes.c_void_p * 1)(p)  # held by the producer while it is read
+        _arrow_c.ArrowSchema.from_address(p).children = ctypes.addressof(self.children)
         return s, a
 
 
@@ -408,6 +435,19 @@ CASES: list[Case] = [
          lambda: hb.asarray(ArrowDoctored("offset", 2**40, t=hb.asarray(
              np.zeros((2, 2), np.float32)))), hb.FormatError,
          ("children[0].length", "needs slots")),
+    Case("arrow-import-offset-overflow", "ArrowArray.offset = 2**63 - 5",
+         lambda: hb.asarray(ArrowDoctored("offset", 2**63 - 5)), hb.FormatError,
+         ("array.offset", "past 2**63 - 1")),
+    Case("arrow-import-offset-past-memory", "ArrowArray.offset = 2**62",
+         lambda: hb.asarray(ArrowDoctored("offset", 2**62)), hb.FormatError,
+         ("array.offset", "past the address space")),
+    Case("arrow-import-schema-cycle", "ArrowSchema.children[0] = the schema itself",
+         lambda: hb.asarray(ArrowSchemaCycle()), hb.FormatError,
+         ("schema.children[0]", "nested over 64 levels", "own child")),
+    Case("arrow-import-fst-dimension", "fixed_shape_tensor shape [0, 2**64 - 1] over +w:0",
+         lambda: hb.asarray(ArrowDoctored("metadata", ctypes.addressof(_FST_HUGE), True,
+                                          t=hb.asarray(np.zeros((2, 0), np.float32)))),
+         hb.FormatError, ("metadata[ARROW:extension:metadata]", "0..2**63 - 1")),
     Case("arrow-import-buffers", "ArrowArray.n_buffers = 3",
          lambda: hb.asarray(ArrowDoctored("n_buffers", 3)), hb.FormatError,
          ("array.n_buffers", "3 buffers", "calls for 2")),
@@ -1408,6 +1448,10 @@ CASES += [
          functools.partial(_dcp_reader, {"format": 1, "items": {
              "w": {"dtype": "float32", "size": [2], "chunks": [[[1], [2]]]}}, "storage": []}),
          hb.FormatError, ("item 'w'", "[[1], [2]]", "outside its size [2]")),
+    Case("dcp-reader-plan-modules", "a DCP plan with modules 5",
+         functools.partial(_dcp_reader, {"format": 1, "items": {}, "storage": [],
+                                         "modules": 5}),
+         hb.FormatError, ("'modules' is 5", "not a list of module names")),
     Case("dcp-reader-entry-dtype", "a DCP rank file whose entry 'w' is bfloat16 where the "
          "plan says float16", functools.partial(_dcp_read, "dtype"), hb.FormatError,
          ("entry 'w' holds bfloat16", "the plan says torch.float16", "save the checkpoint")),

@@ -317,6 +317,11 @@ BAD_SCHEMAS = [
     ("fst permutation", lambda h: h.schema(b"+w:6", fst_meta([2, 3], permutation=[1, 0]),
                                            children=(h.schema(b"i"),)),
      UnsupportedError, "permutation"),
+    # Zero elements whatever the other sizes: a tensor whose dimension no descriptor holds
+    # (2**64 - 1 would read as a dynamic dimension).
+    ("fst dimension past int64", lambda h: h.schema(b"+w:0", fst_meta([0, 2**64 - 1]),
+                                                    children=(h.schema(b"i"),)),
+     FormatError, "valid 'shape'"),
 ]
 
 
@@ -350,6 +355,10 @@ BAD_ARRAYS = [
     ("NULL buffers array", {"buffers": [None, None], "n_buffers": 2, "buffers_null": True},
      FormatError, "buffers"),
     ("released array", {"release": None}, FormatError, "array.release"),
+    # Offsets no real buffer can have: the sum overflows int64, or the values would end
+    # past the top of the address space (refused before any address is formed).
+    ("offset + length past int64", {"offset": 2**63 - 5}, FormatError, "array.offset"),
+    ("values past the address space", {"offset": 2**62}, FormatError, "array.offset"),
 ]
 
 
@@ -609,3 +618,38 @@ def test_a_tensor_in_device_memory_is_refused_by_both_exports() -> None:
     for call in (t.__arrow_c_array__, t.__arrow_c_device_array__, t.__arrow_c_schema__):
         with pytest.raises(UnsupportedError, match="cuda:0"):
             call()
+
+
+def test_a_schema_that_is_its_own_child_is_refused() -> None:
+    # A cycle would recurse until RecursionError, which is no HurrayError.
+    h = Hand()
+    s = h.schema(b"+w:1", children=(h.schema(b"i"),))
+    ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(s))
+    h.keep.append(ptrs)
+    s.children = ctypes.addressof(ptrs)
+    data = h.data(np.zeros(1, dtype=np.int32))
+    a = h.array(1, [None], children=(h.array(1, [None, data]),))
+    with pytest.raises(FormatError, match=r"schema\.children"):
+        hb.asarray(h.producer(s, a))
+
+
+def test_a_requested_schema_with_a_null_child_is_refused_not_read() -> None:
+    # Run in a child: reading an ArrowSchema at address 0 would kill the interpreter.
+    code = textwrap.dedent("""
+        import ctypes, numpy as np, hurray_bridge as hb
+        from hurray_bridge import _arrow_c as A
+        t = hb.asarray(np.zeros((2, 3), np.int32))
+        cap = t.__arrow_c_schema__()
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        s = A.ArrowSchema.from_address(get(cap, b"arrow_schema"))
+        ctypes.c_void_p.from_address(s.children).value = None
+        try:
+            t.__arrow_c_array__(requested_schema=cap)
+        except hb.FormatError as e:
+            print("refused", e.field)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "refused requested_schema.children[0]"

@@ -244,6 +244,11 @@ def test_refusals_name_the_problem(tmp_path: Path) -> None:
     save(tmp_path / METADATA_FILE, {}, {METADATA_KEY: json.dumps({"format": 99})})
     with pytest.raises(hb.FormatError, match="plan format 99"):
         HurrayStorageReader(tmp_path).read_metadata()
+    for modules in (5, "abc", [1], {"m": 1}):  # a TypeError, or a string split into letters
+        bad = {"format": 1, "items": {}, "storage": [], "modules": modules}
+        save(tmp_path / METADATA_FILE, {}, {METADATA_KEY: json.dumps(bad)})
+        with pytest.raises(hb.FormatError, match="'modules' is"):
+            HurrayStorageReader(tmp_path).read_metadata()
 
 
 def test_a_missing_entry_is_named(tmp_path: Path) -> None:
