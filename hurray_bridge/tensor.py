@@ -993,7 +993,7 @@ def host_copy(t: Tensor, consumer: str) -> Tensor:
         _release(view)
         raise UnsupportedError(
             f"{consumer} reads host memory only; asked for a host copy of this {t.device} "
-            f"tensor (dl_device=(kDLCPU, 0), copy=True), its producer answered with "
+            f"tensor (dl_device=(1, 0), copy=True), its producer answered with "
             f"{Device(view.device_type, view.device_id)} memory. Copy it to the host in its "
             "own framework first (x.cpu(), cupy.asnumpy(x)), or convert it to a framework "
             f"that runs on {t.device}"
