@@ -43,7 +43,7 @@ from ._capsule import (
     _restore_exception,
     _save_exception,
 )
-from ._dlpack import MAX_NDIM
+from ._dlpack import MAX_NDIM, DLDeviceType
 from ._memory import alloc_aligned
 from ._subbyte import shift_bits
 from .dtypes import DType, all_dtypes, bool8
@@ -297,7 +297,7 @@ def _check_exportable(t: Any, compact: bool) -> None:
     if not t.device.is_host_accessible:
         raise UnsupportedError(
             f"the tensor is on {t.device}: the bridge exports host memory to Arrow only "
-            "(device types 1, 3, 13); copy it to the host first")
+            "(kDLCPU, kDLCUDAHost, kDLROCMHost, kDLCUDAManaged); copy it to the host first")
     if t.dtype.bits < 8 and len(t.shape) >= 2 and prod(t.shape[1:]) % 8:
         raise UnsupportedError(
             f"a bit-packed {t.dtype.name} tensor of shape {t.shape} has rows of "
@@ -757,11 +757,11 @@ def import_arrow(obj: Any, copy: bool | None = None) -> ArrowView:
         typ = _parse_schema(_capsule_pointer(sc, _SCHEMA_NAME, "__arrow_c_device_array__"))
         p = _capsule_pointer(ac, _DEVICE_ARRAY_NAME, "__arrow_c_device_array__")
         dev = ArrowDeviceArray.from_address(p)
-        if dev.device_type != 1:
+        if dev.device_type != DLDeviceType.kDLCPU:
             raise UnsupportedError(
                 f"the Arrow device array is on device type {dev.device_type} (id "
                 f"{dev.device_id}); the bridge imports Arrow device arrays in CPU memory "
-                "(device type 1) only; import it through DLPack, or copy it to the CPU first")
+                "(kDLCPU) only; import it through DLPack, or copy it to the CPU first")
         return _view_of(p, typ, ac, copy)
     if method == "__arrow_c_stream__":
         return _import_stream(obj, copy)

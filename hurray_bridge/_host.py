@@ -32,6 +32,8 @@ from .errors import (
 )
 from .tensor import CPU, Tensor, host_copy
 
+_CPU = CPU.type  # a plain int: tensor_view is the hot path of every host export
+
 if TYPE_CHECKING:
     import numpy as np
 else:
@@ -232,7 +234,7 @@ def tensor_view(t: Tensor) -> Any:
     What ``from_hurray(t)`` gives such a tensor, and never a copy: hb.convert's shortcut
     for an hb.Tensor to NumPy (``_shortcuts.learn``) is this function.
     """
-    if not (t._strides is None and t._device.type == 1 and (t._desc is None or t.is_dense)):
+    if not (t._strides is None and t._device.type == _CPU and (t._desc is None or t.is_dense)):
         return NotImplemented
     # An array over the same memory, through the buffer protocol of a ctypes array that
     # holds t (and so its producer's memory). np.frombuffer is ~2.5x cheaper than
@@ -261,7 +263,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> n
             return out
     if copy is not None and copy is not True and copy is not False:
         check_copy(copy)
-    if device is not None and device not in ("cpu", CPU, (1, 0)):
+    if device is not None and device not in ("cpu", CPU):
         raise UnsupportedError(f"NumPy arrays live on the CPU; device={device!r} is not possible")
     if not t.is_dense:
         raise UnsupportedError(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple, NoReturn
 
+from ._dlpack import DLDeviceType
 from .dtypes import DType, Kind, dtype_from_name
 from .errors import DynamicShapeError, FormatError
 from .layout import BufferRole, Flags, Layout, QuantScheme
@@ -289,7 +290,7 @@ class Shard:
     global_shape: tuple[int, ...]
     offsets: tuple[int, ...]
     replica_id: int = 0
-    device_type: int = 1
+    device_type: int = int(DLDeviceType.kDLCPU)
     device_id: int = 0
 
     def __post_init__(self) -> None:

@@ -33,7 +33,7 @@ from .descriptor import DYNAMIC, Descriptor, Shard, compact_strides, form_name
 from .dtypes import DType
 from .errors import CopyRequiredError, FormatError, UnsupportedError
 from .layout import BufferRole, Layout
-from .tensor import Buffer, Device, Tensor, _is_compact, from_native
+from .tensor import CPU, Buffer, Device, Tensor, _is_compact, from_native
 
 __all__ = ["Box", "ShardedTensor", "assemble", "copy_shards", "from_jax", "grid_boxes", "split",
            "to_dtensor", "to_jax"]
@@ -562,7 +562,7 @@ def _cut(t: Tensor, box: Box, shard: Shard, copy: bool | None, where: str) -> Te
         return _strided_tensor(ptr, box.sizes, dtype, strides, padded, shard, t.device, t,
                                t.readonly, t.copied)
     out = _extract_dense([(Box(tuple(0 for _ in box.sizes), t.shape), t)], box, dtype, padded)
-    return _strided_tensor(out.buffers[0].ptr, box.sizes, dtype, None, padded, shard, Device(1, 0),
+    return _strided_tensor(out.buffers[0].ptr, box.sizes, dtype, None, padded, shard, CPU,
                            out.owner, False, True)
 
 
@@ -577,7 +577,7 @@ def _copy_packed_box(t: Tensor, box: Box, shard: Shard) -> Tensor:
     alloc = alloc_aligned(packed.nbytes)
     assert alloc is not None  # the box is not empty
     ctypes.memmove(alloc.ptr, packed.ctypes.data, packed.nbytes)
-    return _strided_tensor(alloc.ptr, box.sizes, t.dtype, None, False, shard, Device(1, 0),
+    return _strided_tensor(alloc.ptr, box.sizes, t.dtype, None, False, shard, CPU,
                            alloc, False, True)
 
 
@@ -657,7 +657,7 @@ def _extract_dense(
     if dtype.is_subbyte and not padded:
         return _extract_packed(pieces, target, dtype)
     if not n:
-        return Tensor._dense(0, out_shape, dtype, strides=None, padded=padded, device=Device(1, 0),
+        return Tensor._dense(0, out_shape, dtype, strides=None, padded=padded, device=CPU,
                              owner=None, readonly=False, copied=True)
     base, owner = _fresh_host(n * dtype.itemsize)
     out_strides = compact_strides(out_shape)
@@ -674,7 +674,7 @@ def _extract_dense(
                          zip(common.offsets, target.offsets, out_strides)) * isz
         _copy_strided(dst, out_strides, src, src_strides, common.sizes, isz)
     return Tensor._dense(base, out_shape, dtype, strides=None, padded=padded,
-                         device=Device(1, 0), owner=owner, readonly=False, copied=True)
+                         device=CPU, owner=owner, readonly=False, copied=True)
 
 
 _UNZEROED_FROM = 1 << 20  # bytes; smaller allocations are cheap to zero
@@ -716,7 +716,7 @@ def _extract_packed(pieces: list[tuple[Box, Tensor]], target: Box, dtype: DType)
     if alloc is not None:
         ctypes.memmove(alloc.ptr, packed.ctypes.data, packed.nbytes)
     return Tensor._dense(alloc.ptr if alloc else 0, target.sizes, dtype, strides=None,
-                         padded=False, device=Device(1, 0), owner=alloc, readonly=False,
+                         padded=False, device=CPU, owner=alloc, readonly=False,
                          copied=True)
 
 

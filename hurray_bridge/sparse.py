@@ -90,7 +90,7 @@ __all__ = [
 ]
 
 _COO, _CSR, _CSC = Layout.COO, Layout.CSR, Layout.CSC
-_HOST_DEVICES = (None, "cpu", CPU, (1, 0))
+_HOST_DEVICES = (None, "cpu", CPU)
 
 # Tensors assembled here (so already checked): from_hurray does not check them again.
 _VALIDATED: weakref.WeakSet[Tensor] = weakref.WeakSet()

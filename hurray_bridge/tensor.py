@@ -36,9 +36,15 @@ __all__ = [
     "host_copy",
 ]
 
+_D = DLDeviceType
+# Plain ints, not enum members: these are read on every import and export, where an
+# IntEnum comparison costs more than an int one.
+_CPU = int(_D.kDLCPU)
+_PINNED = frozenset({int(_D.kDLCUDAHost), int(_D.kDLROCMHost)})
 # Device types whose memory the host can read directly (pinned and managed memory).
-_HOST_ACCESSIBLE = frozenset({1, 3, 11, 13})
-_STREAMED = frozenset({2, 10, 13})  # devices where DLPack's stream argument means something
+_HOST_ACCESSIBLE = frozenset({_CPU, *_PINNED, int(_D.kDLCUDAManaged)})
+# Devices where DLPack's stream argument means something.
+_STREAMED = frozenset({int(_D.kDLCUDA), int(_D.kDLROCM), int(_D.kDLCUDAManaged)})
 
 
 class Device(NamedTuple):
@@ -59,7 +65,7 @@ class Device(NamedTuple):
         return f"{name}:{self.id}"
 
 
-CPU = Device(1, 0)
+CPU = Device(_CPU, 0)
 """The host: DLPack device type 1 (``kDLCPU``), id 0."""
 _I64_MAX = 2**63 - 1
 _new = object.__new__
@@ -815,7 +821,7 @@ _NO_STREAM: Any = object()
 
 
 # Host memory types: one address space per process, so a device_id says nothing there.
-_ONE_HOST = frozenset({1, 3, 11})  # kDLCPU, kDLCUDAHost, kDLROCMHost
+_ONE_HOST = frozenset({_CPU, *_PINNED})
 
 
 def _reported_device(reported: Any) -> Device:
@@ -910,7 +916,7 @@ def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM)
     try:
         reported = obj.__dlpack_device__()
     except AttributeError:
-        reported = (1, 0)
+        reported = CPU
     dev = _reported_device(reported)
     # The bridge never touches device memory on import, so it asks for no
     # synchronisation (-1); consumers get theirs when they import from us.
@@ -951,7 +957,7 @@ def from_dlpack(obj: Any, *, copy: bool | None = None, stream: Any = _NO_STREAM)
             t = from_dlview(view, legacy_mutable=legacy_exports_mutable(type(obj)))
     if not dev.is_host_accessible:
         t._source = obj
-    if dev.type in (3, 11):
+    if dev.type in _PINNED:
         t._device = dev
     if copy:
         return t.copy()
@@ -968,9 +974,9 @@ def _device_agrees(reported: Device, exported: tuple[int, int]) -> bool:
     """Whether the device a capsule (or exchange table) gives fits ``__dlpack_device__``."""
     return (tuple(exported) == reported
             # Pinned-host producers (torch) report kDLCUDAHost but put kDLCPU in the capsule.
-            or reported.type in (3, 11)
+            or reported.type in _PINNED
             # jax labels cpu:k arrays (1, 0) outside, (1, k) inside
-            or reported.type == exported[0] == 1)
+            or reported.type == exported[0] == _CPU)
 
 
 def host_copy(t: Tensor, consumer: str) -> Tensor:
@@ -981,7 +987,7 @@ def host_copy(t: Tensor, consumer: str) -> Tensor:
     another device; what it raises passes through. An answer the host cannot read (a
     producer that ignored ``dl_device``) is refused here, before ``consumer`` sees it.
     """
-    capsule = t.__dlpack__(max_version=DLPACK_VERSION, dl_device=(1, 0), copy=True)
+    capsule = t.__dlpack__(max_version=DLPACK_VERSION, dl_device=CPU, copy=True)
     view = _capsule.consume_capsule(capsule)
     if view.device_type not in _HOST_ACCESSIBLE:
         _release(view)

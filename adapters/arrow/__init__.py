@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from hurray_bridge import _subbyte
 from hurray_bridge._copy_policy import check_copy, warn_copy
+from hurray_bridge._dlpack import DLDeviceType
 from hurray_bridge._memory import HostAllocation, alloc_aligned
 from hurray_bridge.conversion import asarray
 from hurray_bridge.descriptor import compact_strides, form_name
@@ -54,9 +55,10 @@ HOLD_HOST_MEMORY = None
 """Nothing to hold: memory this framework exports stays valid while the export lives."""
 DEFERRED_SAVE = None
 """Saves of its objects are written by the saving process (nothing deferred)."""
+_CPU = int(DLDeviceType.kDLCPU)  # a plain int: from_hurray's fast path compares it
 HOLDS = frozenset({"dense", "sparse"})
 """Arrays, tensors and fixed-shape tensor arrays; sparse CSR/CSC/COO tensors (``.sparse``)."""
-DEVICES = frozenset({1})
+DEVICES = frozenset({_CPU})
 """The host only (kDLCPU): device memory is copied to the host."""
 
 # pa.Tensor.__dlpack__ came in pyarrow 21 (versioned capsules in 26), pa.Tensor.from_dlpack in 26.
@@ -508,7 +510,7 @@ def from_hurray(
     and every other rank a Tensor.
     """
     if (device is None and kind is None and not copy and type(t) is Tensor
-            and t._strides is None and len(t._shape) == 1 and t._device.type == 1
+            and t._strides is None and len(t._shape) == 1 and t._device.type == _CPU
             and (t._desc is None or t.is_dense)):
         typ = _PLAIN_TYPES.get(t._dtype.tag)
         if typ is not None:
@@ -520,7 +522,7 @@ def from_hurray(
             return _from_buffers(typ, t._shape[0], [None, buf], null_count=0)
     if copy is not None and copy is not True and copy is not False:
         check_copy(copy)
-    if device not in (None, "cpu", CPU, (1, 0)):
+    if device not in (None, "cpu", CPU):
         raise UnsupportedError(
             f"the Arrow adapter builds host (CPU) arrays; device={device!r} is not possible"
         )

@@ -26,6 +26,7 @@ import cupy
 import numpy as np
 
 from hurray_bridge._copy_policy import warn_copy
+from hurray_bridge._dlpack import DLDeviceType
 from hurray_bridge._host import from_hurray as host_from_hurray
 from hurray_bridge._host import native_dtype as host_native_dtype
 from hurray_bridge.descriptor import form_name
@@ -55,7 +56,7 @@ DEFERRED_SAVE = None
 """Saves of its objects are written by the saving process (nothing deferred)."""
 HOLDS = frozenset({"dense", "sparse"})
 """Dense arrays, and cupyx.scipy.sparse matrices (``.sparse``)."""
-DEVICES = frozenset({2, 10})
+DEVICES = frozenset({int(DLDeviceType.kDLCUDA), int(DLDeviceType.kDLROCM)})
 """CUDA and ROCm devices (kDLCUDA, kDLROCM): host memory is copied to the device."""
 fast_import = None
 """No hb.convert shortcut starts from a CuPy array (device memory takes the full path)."""
@@ -63,8 +64,9 @@ fast_export = None
 """No hb.convert shortcut ends in a CuPy array."""
 
 
-_CUDA = 2  # kDLCUDA
-_CUDA_MANAGED = 13  # kDLCUDAManaged: CuPy imports it directly (cupy/_core/dlpack.pyx)
+_CUDA = int(DLDeviceType.kDLCUDA)
+# CuPy imports managed memory directly (cupy/_core/dlpack.pyx).
+_CUDA_MANAGED = int(DLDeviceType.kDLCUDAManaged)
 # CUDA's per-thread default stream handle (cudaStreamPerThread), what CuPy passes as
 # ``stream`` under Stream.ptds or CUPY_CUDA_PER_THREAD_DEFAULT_STREAM=1.
 _PER_THREAD_STREAM = 2

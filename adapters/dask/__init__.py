@@ -31,6 +31,7 @@ from dask.highlevelgraph import HighLevelGraph
 from hurray_bridge import _host
 from hurray_bridge._copy_policy import check_copy, require_copy
 from hurray_bridge._deferred import FileTarget, Job, Run
+from hurray_bridge._dlpack import DLDeviceType
 from hurray_bridge.container import file_stamp, mapped_file_origin, write_box
 from hurray_bridge.conversion import asarray
 from hurray_bridge.descriptor import Descriptor
@@ -47,7 +48,7 @@ NAME = "dask"
 HOLDS = frozenset({"dense", "sharded"})
 """Dense Dask arrays; and a sharded tensor becomes one whose chunks are its boxes
 (``.shards``)."""
-DEVICES = frozenset({1})
+DEVICES = frozenset({int(DLDeviceType.kDLCPU)})
 """The host only (kDLCPU): the chunks are NumPy arrays."""
 LEGACY_EXPORTS_MUTABLE = False
 """Dask arrays export no DLPack capsule of their own; nothing to declare."""
@@ -170,7 +171,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None,
         raise not_a_tensor(t, NAME)
     if copy is not None and copy is not True and copy is not False:
         check_copy(copy)
-    if device is not None and device not in ("cpu", CPU, (1, 0)):
+    if device is not None and device not in ("cpu", CPU):
         raise UnsupportedError(
             f"Dask arrays here hold NumPy chunks, in host memory; device={device!r} is not "
             "possible")

@@ -53,6 +53,7 @@ import numpy as np
 
 from hurray_bridge import _capsule
 from hurray_bridge._copy_policy import alignment_note, check_copy, require_copy, warn_copy
+from hurray_bridge._dlpack import DLDeviceType
 from hurray_bridge._host import check_sizes as check_numpy_sizes
 from hurray_bridge._memory import host_array
 from hurray_bridge._subbyte import pack as pack_subbyte
@@ -93,6 +94,10 @@ __all__ = ["DEFERRED_SAVE", "DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPO
 
 NAME = "jax"
 """The target name: ``hb.convert(x, "jax")``."""
+# DLPack device types as plain ints: the import routes compare them on every call,
+# where an enum comparison costs more.
+_CPU, _CUDA, _ROCM = (int(DLDeviceType.kDLCPU), int(DLDeviceType.kDLCUDA),
+                      int(DLDeviceType.kDLROCM))
 # A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
 # the producer's adapter says otherwise here. JAX arrays are immutable (and JAX answers
 # legacy capsules only).
@@ -105,7 +110,7 @@ DEFERRED_SAVE = None
 """Saves of its objects are written by the saving process (nothing deferred)."""
 HOLDS = frozenset({"dense", "sparse", "sharded"})
 """Dense arrays, BCOO/BCSR arrays (``.sparse``) and arrays sharded over devices (``.shards``)."""
-DEVICES = frozenset({1, 2, 10})
+DEVICES = frozenset({_CPU, _CUDA, _ROCM})
 """The host, CUDA and ROCm devices (kDLCPU, kDLCUDA, kDLROCM)."""
 
 
@@ -123,7 +128,9 @@ _IMPORT_BY_COPY = frozenset({"bool", "int4", "uint4", "int2", "uint2", "float4_e
 _X64 = frozenset({"int64", "uint64", "float64", "complex128"})
 
 # DLPack device type -> the JAX backend that imports it (mirrors jax/_src/dlpack.py).
-_DL_TO_BACKEND = {1: "cpu", 2: "cuda", 3: "cuda", 10: "rocm", 11: "rocm", 13: "cuda"}
+_DL_TO_BACKEND = {_CPU: "cpu", _CUDA: "cuda", int(DLDeviceType.kDLCUDAHost): "cuda",
+                  _ROCM: "rocm", int(DLDeviceType.kDLROCMHost): "rocm",
+                  int(DLDeviceType.kDLCUDAManaged): "cuda"}
 _GPU_NAMES = {"gpu": "gpu", "cuda": "gpu", "rocm": "gpu"}
 
 
@@ -292,7 +299,7 @@ def import_obstacle(shape: tuple[int, ...], strides: tuple[int, ...] | None,
     """
     if strides is not None and not _strides_importable(shape, strides):
         return STRIDES
-    if device_type == 1 and data % (_cpu_align or _cpu_alignment()):
+    if device_type == _CPU and data % (_cpu_align or _cpu_alignment()):
         return ALIGNMENT
     return None
 
@@ -309,10 +316,10 @@ def raw_route(device_type: int, device_id: int) -> tuple[Any, Any, Any] | None:
     :func:`raw_import_types` take the public API too.
     """
     raw = _RAW_IMPORT
-    if raw is None or (device_type != 1 and device_type != 2 and device_type != 10):
+    if raw is None or (device_type != _CPU and device_type != _CUDA and device_type != _ROCM):
         return None
     device = _raw_device(device_type, device_id)
-    if device_type == 1:
+    if device_type == _CPU:
         return raw, device, None  # jnp.from_dlpack asks the CPU device: UNIMPLEMENTED
     # Asked per import, as jnp.from_dlpack does: the producer makes its pending work
     # visible on this stream before handing the memory over (DLPack's stream rule).
@@ -687,7 +694,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
         home = _home_device(t.device)
         if target == home:
             target = None
-    elif t.device.type != 1 or t.device.id:
+    elif t.device.type != _CPU or t.device.id:
         _home_device(t.device)  # a clear error when JAX has no backend (or device) for it
 
     _check_sizes(t.shape, (dtype.bits + 7) >> 3)

@@ -37,8 +37,8 @@ from hurray_bridge.shards import (
 )
 from hurray_bridge.tensor import Device, Tensor
 
+from . import _CPU, _CUDA, _ROCM, host_subbyte_packed
 from . import _import as dense_import
-from . import host_subbyte_packed
 from . import to_hurray as dense_to_hurray
 
 __all__ = ["from_sharded", "from_jax", "to_jax", "to_sharded"]
@@ -54,11 +54,11 @@ def _jax_device(dev: Any) -> Device:
     if platform == "cpu":
         # JAX's __dlpack_device__ reports id 0 for every CPU device (jax 0.10); the
         # device's own id is the one its DLPack capsules carry.
-        return Device(1, dev.id)
+        return Device(_CPU, dev.id)
     if platform in ("gpu", "cuda"):
-        return Device(2, getattr(dev, "local_hardware_id", None) or 0)
+        return Device(_CUDA, getattr(dev, "local_hardware_id", None) or 0)
     if platform == "rocm":
-        return Device(10, getattr(dev, "local_hardware_id", None) or 0)
+        return Device(_ROCM, getattr(dev, "local_hardware_id", None) or 0)
     raise UnsupportedError(
         f"JAX {platform} device {dev} has no DLPack device type; shards on it cannot be "
         "described (only cpu, cuda and rocm devices can)"
@@ -258,16 +258,16 @@ def _import_zero_copy(t: Tensor, jdev: Any, want: Device) -> tuple[Any, str | No
         return None, f"JAX has no zero-copy import for {t.dtype.name}"
     if t.strides is not None:
         return None, f"JAX imports row-major memory only; the shard has strides {list(t.strides)}"
-    if t.device != want and not (t.device.is_host_accessible and want.type == 1):
+    if t.device != want and not (t.device.is_host_accessible and want.type == _CPU):
         return None, f"the shard is on {t.device}, the sharding puts its box on {want}"
-    if t.nbytes and want.type == 1 and t.data_ptr % 64:
+    if t.nbytes and want.type == _CPU and t.data_ptr % 64:
         return None, "JAX copies CPU memory that is not 64-byte aligned"
     # Relabel host memory with the target CPU device: JAX places a DLPack import on
     # the device its capsule names (it reports every CPU device as id 0 itself), by its
     # local hardware id: in a multi-process run process 1's first CPU device has id 2048
     # and local id 0.
     local = getattr(jdev, "local_hardware_id", None)
-    label = Device(1, local) if want.type == 1 and local is not None else want
+    label = Device(_CPU, local) if want.type == _CPU and local is not None else want
     view = Tensor(Descriptor(t.shape, t.dtype, padded=t.descriptor.padded), t.buffers,
                   device=label, owner=t, readonly=t.readonly)
     # The dense adapter's import: jnp.from_dlpack's own calls without its per-call cost
@@ -401,11 +401,11 @@ def _build_sharding(sharded: ShardedTensor, keys: list[tuple[int, int]]) -> Any:
 def _device_from_section(dev: Device) -> Any:
     """The JAX device a shard section's (device type, id) names: the inverse of
     ``_jax_device`` (CPU devices by id, GPUs by local hardware id)."""
-    platform = {1: "cpu", 2: "gpu", 10: "gpu"}.get(dev.type)
+    platform = {_CPU: "cpu", _CUDA: "gpu", _ROCM: "gpu"}.get(dev.type)
     if platform is not None:
         try:
             for d in jax.local_devices(backend=platform):
-                if (d.id if dev.type == 1 else d.local_hardware_id) == dev.id:
+                if (d.id if dev.type == _CPU else d.local_hardware_id) == dev.id:
                     return d
         except RuntimeError:
             pass  # no such backend here: said below

@@ -10,7 +10,7 @@ from hurray_bridge._capsule import make_capsule
 from hurray_bridge._shortcuts import NDARRAY, RAW, READONLY_CAPSULE, Entry, entry
 from hurray_bridge.tensor import _COMPACT, _compact
 
-from . import bool8_needs_normalising, import_obstacle, raw_import_types, raw_route
+from . import _CPU, bool8_needs_normalising, import_obstacle, raw_import_types, raw_route
 
 __all__ = ["fast_export", "fast_import", "is_jax_array"]
 
@@ -52,7 +52,7 @@ def fast_import(tp: type) -> dict[str, Entry | None]:
 
 def _from_raw() -> Entry | None:
     try:
-        if raw_route(1, 0) is None:
+        if raw_route(_CPU, 0) is None:
             return None  # this jaxlib has no raw import: the full path's public API
     except Exception:
         return None
@@ -66,15 +66,15 @@ def _from_raw() -> Entry | None:
         data, shape, strides, code, bits, device_type, device_id, owner, exporter = raw
         if (code, bits) not in types:
             return NotImplemented
-        if device_type == 1:
+        if device_type == _CPU:
             n = 1
             for d in shape:
                 n *= d
-            if n and import_obstacle(shape, strides, 1, data) is not None:
+            if n and import_obstacle(shape, strides, _CPU, data) is not None:
                 return NotImplemented
             if (code, bits) == bool_code and bool8_needs_normalising(data, n, owner):
                 return NotImplemented  # JAX misreads such bytes: the full path normalises
-            route = raw_route(1, 0)
+            route = raw_route(_CPU, 0)
             if route is None:
                 return NotImplemented
             if strides is None:
@@ -83,9 +83,9 @@ def _from_raw() -> Entry | None:
             # the interpreter exits (torch's does for memory Python owns, from_numpy's),
             # which an XLA thread releasing it then would turn into an abort.
             capsule = make_capsule(data=data, shape=shape, strides=strides, code=code,
-                                   bits=bits, device_type=1, device_id=0, flags=0,
+                                   bits=bits, device_type=_CPU, device_id=0, flags=0,
                                    owner=owner, versioned=False)
-            return route[0](capsule, route[1], None, None, 1)
+            return route[0](capsule, route[1], None, None, _CPU)
         if strides is not None and import_obstacle(shape, strides, device_type) is not None:
             return NotImplemented  # the full path's refusal, in its words
         route = raw_route(device_type, device_id)

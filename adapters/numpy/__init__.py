@@ -17,6 +17,7 @@ import warnings
 from typing import Any
 
 from hurray_bridge import _host, _subbyte
+from hurray_bridge._dlpack import DLDeviceType
 from hurray_bridge._host import dtype_of, from_hurray, native_dtype, native_dtypes, to_hurray
 
 __all__ = ["DEFERRED_SAVE", "DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE",
@@ -27,7 +28,7 @@ NAME = "numpy"
 """The target name: ``hb.convert(x, "numpy")``."""
 HOLDS = frozenset({"dense", "sparse"})
 """Dense arrays, and SciPy's sparse arrays and matrices (``.sparse``)."""
-DEVICES = frozenset({1})
+DEVICES = frozenset({int(DLDeviceType.kDLCPU)})
 """The host only (kDLCPU): device memory is copied to the host."""
 # A legacy DLPack capsule cannot say "read-only"; the core reads one as read-only unless
 # the producer's adapter says otherwise here. NumPy refuses a legacy export of a

@@ -26,6 +26,7 @@ import torch
 
 from hurray_bridge import _exchange, _subbyte
 from hurray_bridge._copy_policy import check_copy, require_copy, user_stacklevel, warn_copy
+from hurray_bridge._dlpack import DLDeviceType
 from hurray_bridge._memory import host_array
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types, uint8
@@ -52,9 +53,10 @@ _READONLY_MESSAGE = ("torch tensor shares read-only memory; torch cannot mark it
                      "(pass copy=True for a writable copy)")
 _readonly_warned = False  # torch.from_numpy warns once per process too (TORCH_WARN_ONCE)
 
-# DLPack device types: CPU, CUDA, pinned host (CUDA, ROCm), ROCm, CUDA managed.
-_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_ROCM, _KDL_ROCM_HOST = 1, 2, 3, 10, 11
-_KDL_ONEAPI = 14
+# Plain ints, not enum members: the hand-offs compare them on every call.
+_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_ROCM, _KDL_ROCM_HOST, _KDL_ONEAPI = (
+    int(DLDeviceType.kDLCPU), int(DLDeviceType.kDLCUDA), int(DLDeviceType.kDLCUDAHost),
+    int(DLDeviceType.kDLROCM), int(DLDeviceType.kDLROCMHost), int(DLDeviceType.kDLOneAPI))
 _IS_HIP = torch.version.hip is not None
 GPU_DEVICE_TYPE = _KDL_ROCM if _IS_HIP else _KDL_CUDA
 """The DLPack device type of this torch's GPU memory: kDLCUDA (2), or kDLROCM (10) under ROCm."""
@@ -193,7 +195,7 @@ DEFERRED_SAVE = None
 """Saves of its objects are written by the saving process (nothing deferred)."""
 HOLDS = frozenset({"dense", "sparse", "quantized", "sharded"})
 """Dense tensors, sparse layouts, quantized tensors (``.quant``) and DTensors (``.shards``)."""
-DEVICES = frozenset({1, GPU_DEVICE_TYPE})
+DEVICES = frozenset({_KDL_CPU, GPU_DEVICE_TYPE})
 """The host and the GPUs of this torch build (kDLCUDA, or kDLROCM under ROCm)."""
 
 
@@ -629,7 +631,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
                              "pass x.detach() to share the memory (writes to it then bypass "
                              "autograd)")
         copy = True
-    if (device is None and not copy and t._strides is None and t._device.type == 1
+    if (device is None and not copy and t._strides is None and t._device.type == _KDL_CPU
             and (t._desc is None or t.is_dense)):
         # The common hand-off, compact CPU memory of a whole-byte type: torch takes it
         # through the buffer protocol of a ctypes array that holds ``t``. No DLPack

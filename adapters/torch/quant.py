@@ -96,7 +96,7 @@ def has_scheme(t: Tensor) -> bool:
 
 def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> Any:
     """A quantized torch tensor over the storage of ``t`` (one :func:`has_scheme` accepts)."""
-    if device not in (None, "cpu", CPU, (1, 0)) and str(device) != "cpu":
+    if device not in (None, "cpu", CPU) and str(device) != "cpu":
         raise UnsupportedError(f"quantized torch tensors are built on the CPU; device={device!r}")
     c = components(t)
     q = c.quantization

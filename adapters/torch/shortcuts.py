@@ -17,7 +17,7 @@ from hurray_bridge._shortcuts import (
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import Kind
 
-from . import CAN_PIN, DTYPES, GPU_DEVICE_TYPE, hold_storage, warn_readonly
+from . import _KDL_CPU, CAN_PIN, DTYPES, GPU_DEVICE_TYPE, hold_storage, warn_readonly
 
 __all__ = ["fast_export", "fast_import"]
 
@@ -101,7 +101,7 @@ def _raw() -> Entry:
                 return NotImplemented
             # The storage is the owner, as the full path's to_hurray holds it.
             return (x.data_ptr(), tuple(x.shape), None if x.is_contiguous() else x.stride(),
-                    code[0], code[1], 1, 0, hold_storage(x), None)
+                    code[0], code[1], _KDL_CPU, 0, hold_storage(x), None)
         if x.is_cuda:
             return (0, tuple(x.shape), None if x.is_contiguous() else x.stride(),
                     code[0], code[1], gpu_type, x.get_device(), x, x)

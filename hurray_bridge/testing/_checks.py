@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._capsule import DLView, capsule_name, consume_capsule
-from .._dlpack import FLAG_IS_COPIED, FLAG_READ_ONLY, MAX_NDIM
+from .._dlpack import FLAG_IS_COPIED, FLAG_READ_ONLY, MAX_NDIM, DLDeviceType
 from ..dtypes import dtype_from_dlpack
 from ..tensor import Device
 from ._context import (
@@ -513,7 +513,8 @@ def _dl_device(ctx: Ctx) -> str:
     except (Fail, Exception) as exc:
         problems.append(f"refused dl_device={own}, its own device: "
                         f"{exc if isinstance(exc, Fail) else short(exc)}")
-    foreign = (2, 0) if own[0] != 2 else (10, 0)  # kDLCUDA, or kDLROCM for a CUDA producer
+    cuda, rocm = int(DLDeviceType.kDLCUDA), int(DLDeviceType.kDLROCM)
+    foreign = (cuda, 0) if own[0] != cuda else (rocm, 0)  # ROCm for a CUDA producer
     for copy in (False, None):
         try:
             cap = obj.__dlpack__(max_version=REQUEST, dl_device=foreign, copy=copy)

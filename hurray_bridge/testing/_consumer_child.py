@@ -31,7 +31,7 @@ from .._capsule import capsule_name, make_capsule
 from .._dlpack import FLAG_IS_COPIED, FLAG_READ_ONLY
 from .._memory import alloc_aligned
 from ..dtypes import dtype_from_name
-from ..tensor import canonical_bytes, from_dlpack
+from ..tensor import CPU, canonical_bytes, from_dlpack
 from ._raw import Watch, peek
 from ._report import short
 
@@ -94,14 +94,14 @@ class Producer:
         self.watches: list[Watch] = []
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)
+        return CPU
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
                    dl_device: Any = None, copy: bool | None = None) -> object:
         self.requests.append({"max_version": None if max_version is None else
                               [int(v) for v in max_version], "copy": copy})
         versioned = max_version is not None and int(max_version[0]) >= 1
-        if dl_device is not None and tuple(dl_device) != (1, 0):
+        if dl_device is not None and tuple(dl_device) != CPU:
             raise BufferError(f"the kit's producer lives on the CPU, not {tuple(dl_device)}")
         if self.readonly and not versioned:
             raise BufferError("read-only memory cannot travel in a legacy capsule (it has no "
@@ -117,7 +117,7 @@ class Producer:
             flags = FLAG_READ_ONLY
         code, bits = _FLOAT32.dlpack  # type: ignore[misc]
         cap = make_capsule(data=data, shape=SHAPE, strides=STRIDES, code=code, bits=bits,
-                           device_type=1, device_id=0, flags=flags, owner=owner,
+                           device_type=CPU.type, device_id=CPU.id, flags=flags, owner=owner,
                            versioned=versioned)
         self.watches.append(Watch(peek(cap)))
         self.capsules.append(cap)

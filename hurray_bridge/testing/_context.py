@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._capsule import DLView, consume_capsule
-from .._dlpack import DLPACK_VERSION
+from .._dlpack import DLPACK_VERSION, DLDeviceType
 from ..errors import FormatError, UnsupportedError
 from ..tensor import Device, canonical_bytes, from_dlview
 from ._dtypes import DLPACK_FORM
@@ -19,7 +19,8 @@ from ._report import Fail, Skip, short
 
 _BASE_SHAPES: tuple[tuple[int, ...], ...] = ((2, 3), (6,))
 REQUEST = DLPACK_VERSION  # max_version the checks send, (1, 3)
-_PINNED = (3, 11)  # kDLCUDAHost, kDLROCMHost: producers put kDLCPU in the capsule
+# Producers of pinned host memory put kDLCPU in the capsule.
+_PINNED = (int(DLDeviceType.kDLCUDAHost), int(DLDeviceType.kDLROCMHost))
 
 
 def _takes_shape(factory: Callable[..., Any]) -> bool | None:
@@ -204,7 +205,8 @@ def device_of(obj: Any) -> tuple[int, int] | None:
 
 
 def same_device(reported: tuple[int, int], in_capsule: tuple[int, int]) -> bool:
-    return reported == in_capsule or (reported[0] in _PINNED and in_capsule[0] == 1)
+    return reported == in_capsule or (reported[0] in _PINNED
+                                      and in_capsule[0] == DLDeviceType.kDLCPU)
 
 
 def claims_readonly(obj: Any) -> tuple[bool | None, str]:

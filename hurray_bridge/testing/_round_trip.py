@@ -12,7 +12,7 @@ from .._registry import _ALIASES, ADAPTERS, adapter_for
 from ..conversion import asarray, asarray_one, convert
 from ..dtypes import DType
 from ..errors import CopyRequiredError, CopyWarning, UnsupportedError
-from ..tensor import Tensor, canonical_bytes, from_dlpack
+from ..tensor import CPU, Tensor, canonical_bytes, from_dlpack
 from ._report import short
 
 
@@ -30,10 +30,10 @@ class _HostCopy:
         self._obj = obj
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)
+        return CPU
 
     def __dlpack__(self, **kwargs: Any) -> object:
-        return self._obj.__dlpack__(max_version=DLPACK_VERSION, dl_device=(1, 0), copy=True)
+        return self._obj.__dlpack__(max_version=DLPACK_VERSION, dl_device=CPU, copy=True)
 
 
 class _State(NamedTuple):

@@ -24,6 +24,14 @@
 7. no test ends early in silence: ``if ...: return`` in a test function passes without
    asserting anything, and pytest counts it as a pass. A case that tests nothing is a
    ``pytest.skip`` with its reason, a hypothesis ``assume``, or is not generated.
+8. no library module (``hurray_bridge/``, ``adapters/``) spells a DLPack device type as a
+   bare number: not in a comparison with a ``.type``/``.device_type`` (or a
+   ``device_type`` variable), not as ``Device(<number>, ...)``, not as a
+   ``device_type=``/``dl_device=`` argument, not in a ``DEVICES`` set, not as a
+   ``device_type`` default and not as what a ``__dlpack_device__`` returns. The names
+   are ``hurray_bridge._dlpack.DLDeviceType``'s (bound to a plain int at module level
+   where a hot path compares them), so the numbers live in one table, which
+   ``tests/hurray_bridge/test_dlpack_abi.py`` checks against the C headers.
 
 Each rule prints every offence it finds, with file and line, so a failure says what
 to move where.
@@ -491,3 +499,106 @@ def test_the_checker_sees_deferred_and_dynamic_imports(tmp_path: Path, source: s
 
 def test_the_checker_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+_TYPE_ATTRS = frozenset({"type", "device_type"})
+_TYPE_NAMES = frozenset({"device_type", "dev_type"})
+
+
+def _number(node: ast.AST, positive: bool = False) -> bool:
+    return (isinstance(node, ast.Constant) and type(node.value) is int
+            and (node.value > 0 or not positive))
+
+
+def _numbers(node: ast.AST) -> bool:
+    """A positive int literal, or a tuple/list/set literal holding one (0 is no device
+    type: ``dev.type < 0`` checks a range)."""
+    return _number(node, True) or (isinstance(node, (ast.Tuple, ast.List, ast.Set))
+                                   and any(_number(e, True) for e in node.elts))
+
+
+def _numbered_pair(node: ast.AST) -> bool:
+    """A ``(device_type, device_id)`` literal whose type is a number."""
+    return isinstance(node, ast.Tuple) and len(node.elts) == 2 and _number(node.elts[0])
+
+
+def _named(node: ast.AST) -> str:
+    return (node.id if isinstance(node, ast.Name)
+            else node.attr if isinstance(node, ast.Attribute) else "")
+
+
+def bare_device_types(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, what) for each DLPack device type spelled as a bare number (rule 8)."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any((isinstance(s, ast.Attribute) and s.attr in _TYPE_ATTRS)
+                   or (isinstance(s, ast.Name) and s.id in _TYPE_NAMES) for s in sides) \
+                    and any(_numbers(s) for s in sides):
+                yield node.lineno, "a device type compared with a number"
+            elif any("device" in _named(s).lower() for s in sides) and any(
+                    _numbered_pair(s) or (isinstance(s, (ast.Tuple, ast.List, ast.Set))
+                                          and any(_numbered_pair(e) for e in s.elts))
+                    for s in sides):
+                yield node.lineno, "a device compared with a (number, id) pair"
+        elif isinstance(node, ast.Call):
+            if _named(node.func) == "Device" and node.args and _number(node.args[0]):
+                yield node.lineno, "Device(<number>, ...)"
+            for kw in node.keywords:
+                if kw.arg in ("device_type", "dl_device") and (
+                        _number(kw.value) or _numbered_pair(kw.value)):
+                    yield node.lineno, f"{kw.arg}=<number>"
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if any(n == "DEVICES" or n.endswith("_DEVICES") for n in names) and any(
+                    _number(n, True) for n in ast.walk(node.value)):
+                yield node.lineno, "a DEVICES set holding a number"
+            elif any(n in _TYPE_NAMES for n in names) and _number(node.value):
+                yield node.lineno, "a device type set to a number"
+        elif (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and node.name == "__dlpack_device__"):
+            for ret in ast.walk(node):
+                if isinstance(ret, ast.Return) and ret.value is not None \
+                        and _numbered_pair(ret.value):
+                    yield ret.lineno, "__dlpack_device__ returns a number"
+
+
+def test_no_library_module_spells_a_device_type_as_a_number() -> None:
+    offences = [f"{path.relative_to(ROOT)}:{line} {what}"
+                for root in (CORE, ADAPTERS) for path in sorted(root.rglob("*.py"))
+                for line, what in bare_device_types(path)]
+    assert not offences, (
+        "a DLPack device type is a name of hurray_bridge._dlpack.DLDeviceType "
+        "(DLDeviceType.kDLCUDA; bind _CUDA = int(DLDeviceType.kDLCUDA) at module level "
+        "where a hot path compares it, or use hurray_bridge.tensor.CPU for (kDLCPU, 0)), "
+        "never a bare number:\n" + "\n".join(offences))
+
+
+@pytest.mark.parametrize("source, found", [
+    ("if t.device.type == 2:\n    pass\n", [(1, "a device type compared with a number")]),
+    ("ok = view.device_type not in (3, 11)\n", [(1, "a device type compared with a number")]),
+    ("ok = 1 == device_type\n", [(1, "a device type compared with a number")]),
+    ("ok = device not in ('cpu', CPU, (1, 0))\n",
+     [(1, "a device compared with a (number, id) pair")]),
+    ("d = Device(10, 0)\n", [(1, "Device(<number>, ...)")]),
+    ("d = hb.Device(1, k)\n", [(1, "Device(<number>, ...)")]),
+    ("c = x.__dlpack__(dl_device=(1, 0))\n", [(1, "dl_device=<number>")]),
+    ("c = make_capsule(device_type=1, device_id=0)\n", [(1, "device_type=<number>")]),
+    ("DEVICES = frozenset({1, GPU})\n", [(1, "a DEVICES set holding a number")]),
+    ("_HOST_DEVICES = (None, 'cpu', (1, 0))\n", [(1, "a DEVICES set holding a number")]),
+    ("class S:\n    device_type: int = 1\n", [(2, "a device type set to a number")]),
+    ("class A:\n    def __dlpack_device__(self):\n        return (1, 0)\n",
+     [(3, "__dlpack_device__ returns a number")]),
+    # the names, a range check, other fields' numbers and versions pass
+    ("if t.device.type == _CPU and dev.type >= 0 and dev.id == 1:\n    pass\n", []),
+    ("DEVICES = frozenset({int(DLDeviceType.kDLCPU)})\nd = Device(_CUDA, 0)\n", []),
+    ("ok = dtype.bits == 1 and version == (1, 0)\nx = f(max_version=(1, 0))\n", []),
+    ("device_id: int = 0\ndevice = CPU\n", []),
+])
+def test_the_checker_sees_a_bare_device_type(tmp_path: Path, source: str,
+                                             found: list[tuple[int, str]]) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    assert sorted(bare_device_types(path)) == found
