@@ -88,6 +88,21 @@ def test_collection_stays_as_the_caller_left_it(tmp_path: pathlib.Path) -> None:
     assert gc.isenabled()  # on is back on, after an error too
 
 
+
+def _count_descriptors(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item list counting the descriptors built from now on (the shared per-shape
+    cache emptied first, so that each build shows)."""
+    dense_descriptor.cache_clear()
+    built = [0]
+    init = Descriptor.__post_init__
+
+    def counting(self: Descriptor) -> None:
+        built[0] += 1
+        init(self)
+
+    monkeypatch.setattr(Descriptor, "__post_init__", counting)
+    return built
+
 def test_a_safetensors_load_builds_each_descriptor_once(tmp_path: pathlib.Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     n = 300
@@ -96,19 +111,10 @@ def test_a_safetensors_load_builds_each_descriptor_once(tmp_path: pathlib.Path,
     path = tmp_path / "d.safetensors"
     safetensors_io.save(path, sd, fsync=False)
     _safetensors_header._descriptor.cache_clear()
-    dense_descriptor.cache_clear()
-    built = 0
-    init = Descriptor.__post_init__
-
-    def counting(self: Descriptor) -> None:
-        nonlocal built
-        built += 1
-        init(self)
-
-    monkeypatch.setattr(Descriptor, "__post_init__", counting)
+    built = _count_descriptors(monkeypatch)
     out = hb.load(path)
     assert {k: v.shape for k, v in out.items()} == {k: v.shape for k, v in sd.items()}
-    assert built == n
+    assert built[0] == n
 
 
 def test_many_small_tensors_are_written_in_few_calls(tmp_path: pathlib.Path,
@@ -197,20 +203,11 @@ def test_a_loaded_file_holds_few_objects_per_tensor(tmp_path: pathlib.Path, fmt:
 def test_a_save_builds_a_descriptor_per_shape_and_type_not_per_tensor(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
     sd = _state_dict(3_000)  # 5 shapes, one type
-    dense_descriptor.cache_clear()
-    built = 0
-    init = Descriptor.__post_init__
-
-    def counting(self: Descriptor) -> None:
-        nonlocal built
-        built += 1
-        init(self)
-
-    monkeypatch.setattr(Descriptor, "__post_init__", counting)
+    built = _count_descriptors(monkeypatch)
     (hb.save if fmt == "hurray" else safetensors_io.save)(tmp_path / f"s.{fmt}", sd,
                                                             fsync=False)
     monkeypatch.undo()
-    assert built <= 5
+    assert built[0] <= 5
     back = hb.load(tmp_path / f"s.{fmt}")
     assert all(back[k].shape == v.shape for k, v in sd.items())
 
