@@ -170,7 +170,7 @@ def _import_in_isolation(tmp: pathlib.Path, wheel: pathlib.Path) -> str:
     code = ("import hurray_bridge as hb, hurray_bridge._exchange as x;"
             "d = hb.Descriptor([2, 3], hb.float32);"
             "assert hb.Descriptor.from_bytes(d.to_bytes()) == d;"
-            "print(hb.__file__, x.installed)")
+            "print(hb.__file__, x.compiled)")
     proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp, capture_output=True,
                           text=True, env={"PATH": os.environ["PATH"], "PYTHONPATH": str(site)},
                           timeout=120)
