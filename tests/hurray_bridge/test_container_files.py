@@ -250,16 +250,25 @@ def test_a_read_of_more_bytes_than_asked_is_refused() -> None:
 
 
 # ---------------------------------------------------------- temporaries of the dead
+# The first write waits for the signal; later ones (a cleanup's) go through at once. The
+# wait is well under _interrupted_save's 60 s: a write on another thread than the main one
+# is waited for by the save before it raises (no write may follow its return), so a wait as
+# long as the parent's made the test fail on a loaded machine. SIGINT is made Python's own
+# again: a shell's background job inherits it ignored.
 SLOW_SAVE = """
-import os, sys, time
+import os, signal, sys, time
 import numpy as np
 import hurray_bridge as hb
 from hurray_bridge import container
+signal.signal(signal.SIGINT, signal.default_int_handler)
 real = os.write
+waited = []
 def slow(fd, data):
     n = real(fd, data)
-    print("writing", flush=True)
-    time.sleep(60)
+    if not waited:
+        waited.append(True)
+        print("writing", flush=True)
+        time.sleep(20)
     return n
 container.os.write = slow
 hb.save(sys.argv[1], {"new": np.ones(1 << 20)})
