@@ -1,4 +1,5 @@
-"""Host memory the bridge allocates itself: 64-byte aligned, never zero-byte."""
+"""Host memory: what the bridge allocates itself (64-byte aligned, never zero-byte), and
+whether memory from elsewhere may be written at all (:func:`write_protected`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from ._numpy import numpy
 
 __all__ = ["ALIGNMENT", "MAPPED_BYTES", "HostAllocation", "aligned_zeros", "alloc_aligned",
-           "buffer_address", "host_array", "host_view"]
+           "buffer_address", "host_array", "host_view", "write_protected"]
 
 ALIGNMENT = 64
 
@@ -151,3 +152,41 @@ def buffer_address(obj: object) -> tuple[int, int, bool, memoryview]:
         return int(pb.buf), int(pb.len), view.readonly, view
     finally:
         _ReleaseBuffer(ctypes.byref(pb))
+
+
+def write_protected(owner: object) -> bool:
+    """Whether the memory ``owner`` keeps alive must never be written, by anyone.
+
+    Read-only memory is usually only flagged so: a write through a consumer that ignores
+    the flag changes it for every view, which the consumer's notice says. Two kinds are
+    worse, and a consumer that cannot mark its objects read-only must get a copy of them:
+    pages mapped read-only (an ``mmap`` with ``ACCESS_READ``, ``np.memmap(mode="r")``),
+    where a write kills the process, and the buffer of an immutable Python object
+    (``bytes``, which may be shared or interned). Followed down the chain of owners that
+    views keep (an ndarray's ``base``, a memoryview's ``obj``, an hb.Tensor's owner); a
+    buffer object that says it is not mutable (``is_mutable`` False) counts too. The
+    bridge's own maps of files are private (copy-on-write) and so are not protected.
+    """
+    o = owner
+    for _ in range(32):  # views of views; a cycle cannot occur, the bound is a guard
+        tp = type(o)
+        if tp is bytes:
+            return True
+        if tp is _mmap.mmap:
+            try:
+                with memoryview(o) as view:  # type: ignore[arg-type]
+                    return view.readonly
+            except ValueError:  # closed: nothing left to write
+                return False
+        if tp is memoryview:
+            o = o.obj  # type: ignore[attr-defined]
+            continue
+        if getattr(o, "is_mutable", True) is False:
+            return True
+        nxt = getattr(o, "base", None)
+        if nxt is None:
+            nxt = getattr(o, "_owner", None)
+            if nxt is None:
+                return False
+        o = nxt
+    return False

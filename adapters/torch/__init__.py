@@ -27,7 +27,7 @@ import torch
 from hurray_bridge import _exchange, _subbyte
 from hurray_bridge._copy_policy import check_copy, require_copy, user_stacklevel, warn_copy
 from hurray_bridge._dlpack import DLDeviceType
-from hurray_bridge._memory import host_array
+from hurray_bridge._memory import host_array, write_protected
 from hurray_bridge.descriptor import MAX_RANK
 from hurray_bridge.dtypes import DType, Kind, bool_, float4_e2m1fn, native_types, uint8
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError, not_a_tensor
@@ -52,6 +52,9 @@ _READONLY_MESSAGE = ("torch tensor shares read-only memory; torch cannot mark it
                      "and a write through it changes that memory for every other view of it "
                      "(pass copy=True for a writable copy)")
 _readonly_warned = False  # torch.from_numpy warns once per process too (TORCH_WARN_ONCE)
+_PROTECTED = ("the memory is mapped read-only or belongs to an immutable Python object "
+              "(bytes), and a torch tensor cannot be read-only: a write through one would kill "
+              "the process or change that object, so torch gets a copy")
 
 # Plain ints, not enum members: the hand-offs compare them on every call.
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_ROCM, _KDL_ROCM_HOST, _KDL_ONEAPI = (
@@ -630,6 +633,9 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
                      refusal=f"{_DETACH}: a torch tensor of it needs a copy, but copy=False; "
                              "pass x.detach() to share the memory (writes to it then bypass "
                              "autograd)")
+        copy = True
+    if t._readonly and not copy and t._nbytes and write_protected(t._owner):
+        require_copy(copy, NAME, _PROTECTED)
         copy = True
     if (device is None and not copy and t._strides is None and t._device.type == _KDL_CPU
             and (t._desc is None or t.is_dense)):

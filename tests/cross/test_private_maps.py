@@ -222,3 +222,80 @@ def test_out_of_band_bytes_are_copied_read_only_views_shared() -> None:
     store = bytearray(bytes(oob[0].raw()))
     w = pickle.loads(data, buffers=[memoryview(store).toreadonly()])
     assert w.readonly and w.data_ptr == np.frombuffer(store, np.uint8).ctypes.data
+
+
+# ------------------------------------------------- protected memory from other producers
+# Memory the bridge did not map itself: pages mapped read-only (a write is a SIGSEGV) and
+# the buffer of a bytes object (immutable, maybe shared). torch cannot mark a tensor
+# read-only, so it gets a copy of them, reported; writable and merely flagged memory stays
+# shared (torch's documented exception, with its notice).
+PROTECTED = {
+    "np.memmap(mode='r')": "np.memmap(P, dtype=np.float32, mode='r')",
+    "a view of one": "np.memmap(P, dtype=np.float32, mode='r')[2:]",
+    "hb.asarray of one": "hb.asarray(np.memmap(P, dtype=np.float32, mode='r'))",
+    "mmap ACCESS_READ": "np.frombuffer(mmap.mmap(os.open(P, os.O_RDONLY), 0, "
+                        "access=mmap.ACCESS_READ), np.float32)",
+    "np.frombuffer(bytes)": "np.frombuffer(RAW, np.float32)",
+    "through a memoryview": "np.frombuffer(memoryview(RAW), np.float32)",
+}
+
+
+@pytest.mark.parametrize("source", PROTECTED)
+def test_torch_gets_a_copy_of_protected_memory(tmp_path: pathlib.Path, source: str) -> None:
+    pytest.importorskip("torch")
+    p = tmp_path / "raw.f32"
+    np.arange(16, dtype=np.float32).tofile(p)
+    before = _digest(p)
+    r = child(dedent(f"""
+        import mmap, os, warnings
+        import numpy as np, torch, hurray_bridge as hb
+        P = {str(p)!r}
+        RAW = bytes(np.arange(16, dtype=np.float32))
+        x = {PROTECTED[source]}
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            y = hb.convert(x, "torch")
+        assert any(issubclass(w.category, hb.CopyWarning) and "immutable" in str(w.message)
+                   for w in seen), [str(w.message) for w in seen]
+        try:
+            hb.convert(x, "torch", copy=False)
+        except hb.CopyRequiredError as e:
+            assert "copy=False" in str(e)
+        else:
+            raise AssertionError("copy=False shared protected memory")
+        y.mul_(2)  # a SIGSEGV here if torch had the pages
+        print("RAW intact:", RAW == bytes(np.arange(16, dtype=np.float32)))
+    """))
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    assert "RAW intact: True" in r.stdout, r.stdout
+    assert _digest(p) == before
+
+
+def test_flagged_read_only_memory_is_still_shared_with_torch() -> None:
+    pytest.importorskip("torch")
+    a = np.arange(6, dtype=np.float32)
+    a.flags.writeable = False  # flagged by its owner, not protected: shared, with the notice
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hb.CopyWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        y = hb.convert(hb.asarray(a), "torch")
+    assert y.data_ptr() == a.ctypes.data
+
+
+def test_write_protected_follows_owners() -> None:
+    from hurray_bridge._memory import write_protected
+
+    raw = bytes(16)
+    assert write_protected(raw) and write_protected(memoryview(raw))
+    assert write_protected(np.frombuffer(raw, np.uint8)[4:])
+    assert write_protected(hb.asarray(np.frombuffer(raw, np.uint8)))
+    assert not write_protected(np.frombuffer(bytearray(16), np.uint8))
+    assert not write_protected(np.zeros(3)) and not write_protected(None)
+    anon = mmap.mmap(-1, 4096)
+    view = np.frombuffer(anon, np.uint8)
+    assert not write_protected(view)  # a writable map
+    del view
+    anon.close()
+    assert not write_protected(anon)  # closed: nothing left to write
