@@ -7,8 +7,8 @@ quantized modules); ``convert`` is ``asarray`` followed by the target adapter's
 
 An array sharded over several devices (a multi-device ``jax.Array``) becomes an
 :class:`hb.ShardedTensor` of zero-copy shard views, through its adapter's ``shards``
-module (``to_sharded``); ``convert`` hands a sharded tensor to the target's ``shards``
-module (``from_sharded``: JAX rebuilds the sharding) or assembles it, a copy under the
+module (``to_hurray``); ``convert`` hands a sharded tensor to the target's ``shards``
+module (``from_hurray``: JAX rebuilds the sharding) or assembles it, a copy under the
 copy policy, for a target whose arrays live on one device.
 """
 
@@ -73,8 +73,9 @@ def special_for_tensor(t: Tensor) -> ModuleType:
 def sharded_module(name: str) -> ModuleType | None:
     """Adapter ``name``'s ``shards`` module, or None when it has none.
 
-    Such a module may define ``to_sharded(obj, copy=...)`` (a native sharded array
-    as an hb.ShardedTensor, or None when ``obj`` is not one) and ``from_sharded(st,
+    Such a module exports what every adapter's ``shards`` module does: ``to_hurray(obj,
+    copy=...)`` (a native sharded array as an hb.ShardedTensor; the core calls it for
+    an object the adapter's ``special_kind`` names ``"sharded"``) and ``from_hurray(st,
     device=..., copy=...)`` (an hb.ShardedTensor as the framework's sharded array, or
     NotImplemented to have it assembled into one array).
     """
@@ -84,15 +85,6 @@ def sharded_module(name: str) -> ModuleType | None:
         if not (exc.name or "").startswith("hurray_bridge.adapters."):
             raise  # the module exists but a dependency of it is missing
         return None
-
-
-def sharded_native(name: str, obj: Any, copy: bool | None) -> ShardedTensor | None:
-    """``obj`` as an hb.ShardedTensor when adapter ``name`` says it is a sharded array."""
-    to_sharded = getattr(sharded_module(name), "to_sharded", None)
-    if to_sharded is None:
-        return None
-    out: ShardedTensor | None = to_sharded(obj, copy=copy)
-    return out
 
 
 def asarray(obj: Any, copy: bool | None = None) -> Tensor | ShardedTensor:
@@ -125,13 +117,10 @@ def asarray(obj: Any, copy: bool | None = None) -> Tensor | ShardedTensor:
             # on several devices) are told apart only here, after the adapter refused
             # them, so dense objects pay nothing for the check.
             mod = special_module(name, obj)
-            if mod is not None:
-                t = mod.to_hurray(obj, copy=copy)
-                return t
-            sharded = sharded_native(name, obj, copy)
-            if sharded is None:
+            if mod is None:
                 raise
-            return sharded
+            out: Tensor | ShardedTensor = mod.to_hurray(obj, copy=copy)
+            return out
         return t
     if isinstance(obj, ShardedTensor):
         return copy_shards(obj) if copy else obj
@@ -201,14 +190,14 @@ def convert_sharded(
     """A sharded tensor for framework ``to``.
 
     A framework with sharded arrays (JAX) gets one, over the same shard memory
-    wherever it can take it (see ``hurray_bridge.adapters.jax.shards.from_sharded``).
+    wherever it can take it (see ``hurray_bridge.adapters.jax.shards.from_hurray``).
     Every other target holds an array on one device, so the shards are assembled
     into one fresh host array (each distinct box read once, from its lowest
     replica): a copy, reported with :class:`hb.CopyWarning` under ``copy=None``,
     refused with :class:`hb.CopyRequiredError` under ``copy=False``.
     """
     name = _ALIASES.get(to, to)
-    from_sharded = getattr(sharded_module(name), "from_sharded", None)
+    from_sharded = getattr(sharded_module(name), "from_hurray", None)
     if from_sharded is not None:
         out = from_sharded(st, device=device, copy=copy)
         if out is not NotImplemented:

@@ -7,7 +7,7 @@ with the local schedulers copies nothing. A tensor that points into a file
 when it is computed, by mapping the file in the process that computes it (a
 distributed worker maps it too; nothing is shipped from here). The chunk grid is
 Dask's ``"auto"`` unless ``chunks=`` says otherwise. A sharded tensor's boxes become
-the chunks when they form a grid (``shards.from_sharded``).
+the chunks when they form a grid (``shards.from_hurray``).
 
 From Dask (``to_hurray``). ``hb.asarray(x)`` computes the array into one new NumPy
 array: a copy by nature, so ``copy=False`` refuses it and the tensor says

@@ -20,10 +20,10 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph
 
 from hurray_bridge import _host
-from hurray_bridge.shards import Box, ShardedTensor
+from hurray_bridge.shards import Box, ShardedTensor, split
 from hurray_bridge.tensor import Tensor
 
-__all__ = ["from_sharded", "grid_of"]
+__all__ = ["from_hurray", "to_hurray"]
 
 
 def grid_of(boxes: list[Box], shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...] | None:
@@ -46,7 +46,7 @@ def grid_of(boxes: list[Box], shape: tuple[int, ...]) -> tuple[tuple[int, ...], 
     return tuple(grid) if cells == len(set(boxes)) else None
 
 
-def from_sharded(st: ShardedTensor, device: Any = None, copy: bool | None = None) -> Any:
+def from_hurray(st: ShardedTensor, *, device: Any = None, copy: bool | None = None) -> Any:
     """A Dask array with one chunk per box of ``st`` (views of the shards), or
     ``NotImplemented`` when the boxes form no grid (see the module docstring)."""
     if not st.is_complete or device not in (None, "cpu"):
@@ -73,3 +73,31 @@ def from_sharded(st: ShardedTensor, device: Any = None, copy: bool | None = None
     assert meta is not None
     graph = HighLevelGraph.from_collections(name, layer, dependencies=())
     return da.Array(graph, name, grid, meta=meta[tuple(slice(0, 0) for _ in shape)])
+
+
+def to_hurray(x: Any, *, copy: bool | None = None) -> ShardedTensor:
+    """A Dask array as an hb.ShardedTensor whose boxes are its chunks.
+
+    The array is computed into one new host array, as ``hb.asarray`` of it is (a copy:
+    ``copy=False`` refuses), and each shard is a view of its chunk's box there, so the
+    chunk layout travels with the tensor (a sharded save records it).
+    """
+    from . import to_hurray as dense_to_hurray
+
+    t = dense_to_hurray(x, copy=copy)
+    starts = [np.cumsum((0, *c)).tolist()[:-1] for c in x.chunks]
+    boxes = [Box(tuple(s[i] for s, i in zip(starts, idx, strict=True)),
+                 tuple(c[i] for c, i in zip(x.chunks, idx, strict=True)))
+             for idx in np.ndindex(*(len(c) for c in x.chunks))]
+    return split(t, boxes)
+
+
+def __getattr__(name: str) -> Any:
+    # The name this module had before every adapter's shards module said the same ones.
+    if name == "from_sharded":
+        import warnings
+
+        warnings.warn("hurray_bridge.adapters.dask.shards.from_sharded is deprecated; use "
+                      "from_hurray", DeprecationWarning, stacklevel=2)
+        return from_hurray
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -853,9 +853,15 @@ def native_dtypes() -> dict[DType, Any]:
 
 
 def special_kind(obj: Any) -> str | None:
-    """None: an array on several devices is told apart by ``.shards`` (``to_sharded``),
-    and every other refusal stands."""
-    return None
+    """``"sharded"`` for a live jax.Array on several devices (``.shards`` converts it);
+    every other refusal stands."""
+    return "sharded" if _on_several_devices(obj) else None
+
+
+def _on_several_devices(x: Any) -> bool:
+    """Whether ``x`` is a live jax.Array on several devices: a sharded one."""
+    return (isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
+            and not x.is_deleted() and len(x.sharding.device_set) >= 2)
 
 
 def fast_import(tp: type) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Sharded ``jax.Array`` <-> :class:`~hurray_bridge.ShardedTensor`, without copying shards.
 
 ``hurray_bridge.shards.from_jax`` / ``to_jax`` forward here, and ``hb.asarray`` /
-``hb.convert`` come here through ``to_sharded`` / ``from_sharded`` for a jax.Array
-on several devices (the dense adapter refuses those) and for a sharded tensor
-going to JAX. The set model, its checks and the host copies (assembly,
+``hb.convert`` come here through ``to_hurray`` / ``from_hurray`` (the names every
+adapter's ``shards`` module exports) for a jax.Array on several devices (the dense
+adapter refuses those, and its ``special_kind`` names them ``"sharded"``) and for a
+sharded tensor going to JAX. The set model, its checks and the host copies (assembly,
 resharding) are the core's (``hurray_bridge.shards``), used from here.
 """
 
@@ -37,11 +38,11 @@ from hurray_bridge.shards import (
 )
 from hurray_bridge.tensor import Device, Tensor
 
-from . import _CPU, _CUDA, _ROCM, host_subbyte_packed
+from . import _CPU, _CUDA, _ROCM, _on_several_devices, host_subbyte_packed
 from . import _import as dense_import
 from . import to_hurray as dense_to_hurray
 
-__all__ = ["from_sharded", "from_jax", "to_jax", "to_sharded"]
+__all__ = ["from_hurray", "to_hurray"]
 
 # The jax.Array each from_jax() result was taken from: hb.convert(st, "jax") hands
 # that array back (its own sharding, mesh and axis names) instead of rebuilding one.
@@ -279,20 +280,19 @@ def _import_zero_copy(t: Tensor, jdev: Any, want: Device) -> tuple[Any, str | No
 
 
 # ------------------------------------------------------ hb.asarray / hb.convert
-def to_sharded(x: Any, *, copy: bool | None = None) -> ShardedTensor | None:
-    """``hb.asarray(x)`` for a jax.Array the dense adapter refused: an hb.ShardedTensor
-    when ``x`` lives on several devices (:func:`from_jax`, shards copied with
-    ``copy=True``), None for anything else (the adapter's refusal stands)."""
-    if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer) or x.is_deleted():
-        return None
-    if len(x.sharding.device_set) < 2:
-        return None
+def to_hurray(x: Any, *, copy: bool | None = None) -> ShardedTensor:
+    """``hb.asarray(x)`` for a jax.Array on several devices: an hb.ShardedTensor
+    (:func:`from_jax`, shards copied with ``copy=True``)."""
+    if not _on_several_devices(x):
+        raise UnsupportedError(
+            f"{type(x).__name__} is not a live jax.Array on several devices, so it has no "
+            "shards: hb.asarray takes a one-device array as one tensor")
     st = from_jax(x)
     return copy_shards(st) if copy else st
 
 
-def from_sharded(sharded: ShardedTensor, *, device: Any = None,
-                 copy: bool | None = None) -> Any:
+def from_hurray(sharded: ShardedTensor, *, device: Any = None,
+                copy: bool | None = None) -> Any:
     """``hb.convert(sharded, "jax", device=..., copy=...)``.
 
     * ``device`` a ``jax.sharding.Sharding``: :func:`to_jax` with it (resharding
@@ -413,3 +413,18 @@ def _device_from_section(dev: Device) -> Any:
         f"a shard belongs to {dev}, which is no JAX device of this process; pass a "
         "sharding: hb.convert(st, 'jax', device=sharding) or hb.shards.to_jax(st, sharding)"
     )
+
+
+def __getattr__(name: str) -> Any:
+    # The names this module had before every adapter's shards module said the same ones.
+    if name in ("to_sharded", "from_sharded"):
+        import warnings
+
+        new = {"to_sharded": "to_hurray", "from_sharded": "from_hurray"}[name]
+        warnings.warn(f"hurray_bridge.adapters.jax.shards.{name} is deprecated; use {new}",
+                      DeprecationWarning, stacklevel=2)
+        if name == "to_sharded":
+            return lambda x, *, copy=None: (to_hurray(x, copy=copy)
+                                            if _on_several_devices(x) else None)
+        return from_hurray
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

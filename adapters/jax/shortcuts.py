@@ -12,10 +12,10 @@ from hurray_bridge.tensor import _COMPACT, _compact
 
 from . import _CPU, bool8_needs_normalising, import_obstacle, raw_import_types, raw_route
 
-__all__ = ["fast_export", "fast_import", "is_jax_array"]
+__all__ = ["fast_export", "fast_import"]
 
 
-def is_jax_array(tp: type) -> bool:
+def _is_jax_array(tp: type) -> bool:
     """Whether ``tp`` is jax.Array's one concrete class (its module moved between jaxlib
     releases): the only type these shortcuts serve."""
     return tp.__name__ == "ArrayImpl" and tp.__module__.startswith("jaxlib")
@@ -45,7 +45,7 @@ def _capsule(x: Any) -> Any:
 def fast_import(tp: type) -> dict[str, Entry | None]:
     """A jax.Array as a host ndarray (through the full path's pin) and as a read-only
     capsule (JAX memory is immutable)."""
-    if not is_jax_array(tp):
+    if not _is_jax_array(tp):
         return {}
     return {NDARRAY: entry(_ndarray), READONLY_CAPSULE: entry(_capsule)}
 

@@ -41,7 +41,7 @@ from hurray_bridge.tensor import Tensor
 from . import from_hurray as dense_from_hurray
 from . import to_hurray as dense_to_hurray
 
-__all__ = ["local_box", "to_dtensor", "to_hurray"]
+__all__ = ["from_hurray", "to_hurray"]
 
 
 def _partial_refusal(where: str, p: Any) -> UnsupportedError:
@@ -122,6 +122,18 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> ShardedTensor:
     st._source = t._source  # device memory: DLPack export forwards to torch for stream sync
     return ShardedTensor(Descriptor(shape, t.dtype, padded=t.descriptor.padded), [st],
                          partial=True)
+
+
+def from_hurray(sharded: ShardedTensor, *, device: Any = None,
+                copy: bool | None = None) -> Any:
+    """``hb.convert(sharded, "torch")``: NotImplemented, so the core assembles the shards
+    into one tensor (a copy under the copy policy).
+
+    torch's sharded tensor is a ``DTensor``, which needs a device mesh and placements
+    that a ShardedTensor does not carry: :func:`to_dtensor` (``hb.to_dtensor``) takes
+    them and builds this process's DTensor over its shard without a copy.
+    """
+    return NotImplemented
 
 
 def to_dtensor(sharded: ShardedTensor, device_mesh: Any, placements: Sequence[Any], *,

@@ -14,7 +14,9 @@
    lives in the core;
 5. every adapter exports the adapter contract's names and no other: its ``__all__`` is
    ``hurray_bridge._contract.NAMES`` (read from the source), and the module, once
-   imported where its framework is installed, satisfies ``_contract.Adapter``;
+   imported where its framework is installed, satisfies ``_contract.Adapter``; and a
+   submodule that several adapters have (``sparse``, ``shards``, ``shortcuts``) exports
+   the same names in each of them;
 6. the core holds no framework's name: no string literal equal to an adapter's or a
    framework's name in ``hurray_bridge/`` outside ``_registry.py`` (which maps names to
    adapters) and ``_numpy.py`` (the door to NumPy, the core's kernel, which spells its
@@ -315,6 +317,47 @@ def test_every_adapter_exports_the_contracts_names() -> None:
     assert not offences, (
         "adapters are alike: each exports exactly hurray_bridge._contract.NAMES (what only "
         "one adapter needs is private or lives in a submodule):\n" + "\n".join(offences))
+
+
+def shared_submodules() -> dict[str, dict[str, list[str] | None]]:
+    """Submodule file name -> adapter -> its literal ``__all__``, for every file name that
+    more than one adapter has (``__init__.py`` aside: the contract's test covers it)."""
+    by_name: dict[str, dict[str, list[str] | None]] = {}
+    for folder in sorted(p for p in ADAPTERS.iterdir() if (p / "__init__.py").is_file()):
+        for path in sorted(folder.glob("*.py")):
+            if path.name != "__init__.py":
+                by_name.setdefault(path.stem, {})[folder.name] = exported(path)
+    return {name: found for name, found in by_name.items() if len(found) > 1}
+
+
+def unlike_submodules(shared: dict[str, dict[str, list[str] | None]]) -> list[str]:
+    offences = []
+    for name, found in sorted(shared.items()):
+        if len({tuple(sorted(v)) if v is not None else None for v in found.values()}) > 1:
+            offences.append(f"{name}.py: " + "; ".join(
+                f"{a} exports {sorted(v) if v is not None else 'no literal __all__'}"
+                for a, v in sorted(found.items())))
+    return offences
+
+
+def test_submodules_of_one_name_export_the_same_names() -> None:
+    shared = shared_submodules()
+    assert {"sparse", "shards", "shortcuts"} <= set(shared)
+    offences = unlike_submodules(shared)
+    assert not offences, (
+        "adapters are alike: a submodule that several adapters have exports the same names "
+        "in each (what only one needs stays out of __all__):\n" + "\n".join(offences))
+
+
+@pytest.mark.parametrize("found, unlike", [
+    ({"shards": {"jax": ["to_hurray", "from_hurray"], "torch": ["from_hurray", "to_hurray"]}},
+     []),
+    ({"shards": {"jax": ["to_sharded", "from_sharded"], "torch": ["to_hurray"]}}, ["shards"]),
+    ({"sparse": {"jax": ["to_hurray"], "torch": None}}, ["sparse"]),
+])
+def test_the_checker_sees_unlike_submodules(found: dict[str, dict[str, list[str] | None]],
+                                            unlike: list[str]) -> None:
+    assert [o.split(".py:")[0] for o in unlike_submodules(found)] == unlike
 
 
 def _framework_of() -> dict[str, str]:

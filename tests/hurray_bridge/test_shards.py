@@ -810,3 +810,20 @@ if IN_JAX_CHILD:
             warnings.simplefilter("ignore", hb.CopyWarning)  # pickled bytes may be unaligned
             y = hb.convert(back, "jax")
         assert same_placement(y.sharding, x.sharding, x.shape) and bits(y) == bits(host)
+
+    def test_jax_shards_module_speaks_the_shared_names() -> None:
+        from hurray_bridge.adapters import jax as jax_adapter
+        from hurray_bridge.adapters.jax import shards as js
+
+        x, _host = sharded("partly_replicated")
+        assert jax_adapter.special_kind(x) == "sharded"
+        assert jax_adapter.special_kind(jnp.ones(3)) is None  # one device: dense
+        st = js.to_hurray(x)
+        assert js.from_hurray(st) is x  # the array the shards came from
+        with pytest.raises(hb.UnsupportedError, match="several devices"):
+            js.to_hurray(jnp.ones(3))
+        with pytest.warns(DeprecationWarning, match="to_hurray"):
+            old = js.to_sharded
+        assert old(jnp.ones(3)) is None and len(old(x)) == len(st)
+        with pytest.warns(DeprecationWarning, match="from_hurray"):
+            assert js.from_sharded is js.from_hurray

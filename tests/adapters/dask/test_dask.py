@@ -18,7 +18,7 @@ da = pytest.importorskip("dask.array", reason="dask is not installed: pip instal
 
 import hurray_bridge as hb  # noqa: E402
 from hurray_bridge.adapters import dask as D  # noqa: E402
-from hurray_bridge.adapters.dask.shards import from_sharded, grid_of  # noqa: E402
+from hurray_bridge.adapters.dask.shards import from_hurray, grid_of  # noqa: E402
 from hurray_bridge.container import verify  # noqa: E402
 from hurray_bridge.shards import Box  # noqa: E402
 
@@ -166,7 +166,7 @@ def test_sharded_without_a_grid_is_assembled_as_a_reported_copy() -> None:
     a = np.arange(8, dtype=np.int16).reshape(2, 4)
     boxes = [Box((0, 0), (1, 3)), Box((0, 3), (1, 1)), Box((1, 0), (1, 1)), Box((1, 1), (1, 3))]
     st = hb.split(a, boxes)
-    assert from_sharded(st) is NotImplemented
+    assert from_hurray(st) is NotImplemented
     with pytest.raises(hb.CopyRequiredError, match="assembled into one array"):
         hb.convert(st, "dask", copy=False)
     with pytest.warns(hb.CopyWarning):
@@ -258,3 +258,24 @@ def test_several_dask_entries_are_written_in_one_computation(tmp_path: Path) -> 
     hb.save(tmp_path / "d.hurray", {"x": x, "mid": b[:3], "y": y}, checksums=False)
     hb.save(tmp_path / "n.hurray", {"x": a, "mid": b[:3], "y": b}, checksums=False)
     assert (tmp_path / "d.hurray").read_bytes() == (tmp_path / "n.hurray").read_bytes()
+
+
+def test_shards_to_hurray_gives_one_box_per_chunk() -> None:
+    from hurray_bridge.adapters.dask.shards import to_hurray
+
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    x = da.from_array(a, chunks=(2, (1, 5)))
+    st = to_hurray(x)
+    assert sorted((b.offsets, b.sizes) for b in st.boxes) == [
+        ((0, 0), (2, 1)), ((0, 1), (2, 5)), ((2, 0), (2, 1)), ((2, 1), (2, 5))]
+    with pytest.warns(hb.CopyWarning):
+        assert np.array_equal(hb.convert(st, "numpy"), a)
+    with pytest.raises(hb.CopyRequiredError):
+        to_hurray(x, copy=False)  # computing is a copy
+
+
+def test_the_old_shards_name_still_works_with_a_deprecation() -> None:
+    from hurray_bridge.adapters.dask import shards
+
+    with pytest.warns(DeprecationWarning, match="from_hurray"):
+        assert shards.from_sharded is shards.from_hurray
