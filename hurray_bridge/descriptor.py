@@ -229,41 +229,7 @@ class Quantization:
         object.__setattr__(self, "scale_dtype", _as_dtype(self.scale_dtype))
         if self.zero_point_dtype is not None:
             object.__setattr__(self, "zero_point_dtype", _as_dtype(self.zero_point_dtype))
-        if self.scale_dtype.kind != Kind.FLOAT or self.scale_dtype.is_subbyte:
-            raise FormatError(
-                f"scale type must be a float type of 8 bits or more, got {self.scale_dtype}",
-                field="quantization.scale_dtype",
-            )
-        zp = self.zero_point_dtype
-        if zp is not None and (zp.kind not in (Kind.INT, Kind.UINT, Kind.FLOAT) or zp.is_subbyte):
-            raise FormatError(
-                f"zero-point type must be an integer or float type, got {zp}",
-                field="quantization.zero_point_dtype",
-            )
-        if scheme == QuantScheme.PER_TENSOR:
-            if self.axis is not None or self.block_size is not None:
-                raise FormatError(
-                    "a per-tensor scheme takes neither axis nor block_size",
-                    field="quantization.axis",
-                )
-        else:
-            if self.axis is None or isinstance(self.axis, bool) or not isinstance(self.axis, int):
-                raise FormatError(
-                    f"{scheme.name} needs an integer axis, got {self.axis!r}",
-                    field="quantization.axis",
-                )
-            if scheme == QuantScheme.PER_BLOCK:
-                bs = self.block_size
-                if isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= _U64_MAX - 1:
-                    raise FormatError(
-                        f"per-block quantization needs a block_size >= 1, got {bs!r}",
-                        field="quantization.block_size",
-                    )
-            elif self.block_size is not None:
-                raise FormatError(
-                    "only per-block quantization takes a block_size",
-                    field="quantization.block_size",
-                )
+        _apply(self, _QUANTIZATION_RULES)
 
     def scales_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """Shape of the scale (and zero-point) array for a tensor of ``shape``."""
@@ -291,16 +257,11 @@ class Sparse:
     canonical: bool = False
 
     def __post_init__(self) -> None:
-        (nnz,) = _as_uint_tuple((self.nnz,), "sparse.nnz", _U64_MAX - 1)
+        (nnz,) = _as_uint_tuple((self.nnz,), "sparse.nnz")
         object.__setattr__(self, "nnz", nnz)
-        idx = _as_dtype(self.index_dtype)
-        object.__setattr__(self, "index_dtype", idx)
-        if idx.kind not in (Kind.INT, Kind.UINT) or idx.is_subbyte:
-            raise FormatError(
-                f"sparse index type must be an integer type of 8 bits or more, got {idx}",
-                field="sparse.index_dtype",
-            )
+        object.__setattr__(self, "index_dtype", _as_dtype(self.index_dtype))
         object.__setattr__(self, "canonical", bool(self.canonical))
+        _apply(self, _SPARSE_RULES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,23 +279,10 @@ class Shard:
     device_id: int = 0
 
     def __post_init__(self) -> None:
-        gs = _as_uint_tuple(self.global_shape, "shard.global_shape")
-        off = _as_uint_tuple(self.offsets, "shard.offsets")
-        object.__setattr__(self, "global_shape", gs)
-        object.__setattr__(self, "offsets", off)
-        if DYNAMIC in gs or DYNAMIC in off:
-            raise FormatError(
-                "shard descriptors must not use dynamic dimensions", field="shard.global_shape"
-            )
-        for name, v, lo, hi in (
-            ("replica_id", self.replica_id, 0, _U32_MAX),
-            ("device_type", self.device_type, 0, 0x7FFFFFFF),
-            ("device_id", self.device_id, 0, 0x7FFFFFFF),
-        ):
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise FormatError(
-                    f"{name} must be an integer in [{lo}, {hi}], got {v!r}", field=f"shard.{name}"
-                )
+        object.__setattr__(self, "global_shape",
+                           _as_uint_tuple(self.global_shape, "shard.global_shape"))
+        object.__setattr__(self, "offsets", _as_uint_tuple(self.offsets, "shard.offsets"))
+        _apply(self, _SHARD_RULES)
 
 
 class _BufferTableCache:
@@ -401,10 +349,7 @@ class Descriptor(_BufferTableCache):
                     object.__setattr__(self, "_specs", (BufferSpec(BufferRole.DATA, nbytes),))
                     return
         self._normalize()
-        for rule in RULES:
-            message = rule.check(self)
-            if message is not None:
-                raise FormatError(message, field=rule.field, rule=rule.name)
+        _apply(self, _DESCRIPTOR_RULES)
 
     def _normalize(self) -> None:
         """Field values to their types (tuples of ints, DType, Layout, bool): refusals of
@@ -636,36 +581,131 @@ class Descriptor(_BufferTableCache):
 
 # ---------------------------------------------------------------------------- the rules
 #
-# Every rule a descriptor's field values obey, once: Descriptor() runs them in this order
-# on the normalized values (each may assume those before it hold), and so does the wire
-# decoder, which builds a Descriptor from what it read after its structural checks (magic,
-# version, reserved bytes, truncation). The C library (c/src/descriptor.c) and the compiled
-# decoder built from it follow the same rules; tests/cross/test_descriptor_rules.py runs one
-# table of cases through all four and holds them to the same answer, field by field.
+# Every rule a descriptor's values obey, once. Each class runs its own rules, in this
+# order, on its normalized values (each rule may assume those before it hold): Sparse,
+# Quantization and Shard when built, Descriptor after them. The wire decoder builds those
+# objects from what it read after its structural checks (magic, version, reserved bytes,
+# truncation, tags), so it applies these rules and no copy of them. The C library
+# (c/src/descriptor.c) and the compiled decoder built from it follow the same rules:
+# tests/cross/test_descriptor_rules.py runs one table of cases (tests/descriptor_cases.py)
+# through all four and holds them to the same answer, field by field.
+
+_Check = Callable[[Any], "str | None"]
 
 
 class Rule(NamedTuple):
-    """One descriptor rule: its name, the field it guards, and its check (the message a
-    broken descriptor is refused with, naming the value, the limit and the fix; None when
-    the rule holds)."""
+    """One rule of a descriptor's values: the class it applies to (``"Descriptor"``,
+    ``"Sparse"``, ``"Quantization"`` or ``"Shard"``), its name, the field it guards, and its
+    check: given the object, the message it is refused with (the value, the limit, the
+    fix), or None when the rule holds."""
 
+    subject: str
     name: str
     field: str
-    check: Callable[[Descriptor], str | None]
+    check: _Check
 
 
 _RULES: list[Rule] = []
 
 
-def _rule(name: str, field: str) -> Callable[[Callable[[Descriptor], str | None]],
-                                             Callable[[Descriptor], str | None]]:
-    def add(check: Callable[[Descriptor], str | None]) -> Callable[[Descriptor], str | None]:
-        _RULES.append(Rule(name, field, check))
+def _rule(subject: type, name: str, field: str) -> Callable[[_Check], _Check]:
+    def add(check: _Check) -> _Check:
+        _RULES.append(Rule(subject.__name__, name, field, check))
         return check
     return add
 
 
-@_rule("padded-needs-subbyte", "flags")
+def _apply(obj: object, rules: tuple[Rule, ...]) -> None:
+    for rule in rules:
+        message = rule.check(obj)
+        if message is not None:
+            raise FormatError(message, field=rule.field, rule=rule.name)
+
+
+@_rule(Sparse, "nnz-is-a-count", "sparse.nnz")
+def _nnz_is_a_count(sp: Sparse) -> str | None:
+    if sp.nnz == _U64_MAX:
+        return f"nnz = {sp.nnz} is out of range [0, {_U64_MAX - 1}]; 2**64 - 1 counts nothing"
+    return None
+
+
+@_rule(Sparse, "integer-index-type", "sparse.index_dtype")
+def _integer_index_type(sp: Sparse) -> str | None:
+    idx = sp.index_dtype
+    if idx.kind not in (Kind.INT, Kind.UINT) or idx.is_subbyte:
+        return f"sparse index type must be an integer type of 8 bits or more, got {idx}"
+    return None
+
+
+@_rule(Quantization, "float-scale-type", "quantization.scale_dtype")
+def _float_scale_type(q: Quantization) -> str | None:
+    if q.scale_dtype.kind != Kind.FLOAT or q.scale_dtype.is_subbyte:
+        return f"scale type must be a float type of 8 bits or more, got {q.scale_dtype}"
+    return None
+
+
+@_rule(Quantization, "numeric-zero-point-type", "quantization.zero_point_dtype")
+def _numeric_zero_point_type(q: Quantization) -> str | None:
+    zp = q.zero_point_dtype
+    if zp is not None and (zp.kind not in (Kind.INT, Kind.UINT, Kind.FLOAT) or zp.is_subbyte):
+        return f"zero-point type must be an integer or float type, got {zp}"
+    return None
+
+
+@_rule(Quantization, "per-tensor-has-no-axis", "quantization.axis")
+def _per_tensor_has_no_axis(q: Quantization) -> str | None:
+    if q.scheme == QuantScheme.PER_TENSOR and (q.axis is not None or q.block_size is not None):
+        return "a per-tensor scheme takes neither axis nor block_size"
+    return None
+
+
+@_rule(Quantization, "axis-given", "quantization.axis")
+def _axis_given(q: Quantization) -> str | None:
+    a = q.axis
+    if q.scheme != QuantScheme.PER_TENSOR and (a is None or isinstance(a, bool)
+                                               or not isinstance(a, int)):
+        return f"{q.scheme.name} needs an integer axis, got {a!r}"
+    return None
+
+
+@_rule(Quantization, "block-size-given", "quantization.block_size")
+def _block_size_given(q: Quantization) -> str | None:
+    bs = q.block_size
+    if q.scheme == QuantScheme.PER_BLOCK and (
+            isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= _U64_MAX - 1):
+        return f"per-block quantization needs a block_size >= 1, got {bs!r}"
+    return None
+
+
+@_rule(Quantization, "block-size-only-per-block", "quantization.block_size")
+def _block_size_only_per_block(q: Quantization) -> str | None:
+    if q.scheme == QuantScheme.PER_AXIS and q.block_size is not None:
+        return "only per-block quantization takes a block_size"
+    return None
+
+
+@_rule(Shard, "shard-static", "shard.global_shape")
+def _shard_static(sh: Shard) -> str | None:
+    if DYNAMIC in sh.global_shape or DYNAMIC in sh.offsets:
+        return "shard descriptors must not use dynamic dimensions"
+    return None
+
+
+def _shard_id_rule(name: str, lo: int, hi: int) -> None:
+    @_rule(Shard, f"shard-{name.replace('_', '-')}-range", f"shard.{name}")
+    def check(sh: Shard) -> str | None:
+        v = getattr(sh, name)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            return f"{name} must be an integer in [{lo}, {hi}], got {v!r}"
+        return None
+
+
+_shard_id_rule("replica_id", 0, _U32_MAX)
+_shard_id_rule("device_type", 0, 0x7FFFFFFF)
+_shard_id_rule("device_id", 0, 0x7FFFFFFF)
+
+
+@_rule(Descriptor, "padded-needs-subbyte", "flags")
 def _padded_needs_subbyte(d: Descriptor) -> str | None:
     if d.padded and not d.dtype.is_subbyte:
         return (f"the padded form applies to sub-byte types only, not {d.dtype}; "
@@ -673,35 +713,35 @@ def _padded_needs_subbyte(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("scalar-is-row-major", "layout")
+@_rule(Descriptor, "scalar-is-row-major", "layout")
 def _scalar_is_row_major(d: Descriptor) -> str | None:
     if not d.shape and d.layout != Layout.ROW_MAJOR:
         return f"a scalar (rank 0) must be row-major, not {d.layout.name}"
     return None
 
 
-@_rule("strided-needs-strides", "strides")
+@_rule(Descriptor, "strided-needs-strides", "strides")
 def _strided_needs_strides(d: Descriptor) -> str | None:
     if d.layout == Layout.STRIDED and d.strides is None:
         return "the strided layout needs strides"
     return None
 
 
-@_rule("strides-only-when-strided", "strides")
+@_rule(Descriptor, "strides-only-when-strided", "strides")
 def _strides_only_when_strided(d: Descriptor) -> str | None:
     if d.layout != Layout.STRIDED and d.strides is not None:
         return f"strides given for the {d.layout.name} layout"
     return None
 
 
-@_rule("one-stride-per-dimension", "strides")
+@_rule(Descriptor, "one-stride-per-dimension", "strides")
 def _one_stride_per_dimension(d: Descriptor) -> str | None:
     if d.strides is not None and len(d.strides) != len(d.shape):
         return f"{len(d.strides)} strides for rank {len(d.shape)}"
     return None
 
 
-@_rule("strided-needs-static-shape", "strides")
+@_rule(Descriptor, "strided-needs-static-shape", "strides")
 def _strided_needs_static_shape(d: Descriptor) -> str | None:
     # Strides of a dynamic shape would be computed from unknown sizes.
     if d.strides is not None and DYNAMIC in d.shape:
@@ -709,7 +749,7 @@ def _strided_needs_static_shape(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("stride-range", "strides")
+@_rule(Descriptor, "stride-range", "strides")
 def _stride_range(d: Descriptor) -> str | None:
     for i, s in enumerate(d.strides or ()):
         if not -_I64_MAX <= s <= _I64_MAX:  # -2**63 has no magnitude in int64
@@ -717,7 +757,7 @@ def _stride_range(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("packed-is-not-strided", "strides")
+@_rule(Descriptor, "packed-is-not-strided", "strides")
 def _packed_is_not_strided(d: Descriptor) -> str | None:
     if d.strides is not None and d.dtype.is_subbyte and not d.padded:
         return (f"packed {d.dtype} cannot be strided (elements are not byte-addressable); "
@@ -725,7 +765,7 @@ def _packed_is_not_strided(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("tile-sizes", "tile")
+@_rule(Descriptor, "tile-sizes", "tile")
 def _tile_sizes(d: Descriptor) -> str | None:
     tile, rank = d.tile, len(d.shape)
     if d.layout == Layout.TILED and tile is not None and (
@@ -734,40 +774,40 @@ def _tile_sizes(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("tile-only-when-tiled", "tile")
+@_rule(Descriptor, "tile-only-when-tiled", "tile")
 def _tile_only_when_tiled(d: Descriptor) -> str | None:
     if d.layout != Layout.TILED and d.tile is not None:
         return f"tile given for the {d.layout.name} layout"
     return None
 
 
-@_rule("sparse-needs-section", "sparse")
+@_rule(Descriptor, "sparse-needs-section", "sparse")
 def _sparse_needs_section(d: Descriptor) -> str | None:
     if d.layout.is_sparse and not isinstance(d.sparse, Sparse):
         return f"the {d.layout.name} layout needs a Sparse section"
     return None
 
 
-@_rule("section-only-when-sparse", "sparse")
+@_rule(Descriptor, "section-only-when-sparse", "sparse")
 def _section_only_when_sparse(d: Descriptor) -> str | None:
     if not d.layout.is_sparse and d.sparse is not None:
         return f"a Sparse section given for the {d.layout.name} layout"
     return None
 
 
-@_rule("compressed-is-rank-2", "layout")
+@_rule(Descriptor, "compressed-is-rank-2", "layout")
 def _compressed_is_rank_2(d: Descriptor) -> str | None:
     if d.layout in (Layout.CSR, Layout.CSC) and len(d.shape) != 2:
         return f"{d.layout.name} needs rank 2, got rank {len(d.shape)}"
     return None
 
 
-@_rule("empty-shape-stores-nothing", "sparse.nnz")
+@_rule(Descriptor, "empty-shape-stores-nothing", "sparse.nnz")
 def _empty_shape_stores_nothing(d: Descriptor) -> str | None:
     return None if d.sparse is None else _empty_nnz_message(d.layout, d.shape, d.sparse.nnz)
 
 
-@_rule("canonical-nnz-fits", "sparse.nnz")
+@_rule(Descriptor, "canonical-nnz-fits", "sparse.nnz")
 def _canonical_nnz_fits(d: Descriptor) -> str | None:
     sp = d.sparse
     if sp is not None and sp.canonical and DYNAMIC not in d.shape:
@@ -778,12 +818,12 @@ def _canonical_nnz_fits(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("index-type-holds-indices", "sparse.index_dtype")
+@_rule(Descriptor, "index-type-holds-indices", "sparse.index_dtype")
 def _index_type_holds_indices(d: Descriptor) -> str | None:
     return None if d.sparse is None else _index_range_message(d.layout, d.shape, d.sparse)
 
 
-@_rule("quantization-is-section", "quantization")
+@_rule(Descriptor, "quantization-is-section", "quantization")
 def _quantization_is_section(d: Descriptor) -> str | None:
     q = d.quantization
     if q is not None and not isinstance(q, Quantization):
@@ -791,7 +831,7 @@ def _quantization_is_section(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("quantized-storage-type", "quantization")
+@_rule(Descriptor, "quantized-storage-type", "quantization")
 def _quantized_storage_type(d: Descriptor) -> str | None:
     t = d.dtype
     storable = t.kind in (Kind.INT, Kind.UINT) or (
@@ -802,7 +842,7 @@ def _quantized_storage_type(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("quantization-axis-in-rank", "quantization.axis")
+@_rule(Descriptor, "quantization-axis-in-rank", "quantization.axis")
 def _quantization_axis_in_rank(d: Descriptor) -> str | None:
     q = d.quantization
     if q is not None and q.axis is not None and not 0 <= q.axis < len(d.shape):
@@ -810,7 +850,7 @@ def _quantization_axis_in_rank(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("quantization-axis-static", "quantization.axis")
+@_rule(Descriptor, "quantization-axis-static", "quantization.axis")
 def _quantization_axis_static(d: Descriptor) -> str | None:
     q = d.quantization
     if q is not None and q.axis is not None and d.shape[q.axis] == DYNAMIC:
@@ -819,21 +859,21 @@ def _quantization_axis_static(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("shard-is-section", "shard")
+@_rule(Descriptor, "shard-is-section", "shard")
 def _shard_is_section(d: Descriptor) -> str | None:
     if d.shard is not None and not isinstance(d.shard, Shard):
         return f"expected a Shard, got {d.shard!r}"
     return None
 
 
-@_rule("shard-shape-static", "shape")
+@_rule(Descriptor, "shard-shape-static", "shape")
 def _shard_shape_static(d: Descriptor) -> str | None:
     if d.shard is not None and DYNAMIC in d.shape:
         return "a shard descriptor must not have dynamic dimensions"
     return None
 
 
-@_rule("shard-box-rank", "shard")
+@_rule(Descriptor, "shard-box-rank", "shard")
 def _shard_box_rank(d: Descriptor) -> str | None:
     sh, rank = d.shard, len(d.shape)
     if sh is not None and (len(sh.global_shape) != rank or len(sh.offsets) != rank):
@@ -842,7 +882,7 @@ def _shard_box_rank(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("shard-box-inside", "shard.offsets")
+@_rule(Descriptor, "shard-box-inside", "shard.offsets")
 def _shard_box_inside(d: Descriptor) -> str | None:
     sh = d.shard
     if sh is not None:
@@ -854,14 +894,14 @@ def _shard_box_inside(d: Descriptor) -> str | None:
 
 # Refuse shapes whose byte size cannot exist: checked once here so that every later size
 # computation is known to fit in 64 bits. A dynamic shape has no size yet: resolve() checks.
-@_rule("element-count-fits", "shape")
+@_rule(Descriptor, "element-count-fits", "shape")
 def _element_count_fits(d: Descriptor) -> str | None:
     if DYNAMIC not in d.shape and _product(d.shape) > _U64_MAX:
         return "element count overflows 64 bits; the tensor is larger than any buffer can be"
     return None
 
 
-@_rule("strided-span-fits", "strides")
+@_rule(Descriptor, "strided-span-fits", "strides")
 def _strided_span_fits(d: Descriptor) -> str | None:
     if d.strides is not None and 0 not in d.shape:
         span = 1 + sum((n - 1) * abs(s) for n, s in zip(d.shape, d.strides))
@@ -870,7 +910,7 @@ def _strided_span_fits(d: Descriptor) -> str | None:
     return None
 
 
-@_rule("bytes-fit", "shape")
+@_rule(Descriptor, "bytes-fit", "shape")
 def _bytes_fit(d: Descriptor) -> str | None:
     if DYNAMIC not in d.shape:
         total = sum(s.nbytes for s in d.buffer_layout())
@@ -880,7 +920,11 @@ def _bytes_fit(d: Descriptor) -> str | None:
 
 
 RULES: tuple[Rule, ...] = tuple(_RULES)
-"""Every rule of a descriptor's field values, in the order Descriptor() applies them."""
+"""Every rule of a descriptor's values, each class's in the order it applies them."""
+
+_SPARSE_RULES, _QUANTIZATION_RULES, _SHARD_RULES, _DESCRIPTOR_RULES = (
+    tuple(r for r in RULES if r.subject == c.__name__)
+    for c in (Sparse, Quantization, Shard, Descriptor))
 
 
 def _product(values: Sequence[int]) -> int:

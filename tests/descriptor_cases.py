@@ -7,9 +7,9 @@ wire (``Case.wire``), so one entry yields both constructor arguments and bytes; 
 breaks the bytes themselves (a reserved byte, a truncation) carries a ``patch`` instead, and
 one that no encoding can express (strides for a row-major layout) has ``on_wire=False``.
 
-Each rule of ``hurray_bridge.descriptor.RULES`` has at least one refusing case naming it;
-the rules of the sections' own constructors (``Sparse``, ``Quantization``, ``Shard``) and
-the decoder's structural checks are refused by field alone (``rule=None``).
+Each rule of ``hurray_bridge.descriptor.RULES`` (the descriptor's and its sections') has at
+least one refusing case naming it; the decoder's structural checks, which are no rule of
+values, are refused by field alone (``rule=None``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class Wire:
     strides: tuple[int, ...] | None = None
     tile: tuple[int, ...] | None = None
     sparse: tuple[int, str, bool] | None = None
-    quant: tuple[int, str, str | None, int, int] | None = None
+    quant: tuple[int, str, str | None, int | None, int] | None = None
     shard: tuple[int, int, int, tuple[int, ...], tuple[int, ...]] | None = None
     padded: bool = False
 
@@ -239,27 +239,31 @@ CASES: tuple[Case, ...] = (
     Case("scales past 2**64 bytes", Wire((2**60, 2**3), "int8",
                                          quant=(_AXIS, "float64", "float64", 0, 0)),
          "shape", "bytes-fit"),
-    # --- the sections' own constructors ----------------------------------------------------
+    # --- the sections' rules (Sparse, Quantization, Shard), each refused ------------------
     Case("nnz 2**64 - 1", Wire((4,), "float32", _COO, sparse=(U64, "int64", False)),
-         "sparse.nnz"),
+         "sparse.nnz", "nnz-is-a-count"),
     Case("float index type", Wire((4,), "float32", _COO, sparse=(1, "float32", False)),
-         "sparse.index_dtype"),
+         "sparse.index_dtype", "integer-index-type"),
     Case("int8 scale", Wire((4,), "int8", quant=(_TENSOR, "int8", None, -1, 0)),
-         "quantization.scale_dtype"),
+         "quantization.scale_dtype", "float-scale-type"),
     Case("bool zero point", Wire((4,), "int8", quant=(_TENSOR, "float32", "bool8", -1, 0)),
-         "quantization.zero_point_dtype"),
+         "quantization.zero_point_dtype", "numeric-zero-point-type"),
     Case("per-tensor with an axis", Wire((4,), "int8", quant=(_TENSOR, "float32", None, 0, 0)),
-         "quantization.axis"),
+         "quantization.axis", "per-tensor-has-no-axis"),
+    Case("per-axis without an axis", Wire((4,), "int8", quant=(_AXIS, "float32", None, None, 0)),
+         "quantization.axis", "axis-given", on_wire=False),
     Case("block size 0", Wire((4,), "int8", quant=(_BLOCK, "float32", None, 0, 0)),
-         "quantization.block_size"),
+         "quantization.block_size", "block-size-given"),
     Case("per-axis block size", Wire((4,), "int8", quant=(_AXIS, "float32", None, 0, 5)),
-         "quantization.block_size"),
+         "quantization.block_size", "block-size-only-per-block"),
     Case("dynamic global shape", Wire((2,), "float32", shard=(0, 1, 0, (0,), (DYN,))),
-         "shard.global_shape"),
+         "shard.global_shape", "shard-static"),
+    Case("negative replica", Wire((2,), "float32", shard=(-1, 1, 0, (0,), (4,))),
+         "shard.replica_id", "shard-replica-id-range", on_wire=False),
     Case("negative device type", Wire((2,), "float32", shard=(0, -1, 0, (0,), (4,))),
-         "shard.device_type"),
+         "shard.device_type", "shard-device-type-range"),
     Case("negative device id", Wire((2,), "float32", shard=(0, 1, -3, (0,), (4,))),
-         "shard.device_id"),
+         "shard.device_id", "shard-device-id-range"),
     # --- the decoder's structure (bytes only) ----------------------------------------------
     Case("bad magic", _F32, "magic", patch=_put(0, "<B", ord("X"))),
     Case("major version 2", _F32, "version", patch=_put(4, "<B", 2)),
