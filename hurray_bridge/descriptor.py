@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple, NoReturn
 
 from ._dlpack import DLDeviceType
-from .dtypes import DType, Kind, dtype_from_name
+from .dtypes import DType, Kind, all_dtypes, dtype_from_name
 from .errors import DynamicShapeError, FormatError
 from .layout import BufferRole, Flags, Layout, QuantScheme
 
@@ -40,6 +40,9 @@ MAX_RANK = 64
 _U64_MAX = 0xFFFFFFFFFFFFFFFF
 _I64_MAX = 0x7FFFFFFFFFFFFFFF
 _U32_MAX = 0xFFFFFFFF
+# The type names the constructor's fast path resolves itself (an alias or an unknown name
+# takes the general path, which names the defect).
+_KNOWN_NAMES = frozenset(t.name for t in all_dtypes())
 
 
 def _as_dtype(value: DType | str) -> DType:
@@ -329,6 +332,8 @@ class Descriptor(_BufferTableCache):
     padded: bool = False
 
     def __post_init__(self) -> None:
+        if type(self.dtype) is str and self.dtype in _KNOWN_NAMES:
+            object.__setattr__(self, "dtype", dtype_from_name(self.dtype))
         if (type(self.shape) is tuple and type(self.dtype) is DType
                 and self.layout is Layout.ROW_MAJOR and self.padded is False
                 and self.strides is None and self.tile is None and self.sparse is None
@@ -349,18 +354,20 @@ class Descriptor(_BufferTableCache):
                     object.__setattr__(self, "_specs", (BufferSpec(BufferRole.DATA, nbytes),))
                     return
         self._normalize()
-        _apply(self, _DESCRIPTOR_RULES)
+        _apply(self, _rules_for(self))
 
     def _normalize(self) -> None:
         """Field values to their types (tuples of ints, DType, Layout, bool): refusals of
         values no encoding can hold. What the values may be is RULES' business."""
         object.__setattr__(self, "shape", _as_uint_tuple(self.shape, "shape"))
         object.__setattr__(self, "dtype", _as_dtype(self.dtype))
-        try:
-            layout = Layout(self.layout)
-        except ValueError:
-            raise FormatError(f"unknown layout {self.layout!r}", field="layout") from None
-        object.__setattr__(self, "layout", layout)
+        layout = self.layout
+        if type(layout) is not Layout:  # (an Enum call costs more than the rest here)
+            try:
+                layout = Layout(layout)
+            except ValueError:
+                raise FormatError(f"unknown layout {layout!r}", field="layout") from None
+            object.__setattr__(self, "layout", layout)
         if self.padded not in (True, False):  # 0, 1 and NumPy bools compare equal
             raise FormatError(f"padded must be True or False, got {self.padded!r}",
                               field="flags")
@@ -603,14 +610,18 @@ class Rule(NamedTuple):
     name: str
     field: str
     check: _Check
+    needs: str | None = None
+    """What the rule is about, when it can only break where the descriptor has it (a
+    name _features() gives): Descriptor() skips it otherwise. None: always checked."""
 
 
 _RULES: list[Rule] = []
 
 
-def _rule(subject: type, name: str, field: str) -> Callable[[_Check], _Check]:
+def _rule(subject: type, name: str, field: str,
+          needs: str | None = None) -> Callable[[_Check], _Check]:
     def add(check: _Check) -> _Check:
-        _RULES.append(Rule(subject.__name__, name, field, check))
+        _RULES.append(Rule(subject.__name__, name, field, check, needs))
         return check
     return add
 
@@ -705,7 +716,7 @@ _shard_id_rule("device_type", 0, 0x7FFFFFFF)
 _shard_id_rule("device_id", 0, 0x7FFFFFFF)
 
 
-@_rule(Descriptor, "padded-needs-subbyte", "flags")
+@_rule(Descriptor, "padded-needs-subbyte", "flags", "padded")
 def _padded_needs_subbyte(d: Descriptor) -> str | None:
     if d.padded and not d.dtype.is_subbyte:
         return (f"the padded form applies to sub-byte types only, not {d.dtype}; "
@@ -713,35 +724,35 @@ def _padded_needs_subbyte(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "scalar-is-row-major", "layout")
+@_rule(Descriptor, "scalar-is-row-major", "layout", "other-layout")
 def _scalar_is_row_major(d: Descriptor) -> str | None:
     if not d.shape and d.layout != Layout.ROW_MAJOR:
         return f"a scalar (rank 0) must be row-major, not {d.layout.name}"
     return None
 
 
-@_rule(Descriptor, "strided-needs-strides", "strides")
+@_rule(Descriptor, "strided-needs-strides", "strides", "strided-layout")
 def _strided_needs_strides(d: Descriptor) -> str | None:
     if d.layout == Layout.STRIDED and d.strides is None:
         return "the strided layout needs strides"
     return None
 
 
-@_rule(Descriptor, "strides-only-when-strided", "strides")
+@_rule(Descriptor, "strides-only-when-strided", "strides", "strides-elsewhere")
 def _strides_only_when_strided(d: Descriptor) -> str | None:
     if d.layout != Layout.STRIDED and d.strides is not None:
         return f"strides given for the {d.layout.name} layout"
     return None
 
 
-@_rule(Descriptor, "one-stride-per-dimension", "strides")
+@_rule(Descriptor, "one-stride-per-dimension", "strides", "strides")
 def _one_stride_per_dimension(d: Descriptor) -> str | None:
     if d.strides is not None and len(d.strides) != len(d.shape):
         return f"{len(d.strides)} strides for rank {len(d.shape)}"
     return None
 
 
-@_rule(Descriptor, "strided-needs-static-shape", "strides")
+@_rule(Descriptor, "strided-needs-static-shape", "strides", "strides")
 def _strided_needs_static_shape(d: Descriptor) -> str | None:
     # Strides of a dynamic shape would be computed from unknown sizes.
     if d.strides is not None and DYNAMIC in d.shape:
@@ -749,7 +760,7 @@ def _strided_needs_static_shape(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "stride-range", "strides")
+@_rule(Descriptor, "stride-range", "strides", "strides")
 def _stride_range(d: Descriptor) -> str | None:
     for i, s in enumerate(d.strides or ()):
         if not -_I64_MAX <= s <= _I64_MAX:  # -2**63 has no magnitude in int64
@@ -757,7 +768,7 @@ def _stride_range(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "packed-is-not-strided", "strides")
+@_rule(Descriptor, "packed-is-not-strided", "strides", "strides")
 def _packed_is_not_strided(d: Descriptor) -> str | None:
     if d.strides is not None and d.dtype.is_subbyte and not d.padded:
         return (f"packed {d.dtype} cannot be strided (elements are not byte-addressable); "
@@ -765,7 +776,7 @@ def _packed_is_not_strided(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "tile-sizes", "tile")
+@_rule(Descriptor, "tile-sizes", "tile", "tiled-layout")
 def _tile_sizes(d: Descriptor) -> str | None:
     tile, rank = d.tile, len(d.shape)
     if d.layout == Layout.TILED and tile is not None and (
@@ -774,40 +785,40 @@ def _tile_sizes(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "tile-only-when-tiled", "tile")
+@_rule(Descriptor, "tile-only-when-tiled", "tile", "tile-elsewhere")
 def _tile_only_when_tiled(d: Descriptor) -> str | None:
     if d.layout != Layout.TILED and d.tile is not None:
         return f"tile given for the {d.layout.name} layout"
     return None
 
 
-@_rule(Descriptor, "sparse-needs-section", "sparse")
+@_rule(Descriptor, "sparse-needs-section", "sparse", "sparse-layout")
 def _sparse_needs_section(d: Descriptor) -> str | None:
     if d.layout.is_sparse and not isinstance(d.sparse, Sparse):
         return f"the {d.layout.name} layout needs a Sparse section"
     return None
 
 
-@_rule(Descriptor, "section-only-when-sparse", "sparse")
+@_rule(Descriptor, "section-only-when-sparse", "sparse", "sparse-elsewhere")
 def _section_only_when_sparse(d: Descriptor) -> str | None:
     if not d.layout.is_sparse and d.sparse is not None:
         return f"a Sparse section given for the {d.layout.name} layout"
     return None
 
 
-@_rule(Descriptor, "compressed-is-rank-2", "layout")
+@_rule(Descriptor, "compressed-is-rank-2", "layout", "sparse-layout")
 def _compressed_is_rank_2(d: Descriptor) -> str | None:
     if d.layout in (Layout.CSR, Layout.CSC) and len(d.shape) != 2:
         return f"{d.layout.name} needs rank 2, got rank {len(d.shape)}"
     return None
 
 
-@_rule(Descriptor, "empty-shape-stores-nothing", "sparse.nnz")
+@_rule(Descriptor, "empty-shape-stores-nothing", "sparse.nnz", "sparse")
 def _empty_shape_stores_nothing(d: Descriptor) -> str | None:
     return None if d.sparse is None else _empty_nnz_message(d.layout, d.shape, d.sparse.nnz)
 
 
-@_rule(Descriptor, "canonical-nnz-fits", "sparse.nnz")
+@_rule(Descriptor, "canonical-nnz-fits", "sparse.nnz", "sparse")
 def _canonical_nnz_fits(d: Descriptor) -> str | None:
     sp = d.sparse
     if sp is not None and sp.canonical and DYNAMIC not in d.shape:
@@ -818,12 +829,12 @@ def _canonical_nnz_fits(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "index-type-holds-indices", "sparse.index_dtype")
+@_rule(Descriptor, "index-type-holds-indices", "sparse.index_dtype", "sparse")
 def _index_type_holds_indices(d: Descriptor) -> str | None:
     return None if d.sparse is None else _index_range_message(d.layout, d.shape, d.sparse)
 
 
-@_rule(Descriptor, "quantization-is-section", "quantization")
+@_rule(Descriptor, "quantization-is-section", "quantization", "quantization")
 def _quantization_is_section(d: Descriptor) -> str | None:
     q = d.quantization
     if q is not None and not isinstance(q, Quantization):
@@ -831,7 +842,7 @@ def _quantization_is_section(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "quantized-storage-type", "quantization")
+@_rule(Descriptor, "quantized-storage-type", "quantization", "quantization")
 def _quantized_storage_type(d: Descriptor) -> str | None:
     t = d.dtype
     storable = t.kind in (Kind.INT, Kind.UINT) or (
@@ -842,7 +853,7 @@ def _quantized_storage_type(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "quantization-axis-in-rank", "quantization.axis")
+@_rule(Descriptor, "quantization-axis-in-rank", "quantization.axis", "quantization")
 def _quantization_axis_in_rank(d: Descriptor) -> str | None:
     q = d.quantization
     if q is not None and q.axis is not None and not 0 <= q.axis < len(d.shape):
@@ -850,7 +861,7 @@ def _quantization_axis_in_rank(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "quantization-axis-static", "quantization.axis")
+@_rule(Descriptor, "quantization-axis-static", "quantization.axis", "quantization")
 def _quantization_axis_static(d: Descriptor) -> str | None:
     q = d.quantization
     if q is not None and q.axis is not None and d.shape[q.axis] == DYNAMIC:
@@ -859,21 +870,21 @@ def _quantization_axis_static(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "shard-is-section", "shard")
+@_rule(Descriptor, "shard-is-section", "shard", "shard")
 def _shard_is_section(d: Descriptor) -> str | None:
     if d.shard is not None and not isinstance(d.shard, Shard):
         return f"expected a Shard, got {d.shard!r}"
     return None
 
 
-@_rule(Descriptor, "shard-shape-static", "shape")
+@_rule(Descriptor, "shard-shape-static", "shape", "shard")
 def _shard_shape_static(d: Descriptor) -> str | None:
     if d.shard is not None and DYNAMIC in d.shape:
         return "a shard descriptor must not have dynamic dimensions"
     return None
 
 
-@_rule(Descriptor, "shard-box-rank", "shard")
+@_rule(Descriptor, "shard-box-rank", "shard", "shard")
 def _shard_box_rank(d: Descriptor) -> str | None:
     sh, rank = d.shard, len(d.shape)
     if sh is not None and (len(sh.global_shape) != rank or len(sh.offsets) != rank):
@@ -882,7 +893,7 @@ def _shard_box_rank(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "shard-box-inside", "shard.offsets")
+@_rule(Descriptor, "shard-box-inside", "shard.offsets", "shard")
 def _shard_box_inside(d: Descriptor) -> str | None:
     sh = d.shard
     if sh is not None:
@@ -901,10 +912,12 @@ def _element_count_fits(d: Descriptor) -> str | None:
     return None
 
 
-@_rule(Descriptor, "strided-span-fits", "strides")
+@_rule(Descriptor, "strided-span-fits", "strides", "strides")
 def _strided_span_fits(d: Descriptor) -> str | None:
     if d.strides is not None and 0 not in d.shape:
-        span = 1 + sum((n - 1) * abs(s) for n, s in zip(d.shape, d.strides))
+        span = 1
+        for n, s in zip(d.shape, d.strides):
+            span += (n - 1) * abs(s)
         if span > _I64_MAX:
             return "the strided span overflows int64"
     return None
@@ -925,6 +938,36 @@ RULES: tuple[Rule, ...] = tuple(_RULES)
 _SPARSE_RULES, _QUANTIZATION_RULES, _SHARD_RULES, _DESCRIPTOR_RULES = (
     tuple(r for r in RULES if r.subject == c.__name__)
     for c in (Sparse, Quantization, Shard, Descriptor))
+
+_RULES_BY_FEATURES: dict[tuple[object, ...], tuple[Rule, ...]] = {}
+
+
+def _features(layout: Layout, padded: bool, strides: bool, tile: bool, sparse: bool,
+              quantization: bool, shard: bool) -> set[str]:
+    """What a descriptor has beyond a dense row-major shape: the values of Rule.needs."""
+    has = {"padded": padded, "strides": strides, "tile": tile, "sparse": sparse,
+           "quantization": quantization, "shard": shard,
+           "other-layout": layout != Layout.ROW_MAJOR,
+           "strided-layout": layout == Layout.STRIDED,
+           "tiled-layout": layout == Layout.TILED,
+           "sparse-layout": layout.is_sparse,
+           "strides-elsewhere": strides and layout != Layout.STRIDED,
+           "tile-elsewhere": tile and layout != Layout.TILED,
+           "sparse-elsewhere": sparse and not layout.is_sparse}
+    return {name for name, on in has.items() if on}
+
+
+def _rules_for(d: Descriptor) -> tuple[Rule, ...]:
+    """The Descriptor rules that can break for what ``d`` has, in RULES' order: a rule
+    whose ``needs`` ``d`` lacks holds (its check returns None there), so it is skipped."""
+    key = (d.layout, d.padded, d.strides is not None, d.tile is not None,
+           d.sparse is not None, d.quantization is not None, d.shard is not None)
+    rules = _RULES_BY_FEATURES.get(key)
+    if rules is None:
+        present = _features(*key)
+        rules = _RULES_BY_FEATURES[key] = tuple(
+            r for r in _DESCRIPTOR_RULES if r.needs is None or r.needs in present)
+    return rules
 
 
 def _product(values: Sequence[int]) -> int:

@@ -109,3 +109,13 @@ def test_the_c_library_answers_every_case_with_the_same_field(c_build: pathlib.P
         assert c_line.split(" ")[0:2 if case.field else 1] == want.split(" "), (
             f"{case.name}: C says {c_line!r}, the table {want!r}")
         assert c_line == _py_decode(raw, False), case.name  # and the same bytes back
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.patch is None], ids=_id)
+def test_skipping_the_rules_a_descriptor_has_no_part_for_changes_no_answer(
+        case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Descriptor() runs only the rules whose Rule.needs the descriptor has: every rule
+    # must give the same answer as all of them.
+    filtered = _construct(case)
+    monkeypatch.setattr(descriptor, "_rules_for", lambda d: descriptor._DESCRIPTOR_RULES)
+    assert _construct(case) == filtered
