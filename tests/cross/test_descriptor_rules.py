@@ -6,6 +6,7 @@ same field; the constructor also names the rule. Every rule has a refusing case.
 from __future__ import annotations
 
 import pathlib
+import re
 
 import pytest
 
@@ -119,3 +120,10 @@ def test_skipping_the_rules_a_descriptor_has_no_part_for_changes_no_answer(
     filtered = _construct(case)
     monkeypatch.setattr(descriptor, "_rules_for", lambda d: descriptor._DESCRIPTOR_RULES)
     assert _construct(case) == filtered
+
+
+def test_the_rules_page_lists_every_rule() -> None:
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "impl"
+            / "descriptor-rules.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z0-9-]+)` \|", page, flags=re.MULTILINE))
+    assert listed == {r.name for r in descriptor.RULES}
