@@ -10,6 +10,7 @@ instructions per call less those of an empty op, both trees, and the ratio this 
 
 The ops are the hot paths the rules sit on: ``hb.asarray`` builds a dense descriptor per
 tensor (the constructor's fast path, and its general path when the type is given by name),
+the dense decoder is compiled where a C compiler was found and Python elsewhere,
 other layouts and sections always take the rules, and ``hb.load`` decodes one descriptor
 per entry of a file's index (``index`` reads the index of a file of 10,000 tensors).
 Instruction counts are deterministic where wall time on a shared machine is not. Needs
@@ -34,6 +35,8 @@ OPS = {
     "quantized": ("q", "hb.Descriptor((64, 64), hb.int8, quantization=x)"),
     "csr": ("sp", "hb.Descriptor((64, 64), f32, hb.Layout.CSR, sparse=x)"),
     "decode dense": ("hb.Descriptor((1000,), f32).to_bytes()", "wire.decode(x)"),
+    "decode dense, Python": ("hb.Descriptor((1000,), f32).to_bytes()",
+                             "wire._decode_dense_python(x, 72)"),
     "decode quantized": ("hb.Descriptor((64, 64), hb.int8, quantization=q).to_bytes()",
                          "wire.decode(x)"),
     "index": ("index_file", "read_index(x)"),
@@ -41,7 +44,7 @@ OPS = {
 }
 
 _CHILD = """
-import collections, itertools, os, tempfile, warnings
+import collections, itertools, os, warnings
 import numpy as np
 import hurray_bridge as hb
 from hurray_bridge import wire
@@ -52,8 +55,8 @@ q = hb.Quantization(hb.QuantScheme.PER_BLOCK, hb.float16, axis=1, block_size=32)
 sp = hb.Sparse(100, hb.int32)
 index_file = None
 if {needs_file}:
-    index_file = os.path.join(tempfile.mkdtemp(), "many.hurray")
-    hb.save({{f"t{{i}}": np.zeros(4 + i % 7, np.float32) for i in range(10000)}}, index_file)
+    index_file = os.path.join({tmp!r}, "many.hurray")
+    hb.save(index_file, {{f"t{{i}}": np.zeros(4 + i % 7, np.float32) for i in range(10000)}})
 x = {arg}
 def op(x):
     {body}
@@ -70,7 +73,7 @@ def _count(tree: str, op: str, n: int) -> float:
         out = os.path.join(tmp, "cg.out")
         cmd = ["valgrind", "--tool=callgrind", "--collect-atstart=no",
                "--toggle-collect=starmap_next", f"--callgrind-out-file={out}",
-               sys.executable, "-c", _CHILD.format(arg=arg, body=body, n=n, warm=warm,
+               sys.executable, "-c", _CHILD.format(arg=arg, body=body, n=n, warm=warm, tmp=tmp,
                                                    needs_file=op == "index")]
         env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=tree)
         subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=tree)
