@@ -14,16 +14,18 @@ from functools import lru_cache
 from typing import Any, NamedTuple, NoReturn
 
 from ._dlpack import DLDeviceType
-from .dtypes import DType, Kind, dtype_from_name
+from .dtypes import DType, Kind, all_dtypes, dtype_from_name
 from .errors import DynamicShapeError, FormatError
 from .layout import BufferRole, Flags, Layout, QuantScheme
 
 __all__ = [
     "DYNAMIC",
     "MAX_RANK",
+    "RULES",
     "BufferSpec",
     "Descriptor",
     "Quantization",
+    "Rule",
     "Shard",
     "Sparse",
     "compact_strides",
@@ -38,6 +40,9 @@ MAX_RANK = 64
 _U64_MAX = 0xFFFFFFFFFFFFFFFF
 _I64_MAX = 0x7FFFFFFFFFFFFFFF
 _U32_MAX = 0xFFFFFFFF
+# The type names the constructor's fast path resolves itself (an alias or an unknown name
+# takes the general path, which names the defect).
+_KNOWN_NAMES = frozenset(t.name for t in all_dtypes())
 
 
 def _as_dtype(value: DType | str) -> DType:
@@ -84,6 +89,18 @@ def _as_uint_tuple(values: Iterable[Any], name: str, limit: int = _U64_MAX) -> t
     return tuple(out)
 
 
+def _as_int_tuple(values: Any, name: str) -> tuple[int, ...]:
+    """Signed integers (strides): the types only; their range is a rule's (RULES)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise FormatError(f"expected a sequence of integers, got {values!r}", field=name)
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise FormatError(f"{name}[{i}] must be an integer, got {v!r}", field=name)
+        out.append(v.__index__())
+    return tuple(out)
+
+
 def _checked_product(values: Iterable[int], what: str) -> int:
     values = tuple(values)
     if 0 in values:
@@ -115,14 +132,20 @@ def check_empty_nnz(layout: Layout, shape: Sequence[int], nnz: int) -> None:
 
     Every stored entry needs an index below each dimension's size; with a dimension of
     size 0 there is none, duplicates or not. nnz = 0 is valid for any shape (ADR-007 §6).
-    The descriptor, and so the wire decoder, and the sparse importers call this.
+    The descriptor (rule ``empty-shape-stores-nothing``), and so the wire decoder, and the
+    sparse importers call this.
     """
+    message = _empty_nnz_message(layout, shape, nnz)
+    if message is not None:
+        raise FormatError(message, field="sparse.nnz")
+
+
+def _empty_nnz_message(layout: Layout, shape: Sequence[int], nnz: int) -> str | None:
     if nnz and 0 in shape:
-        raise FormatError(
-            f"{layout.name} shape {shape_str(shape)} is empty (a dimension of size 0 has no "
-            f"index), so it can store no entries: nnz must be 0, got nnz = {nnz} (ADR-007 §6)",
-            field="sparse.nnz",
-        )
+        return (f"{layout.name} shape {shape_str(shape)} is empty (a dimension of size 0 has "
+                f"no index), so it can store no entries: nnz must be 0, got nnz = {nnz} "
+                "(ADR-007 §6)")
+    return None
 
 
 def _index_max(t: DType) -> int:
@@ -138,8 +161,14 @@ def check_index_range(layout: Layout, shape: Sequence[int], sparse: Sparse) -> N
     200 wrapped to -56 and read back as if nothing were wrong. With ``nnz = 0`` no index
     is stored; a dynamic dimension is checked when it is resolved.
     """
+    message = _index_range_message(layout, shape, sparse)
+    if message is not None:
+        raise FormatError(message, field="sparse.index_dtype")
+
+
+def _index_range_message(layout: Layout, shape: Sequence[int], sparse: Sparse) -> str | None:
     if not sparse.nnz:
-        return
+        return None
     t = sparse.index_dtype
     top = _index_max(t)
     what = None
@@ -153,14 +182,12 @@ def check_index_range(layout: Layout, shape: Sequence[int], sparse: Sparse) -> N
                 what = f"dimension {j} has size {shape[j]}, so an index up to {shape[j] - 1}"
                 need = shape[j] - 1
                 break
-    if what is not None:
-        wide = next(n for n in ("int16", "int32", "int64", "uint64")
-                    if need <= _index_max(dtype_from_name(n)))
-        raise FormatError(
-            f"{layout.name} index type {t.name} holds values up to {top}, but {what}; "
-            f"use a wider index type ({wide} or wider)",
-            field="sparse.index_dtype",
-        )
+    if what is None:
+        return None
+    wide = next(n for n in ("int16", "int32", "int64", "uint64")
+                if need <= _index_max(dtype_from_name(n)))
+    return (f"{layout.name} index type {t.name} holds values up to {top}, but {what}; "
+            f"use a wider index type ({wide} or wider)")
 
 
 def compact_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -205,41 +232,7 @@ class Quantization:
         object.__setattr__(self, "scale_dtype", _as_dtype(self.scale_dtype))
         if self.zero_point_dtype is not None:
             object.__setattr__(self, "zero_point_dtype", _as_dtype(self.zero_point_dtype))
-        if self.scale_dtype.kind != Kind.FLOAT or self.scale_dtype.is_subbyte:
-            raise FormatError(
-                f"scale type must be a float type of 8 bits or more, got {self.scale_dtype}",
-                field="quantization.scale_dtype",
-            )
-        zp = self.zero_point_dtype
-        if zp is not None and (zp.kind not in (Kind.INT, Kind.UINT, Kind.FLOAT) or zp.is_subbyte):
-            raise FormatError(
-                f"zero-point type must be an integer or float type, got {zp}",
-                field="quantization.zero_point_dtype",
-            )
-        if scheme == QuantScheme.PER_TENSOR:
-            if self.axis is not None or self.block_size is not None:
-                raise FormatError(
-                    "a per-tensor scheme takes neither axis nor block_size",
-                    field="quantization.axis",
-                )
-        else:
-            if self.axis is None or isinstance(self.axis, bool) or not isinstance(self.axis, int):
-                raise FormatError(
-                    f"{scheme.name} needs an integer axis, got {self.axis!r}",
-                    field="quantization.axis",
-                )
-            if scheme == QuantScheme.PER_BLOCK:
-                bs = self.block_size
-                if isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= _U64_MAX - 1:
-                    raise FormatError(
-                        f"per-block quantization needs a block_size >= 1, got {bs!r}",
-                        field="quantization.block_size",
-                    )
-            elif self.block_size is not None:
-                raise FormatError(
-                    "only per-block quantization takes a block_size",
-                    field="quantization.block_size",
-                )
+        _apply(self, _QUANTIZATION_RULES)
 
     def scales_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """Shape of the scale (and zero-point) array for a tensor of ``shape``."""
@@ -267,16 +260,11 @@ class Sparse:
     canonical: bool = False
 
     def __post_init__(self) -> None:
-        (nnz,) = _as_uint_tuple((self.nnz,), "sparse.nnz", _U64_MAX - 1)
+        (nnz,) = _as_uint_tuple((self.nnz,), "sparse.nnz")
         object.__setattr__(self, "nnz", nnz)
-        idx = _as_dtype(self.index_dtype)
-        object.__setattr__(self, "index_dtype", idx)
-        if idx.kind not in (Kind.INT, Kind.UINT) or idx.is_subbyte:
-            raise FormatError(
-                f"sparse index type must be an integer type of 8 bits or more, got {idx}",
-                field="sparse.index_dtype",
-            )
+        object.__setattr__(self, "index_dtype", _as_dtype(self.index_dtype))
         object.__setattr__(self, "canonical", bool(self.canonical))
+        _apply(self, _SPARSE_RULES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,23 +282,10 @@ class Shard:
     device_id: int = 0
 
     def __post_init__(self) -> None:
-        gs = _as_uint_tuple(self.global_shape, "shard.global_shape")
-        off = _as_uint_tuple(self.offsets, "shard.offsets")
-        object.__setattr__(self, "global_shape", gs)
-        object.__setattr__(self, "offsets", off)
-        if DYNAMIC in gs or DYNAMIC in off:
-            raise FormatError(
-                "shard descriptors must not use dynamic dimensions", field="shard.global_shape"
-            )
-        for name, v, lo, hi in (
-            ("replica_id", self.replica_id, 0, _U32_MAX),
-            ("device_type", self.device_type, 0, 0x7FFFFFFF),
-            ("device_id", self.device_id, 0, 0x7FFFFFFF),
-        ):
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise FormatError(
-                    f"{name} must be an integer in [{lo}, {hi}], got {v!r}", field=f"shard.{name}"
-                )
+        object.__setattr__(self, "global_shape",
+                           _as_uint_tuple(self.global_shape, "shard.global_shape"))
+        object.__setattr__(self, "offsets", _as_uint_tuple(self.offsets, "shard.offsets"))
+        _apply(self, _SHARD_RULES)
 
 
 class _BufferTableCache:
@@ -357,169 +332,50 @@ class Descriptor(_BufferTableCache):
     padded: bool = False
 
     def __post_init__(self) -> None:
+        if type(self.dtype) is str and self.dtype in _KNOWN_NAMES:
+            object.__setattr__(self, "dtype", dtype_from_name(self.dtype))
         if (type(self.shape) is tuple and type(self.dtype) is DType
                 and self.layout is Layout.ROW_MAJOR and self.padded is False
                 and self.strides is None and self.tile is None and self.sparse is None
                 and self.quantization is None and self.shard is None
                 and len(self.shape) <= MAX_RANK):
-            # The common case (a dense tensor as files and DLPack hand them over), checked
-            # without the general path's conversions; the same rules, the same errors.
+            # The common case (a dense tensor as files and DLPack hand them over): accepted
+            # here when RULES would accept it, without the general path's conversions. It
+            # never refuses: anything else goes on to the rules, which name the defect.
             n = 1
             for v in self.shape:
                 if type(v) is not int or not 0 <= v < DYNAMIC:
                     break  # another kind of value, or a dynamic dimension: the full path
                 n *= v
             else:
-                if n > _U64_MAX:  # (a product with a 0 is 0: never an overflow)
-                    raise FormatError("element count overflows 64 bits; the tensor is larger "
-                                      "than any buffer can be", field="shape")
                 dt = self.dtype
                 nbytes = -(-n * dt.bits // 8) if dt.is_subbyte else n * dt.itemsize
-                if nbytes > _U64_MAX:
-                    raise FormatError(f"the tensor needs {nbytes} bytes, more than 2**64 - 1",
-                                      field="shape")
-                object.__setattr__(self, "_specs", (BufferSpec(BufferRole.DATA, nbytes),))
-                return
-        shape = _as_uint_tuple(self.shape, "shape")
-        object.__setattr__(self, "shape", shape)
-        dtype = _as_dtype(self.dtype)
-        object.__setattr__(self, "dtype", dtype)
-        try:
-            layout = Layout(self.layout)
-        except ValueError:
-            raise FormatError(f"unknown layout {self.layout!r}", field="layout") from None
-        object.__setattr__(self, "layout", layout)
+                if n <= _U64_MAX and nbytes <= _U64_MAX:
+                    object.__setattr__(self, "_specs", (BufferSpec(BufferRole.DATA, nbytes),))
+                    return
+        self._normalize()
+        _apply(self, _rules_for(self))
+
+    def _normalize(self) -> None:
+        """Field values to their types (tuples of ints, DType, Layout, bool): refusals of
+        values no encoding can hold. What the values may be is RULES' business."""
+        object.__setattr__(self, "shape", _as_uint_tuple(self.shape, "shape"))
+        object.__setattr__(self, "dtype", _as_dtype(self.dtype))
+        layout = self.layout
+        if type(layout) is not Layout:  # (an Enum call costs more than the rest here)
+            try:
+                layout = Layout(layout)
+            except ValueError:
+                raise FormatError(f"unknown layout {layout!r}", field="layout") from None
+            object.__setattr__(self, "layout", layout)
         if self.padded not in (True, False):  # 0, 1 and NumPy bools compare equal
             raise FormatError(f"padded must be True or False, got {self.padded!r}",
                               field="flags")
-        padded = bool(self.padded)
-        object.__setattr__(self, "padded", padded)
-        rank = len(shape)
-
-        if padded and not dtype.is_subbyte:
-            raise FormatError(
-                f"the padded form applies to sub-byte types only, not {dtype}", field="flags"
-            )
-        if rank == 0 and layout != Layout.ROW_MAJOR:
-            raise FormatError(
-                f"a scalar (rank 0) must be row-major, not {layout.name}", field="layout"
-            )
-
-        # Layout-specific sections: present exactly when the layout calls for them.
-        if layout == Layout.STRIDED:
-            if self.strides is None:
-                raise FormatError("the strided layout needs strides", field="strides")
-            if isinstance(self.strides, (str, bytes)) or not hasattr(self.strides, "__iter__"):
-                raise FormatError(f"expected a sequence of integers, got {self.strides!r}",
-                                  field="strides")
-            strides = tuple(self.strides)
-            if len(strides) != rank:
-                raise FormatError(f"{len(strides)} strides for rank {rank}", field="strides")
-            if DYNAMIC in shape:
-                # Strides of a dynamic shape would be computed from unknown sizes.
-                raise FormatError("the strided layout needs a static shape", field="strides")
-            for i, s in enumerate(strides):
-                if isinstance(s, bool) or not hasattr(s, "__index__"):
-                    raise FormatError(
-                        f"strides[{i}] must be an integer, got {s!r}", field="strides"
-                    )
-                if not -_I64_MAX <= s.__index__() <= _I64_MAX:
-                    raise FormatError(
-                        f"strides[{i}] = {s} is outside [-(2**63 - 1), 2**63 - 1]", field="strides"
-                    )
-            object.__setattr__(self, "strides", tuple(s.__index__() for s in strides))
-            if dtype.is_subbyte and not padded:
-                raise FormatError(
-                    f"packed {dtype} cannot be strided (elements are not byte-addressable); "
-                    "use the padded form",
-                    field="strides",
-                )
-        elif self.strides is not None:
-            raise FormatError(f"strides given for the {layout.name} layout", field="strides")
-
-        if layout == Layout.TILED:
-            tile = _as_uint_tuple(self.tile or (), "tile")
-            if not 1 <= len(tile) <= rank or 0 in tile or DYNAMIC in tile:
-                raise FormatError(
-                    f"tile {tile} must give 1..{rank} positive static sizes for the innermost dims",
-                    field="tile",
-                )
-            object.__setattr__(self, "tile", tile)
-        elif self.tile is not None:
-            raise FormatError(f"tile given for the {layout.name} layout", field="tile")
-
-        if layout.is_sparse:
-            if not isinstance(self.sparse, Sparse):
-                raise FormatError(
-                    f"the {layout.name} layout needs a Sparse section", field="sparse"
-                )
-            if layout in (Layout.CSR, Layout.CSC) and rank != 2:
-                raise FormatError(f"{layout.name} needs rank 2, got rank {rank}", field="layout")
-            check_empty_nnz(layout, shape, self.sparse.nnz)
-            if self.sparse.canonical and DYNAMIC not in shape:
-                cells = _checked_product(shape, "element count")
-                if self.sparse.nnz > cells:
-                    raise FormatError(
-                        f"canonical (duplicate-free) {layout.name} has nnz {self.sparse.nnz} "
-                        f"but the shape holds only {cells} elements",
-                        field="sparse.nnz",
-                    )
-            check_index_range(layout, shape, self.sparse)
-        elif self.sparse is not None:
-            raise FormatError(
-                f"a Sparse section given for the {layout.name} layout", field="sparse"
-            )
-
-        q = self.quantization
-        if q is not None:
-            if not isinstance(q, Quantization):
-                raise FormatError(f"expected a Quantization, got {q!r}", field="quantization")
-            storable = dtype.kind in (Kind.INT, Kind.UINT) or (
-                dtype.kind == Kind.FLOAT and dtype.bits <= 8 and dtype.name != "float8_e8m0fnu"
-            )  # e8m0 has no sign or mantissa: a scale format, not a storage one
-            if not storable:
-                raise FormatError(
-                    f"quantized storage must be an integer, float8 or float4 type, not {dtype}",
-                    field="quantization",
-                )
-            if q.axis is not None:
-                if not 0 <= q.axis < rank:
-                    raise FormatError(
-                        f"quantization axis {q.axis} is out of range for rank {rank}",
-                        field="quantization.axis",
-                    )
-                if shape[q.axis] == DYNAMIC:
-                    raise FormatError(
-                        f"quantization axis {q.axis} is dynamic; its size must be static "
-                        "(data-model.md, dynamic dimensions rule 3)",
-                        field="quantization.axis",
-                    )
-
-        sh = self.shard
-        if sh is not None:
-            if not isinstance(sh, Shard):
-                raise FormatError(f"expected a Shard, got {sh!r}", field="shard")
-            if DYNAMIC in shape:
-                raise FormatError(
-                    "a shard descriptor must not have dynamic dimensions", field="shape"
-                )
-            if len(sh.global_shape) != rank or len(sh.offsets) != rank:
-                raise FormatError(
-                    f"shard box has rank {len(sh.offsets)}/{len(sh.global_shape)}, "
-                    f"tensor rank {rank}",
-                    field="shard",
-                )
-            for i, (o, n, g) in enumerate(zip(sh.offsets, shape, sh.global_shape)):
-                if o + n > g:
-                    raise FormatError(
-                        f"shard box dim {i} spans [{o}, {o + n}) outside the global size {g}",
-                        field="shard.offsets",
-                    )
-
-        # Refuse shapes whose byte size cannot exist: checked once here so that
-        # every later size computation is known to fit in 64 bits.
-        if DYNAMIC not in shape:
-            self._check_sizes()
+        object.__setattr__(self, "padded", bool(self.padded))
+        if self.strides is not None:
+            object.__setattr__(self, "strides", _as_int_tuple(self.strides, "strides"))
+        if self.tile is not None or layout == Layout.TILED:
+            object.__setattr__(self, "tile", _as_uint_tuple(self.tile or (), "tile"))
 
     # ------------------------------------------------------------------ basics
     @property
@@ -644,22 +500,6 @@ class Descriptor(_BufferTableCache):
                 )
         return tuple(specs)
 
-    def _check_sizes(self) -> None:
-        n = _checked_product(self.shape, "element count")
-        if self.layout == Layout.STRIDED and n:
-            assert self.strides is not None
-            span = 1
-            for d, s in zip(self.shape, self.strides):
-                span += (d - 1) * abs(s)
-            if span > _I64_MAX:
-                raise FormatError("the strided span overflows int64", field="strides")
-        specs = self.buffer_layout()
-        if sum(s.nbytes for s in specs) > _U64_MAX:
-            raise FormatError(
-                f"the tensor needs {sum(s.nbytes for s in specs)} bytes, more than 2**64 - 1",
-                field="shape",
-            )
-
     # ------------------------------------------------------------- transforms
     def resolve(self, sizes: Mapping[int, int] | Sequence[int]) -> Descriptor:
         """Supply the dynamic dimensions and return the resolved descriptor.
@@ -744,6 +584,397 @@ class Descriptor(_BufferTableCache):
         if self.shard is not None:
             parts.append(f"shard@{list(self.shard.offsets)}")
         return f"Descriptor({', '.join(parts)})"
+
+
+# ---------------------------------------------------------------------------- the rules
+#
+# Every rule a descriptor's values obey, once. Each class runs its own rules, in this
+# order, on its normalized values (each rule may assume those before it hold): Sparse,
+# Quantization and Shard when built, Descriptor after them. The wire decoder builds those
+# objects from what it read after its structural checks (magic, version, reserved bytes,
+# truncation, tags), so it applies these rules and no copy of them. The C library
+# (c/src/descriptor.c) and the compiled decoder built from it follow the same rules:
+# tests/cross/test_descriptor_rules.py runs one table of cases (tests/descriptor_cases.py)
+# through all four and holds them to the same answer, field by field.
+
+_Check = Callable[[Any], "str | None"]
+
+
+class Rule(NamedTuple):
+    """One rule of a descriptor's values: the class it applies to (``"Descriptor"``,
+    ``"Sparse"``, ``"Quantization"`` or ``"Shard"``), its name, the field it guards, and its
+    check: given the object, the message it is refused with (the value, the limit, the
+    fix), or None when the rule holds."""
+
+    subject: str
+    name: str
+    field: str
+    check: _Check
+    needs: str | None = None
+    """What the rule is about, when it can only break where the descriptor has it (a
+    name _features() gives): Descriptor() skips it otherwise. None: always checked."""
+
+
+_RULES: list[Rule] = []
+
+
+def _rule(subject: type, name: str, field: str,
+          needs: str | None = None) -> Callable[[_Check], _Check]:
+    def add(check: _Check) -> _Check:
+        _RULES.append(Rule(subject.__name__, name, field, check, needs))
+        return check
+    return add
+
+
+def _apply(obj: object, rules: tuple[Rule, ...]) -> None:
+    for rule in rules:
+        message = rule.check(obj)
+        if message is not None:
+            raise FormatError(message, field=rule.field, rule=rule.name)
+
+
+@_rule(Sparse, "nnz-is-a-count", "sparse.nnz")
+def _nnz_is_a_count(sp: Sparse) -> str | None:
+    if sp.nnz == _U64_MAX:
+        return f"nnz = {sp.nnz} is out of range [0, {_U64_MAX - 1}]; 2**64 - 1 counts nothing"
+    return None
+
+
+@_rule(Sparse, "integer-index-type", "sparse.index_dtype")
+def _integer_index_type(sp: Sparse) -> str | None:
+    idx = sp.index_dtype
+    if idx.kind not in (Kind.INT, Kind.UINT) or idx.is_subbyte:
+        return f"sparse index type must be an integer type of 8 bits or more, got {idx}"
+    return None
+
+
+@_rule(Quantization, "float-scale-type", "quantization.scale_dtype")
+def _float_scale_type(q: Quantization) -> str | None:
+    if q.scale_dtype.kind != Kind.FLOAT or q.scale_dtype.is_subbyte:
+        return f"scale type must be a float type of 8 bits or more, got {q.scale_dtype}"
+    return None
+
+
+@_rule(Quantization, "numeric-zero-point-type", "quantization.zero_point_dtype")
+def _numeric_zero_point_type(q: Quantization) -> str | None:
+    zp = q.zero_point_dtype
+    if zp is not None and (zp.kind not in (Kind.INT, Kind.UINT, Kind.FLOAT) or zp.is_subbyte):
+        return f"zero-point type must be an integer or float type, got {zp}"
+    return None
+
+
+@_rule(Quantization, "per-tensor-has-no-axis", "quantization.axis")
+def _per_tensor_has_no_axis(q: Quantization) -> str | None:
+    if q.scheme == QuantScheme.PER_TENSOR and (q.axis is not None or q.block_size is not None):
+        return "a per-tensor scheme takes neither axis nor block_size"
+    return None
+
+
+@_rule(Quantization, "axis-given", "quantization.axis")
+def _axis_given(q: Quantization) -> str | None:
+    a = q.axis
+    if q.scheme != QuantScheme.PER_TENSOR and (a is None or isinstance(a, bool)
+                                               or not isinstance(a, int)):
+        return f"{q.scheme.name} needs an integer axis, got {a!r}"
+    return None
+
+
+@_rule(Quantization, "block-size-given", "quantization.block_size")
+def _block_size_given(q: Quantization) -> str | None:
+    bs = q.block_size
+    if q.scheme == QuantScheme.PER_BLOCK and (
+            isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= _U64_MAX - 1):
+        return f"per-block quantization needs a block_size >= 1, got {bs!r}"
+    return None
+
+
+@_rule(Quantization, "block-size-only-per-block", "quantization.block_size")
+def _block_size_only_per_block(q: Quantization) -> str | None:
+    if q.scheme == QuantScheme.PER_AXIS and q.block_size is not None:
+        return "only per-block quantization takes a block_size"
+    return None
+
+
+@_rule(Shard, "shard-static", "shard.global_shape")
+def _shard_static(sh: Shard) -> str | None:
+    if DYNAMIC in sh.global_shape or DYNAMIC in sh.offsets:
+        return "shard descriptors must not use dynamic dimensions"
+    return None
+
+
+def _shard_id_rule(name: str, lo: int, hi: int) -> None:
+    @_rule(Shard, f"shard-{name.replace('_', '-')}-range", f"shard.{name}")
+    def check(sh: Shard) -> str | None:
+        v = getattr(sh, name)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            return f"{name} must be an integer in [{lo}, {hi}], got {v!r}"
+        return None
+
+
+_shard_id_rule("replica_id", 0, _U32_MAX)
+_shard_id_rule("device_type", 0, 0x7FFFFFFF)
+_shard_id_rule("device_id", 0, 0x7FFFFFFF)
+
+
+@_rule(Descriptor, "padded-needs-subbyte", "flags", "padded")
+def _padded_needs_subbyte(d: Descriptor) -> str | None:
+    if d.padded and not d.dtype.is_subbyte:
+        return (f"the padded form applies to sub-byte types only, not {d.dtype}; "
+                "drop padded (SUBBYTE_PADDED)")
+    return None
+
+
+@_rule(Descriptor, "scalar-is-row-major", "layout", "other-layout")
+def _scalar_is_row_major(d: Descriptor) -> str | None:
+    if not d.shape and d.layout != Layout.ROW_MAJOR:
+        return f"a scalar (rank 0) must be row-major, not {d.layout.name}"
+    return None
+
+
+@_rule(Descriptor, "strided-needs-strides", "strides", "strided-layout")
+def _strided_needs_strides(d: Descriptor) -> str | None:
+    if d.layout == Layout.STRIDED and d.strides is None:
+        return "the strided layout needs strides"
+    return None
+
+
+@_rule(Descriptor, "strides-only-when-strided", "strides", "strides-elsewhere")
+def _strides_only_when_strided(d: Descriptor) -> str | None:
+    if d.layout != Layout.STRIDED and d.strides is not None:
+        return f"strides given for the {d.layout.name} layout"
+    return None
+
+
+@_rule(Descriptor, "one-stride-per-dimension", "strides", "strides")
+def _one_stride_per_dimension(d: Descriptor) -> str | None:
+    if d.strides is not None and len(d.strides) != len(d.shape):
+        return f"{len(d.strides)} strides for rank {len(d.shape)}"
+    return None
+
+
+@_rule(Descriptor, "strided-needs-static-shape", "strides", "strides")
+def _strided_needs_static_shape(d: Descriptor) -> str | None:
+    # Strides of a dynamic shape would be computed from unknown sizes.
+    if d.strides is not None and DYNAMIC in d.shape:
+        return "the strided layout needs a static shape"
+    return None
+
+
+@_rule(Descriptor, "stride-range", "strides", "strides")
+def _stride_range(d: Descriptor) -> str | None:
+    for i, s in enumerate(d.strides or ()):
+        if not -_I64_MAX <= s <= _I64_MAX:  # -2**63 has no magnitude in int64
+            return f"strides[{i}] = {s} is outside [-(2**63 - 1), 2**63 - 1]"
+    return None
+
+
+@_rule(Descriptor, "packed-is-not-strided", "strides", "strides")
+def _packed_is_not_strided(d: Descriptor) -> str | None:
+    if d.strides is not None and d.dtype.is_subbyte and not d.padded:
+        return (f"packed {d.dtype} cannot be strided (elements are not byte-addressable); "
+                "use the padded form")
+    return None
+
+
+@_rule(Descriptor, "tile-sizes", "tile", "tiled-layout")
+def _tile_sizes(d: Descriptor) -> str | None:
+    tile, rank = d.tile, len(d.shape)
+    if d.layout == Layout.TILED and tile is not None and (
+            not 1 <= len(tile) <= rank or 0 in tile or DYNAMIC in tile):
+        return f"tile {tile} must give 1..{rank} positive static sizes for the innermost dims"
+    return None
+
+
+@_rule(Descriptor, "tile-only-when-tiled", "tile", "tile-elsewhere")
+def _tile_only_when_tiled(d: Descriptor) -> str | None:
+    if d.layout != Layout.TILED and d.tile is not None:
+        return f"tile given for the {d.layout.name} layout"
+    return None
+
+
+@_rule(Descriptor, "sparse-needs-section", "sparse", "sparse-layout")
+def _sparse_needs_section(d: Descriptor) -> str | None:
+    if d.layout.is_sparse and not isinstance(d.sparse, Sparse):
+        return f"the {d.layout.name} layout needs a Sparse section"
+    return None
+
+
+@_rule(Descriptor, "section-only-when-sparse", "sparse", "sparse-elsewhere")
+def _section_only_when_sparse(d: Descriptor) -> str | None:
+    if not d.layout.is_sparse and d.sparse is not None:
+        return f"a Sparse section given for the {d.layout.name} layout"
+    return None
+
+
+@_rule(Descriptor, "compressed-is-rank-2", "layout", "sparse-layout")
+def _compressed_is_rank_2(d: Descriptor) -> str | None:
+    if d.layout in (Layout.CSR, Layout.CSC) and len(d.shape) != 2:
+        return f"{d.layout.name} needs rank 2, got rank {len(d.shape)}"
+    return None
+
+
+@_rule(Descriptor, "empty-shape-stores-nothing", "sparse.nnz", "sparse")
+def _empty_shape_stores_nothing(d: Descriptor) -> str | None:
+    return None if d.sparse is None else _empty_nnz_message(d.layout, d.shape, d.sparse.nnz)
+
+
+@_rule(Descriptor, "canonical-nnz-fits", "sparse.nnz", "sparse")
+def _canonical_nnz_fits(d: Descriptor) -> str | None:
+    sp = d.sparse
+    if sp is not None and sp.canonical and DYNAMIC not in d.shape:
+        cells = _checked_product(d.shape, "element count")
+        if sp.nnz > cells:
+            return (f"canonical (duplicate-free) {d.layout.name} has nnz {sp.nnz} "
+                    f"but the shape holds only {cells} elements")
+    return None
+
+
+@_rule(Descriptor, "index-type-holds-indices", "sparse.index_dtype", "sparse")
+def _index_type_holds_indices(d: Descriptor) -> str | None:
+    return None if d.sparse is None else _index_range_message(d.layout, d.shape, d.sparse)
+
+
+@_rule(Descriptor, "quantization-is-section", "quantization", "quantization")
+def _quantization_is_section(d: Descriptor) -> str | None:
+    q = d.quantization
+    if q is not None and not isinstance(q, Quantization):
+        return f"expected a Quantization, got {q!r}"
+    return None
+
+
+@_rule(Descriptor, "quantized-storage-type", "quantization", "quantization")
+def _quantized_storage_type(d: Descriptor) -> str | None:
+    t = d.dtype
+    storable = t.kind in (Kind.INT, Kind.UINT) or (
+        t.kind == Kind.FLOAT and t.bits <= 8 and t.name != "float8_e8m0fnu"
+    )  # e8m0 has no sign or mantissa: a scale format, not a storage one
+    if d.quantization is not None and not storable:
+        return f"quantized storage must be an integer, float8 or float4 type, not {t}"
+    return None
+
+
+@_rule(Descriptor, "quantization-axis-in-rank", "quantization.axis", "quantization")
+def _quantization_axis_in_rank(d: Descriptor) -> str | None:
+    q = d.quantization
+    if q is not None and q.axis is not None and not 0 <= q.axis < len(d.shape):
+        return f"quantization axis {q.axis} is out of range for rank {len(d.shape)}"
+    return None
+
+
+@_rule(Descriptor, "quantization-axis-static", "quantization.axis", "quantization")
+def _quantization_axis_static(d: Descriptor) -> str | None:
+    q = d.quantization
+    if q is not None and q.axis is not None and d.shape[q.axis] == DYNAMIC:
+        return (f"quantization axis {q.axis} is dynamic; its size must be static "
+                "(data-model.md, dynamic dimensions rule 3)")
+    return None
+
+
+@_rule(Descriptor, "shard-is-section", "shard", "shard")
+def _shard_is_section(d: Descriptor) -> str | None:
+    if d.shard is not None and not isinstance(d.shard, Shard):
+        return f"expected a Shard, got {d.shard!r}"
+    return None
+
+
+@_rule(Descriptor, "shard-shape-static", "shape", "shard")
+def _shard_shape_static(d: Descriptor) -> str | None:
+    if d.shard is not None and DYNAMIC in d.shape:
+        return "a shard descriptor must not have dynamic dimensions"
+    return None
+
+
+@_rule(Descriptor, "shard-box-rank", "shard", "shard")
+def _shard_box_rank(d: Descriptor) -> str | None:
+    sh, rank = d.shard, len(d.shape)
+    if sh is not None and (len(sh.global_shape) != rank or len(sh.offsets) != rank):
+        return (f"shard box has rank {len(sh.offsets)}/{len(sh.global_shape)}, "
+                f"tensor rank {rank}")
+    return None
+
+
+@_rule(Descriptor, "shard-box-inside", "shard.offsets", "shard")
+def _shard_box_inside(d: Descriptor) -> str | None:
+    sh = d.shard
+    if sh is not None:
+        for i, (o, n, g) in enumerate(zip(sh.offsets, d.shape, sh.global_shape)):
+            if o + n > g:
+                return f"shard box dim {i} spans [{o}, {o + n}) outside the global size {g}"
+    return None
+
+
+# Refuse shapes whose byte size cannot exist: checked once here so that every later size
+# computation is known to fit in 64 bits. A dynamic shape has no size yet: resolve() checks.
+@_rule(Descriptor, "element-count-fits", "shape")
+def _element_count_fits(d: Descriptor) -> str | None:
+    if DYNAMIC not in d.shape and _product(d.shape) > _U64_MAX:
+        return "element count overflows 64 bits; the tensor is larger than any buffer can be"
+    return None
+
+
+@_rule(Descriptor, "strided-span-fits", "strides", "strides")
+def _strided_span_fits(d: Descriptor) -> str | None:
+    if d.strides is not None and 0 not in d.shape:
+        span = 1
+        for n, s in zip(d.shape, d.strides):
+            span += (n - 1) * abs(s)
+        if span > _I64_MAX:
+            return "the strided span overflows int64"
+    return None
+
+
+@_rule(Descriptor, "bytes-fit", "shape")
+def _bytes_fit(d: Descriptor) -> str | None:
+    if DYNAMIC not in d.shape:
+        total = sum(s.nbytes for s in d.buffer_layout())
+        if total > _U64_MAX:
+            return f"the tensor needs {total} bytes, more than 2**64 - 1"
+    return None
+
+
+RULES: tuple[Rule, ...] = tuple(_RULES)
+"""Every rule of a descriptor's values, each class's in the order it applies them."""
+
+_SPARSE_RULES, _QUANTIZATION_RULES, _SHARD_RULES, _DESCRIPTOR_RULES = (
+    tuple(r for r in RULES if r.subject == c.__name__)
+    for c in (Sparse, Quantization, Shard, Descriptor))
+
+_RULES_BY_FEATURES: dict[tuple[object, ...], tuple[Rule, ...]] = {}
+
+
+def _features(layout: Layout, padded: bool, strides: bool, tile: bool, sparse: bool,
+              quantization: bool, shard: bool) -> set[str]:
+    """What a descriptor has beyond a dense row-major shape: the values of Rule.needs."""
+    has = {"padded": padded, "strides": strides, "tile": tile, "sparse": sparse,
+           "quantization": quantization, "shard": shard,
+           "other-layout": layout != Layout.ROW_MAJOR,
+           "strided-layout": layout == Layout.STRIDED,
+           "tiled-layout": layout == Layout.TILED,
+           "sparse-layout": layout.is_sparse,
+           "strides-elsewhere": strides and layout != Layout.STRIDED,
+           "tile-elsewhere": tile and layout != Layout.TILED,
+           "sparse-elsewhere": sparse and not layout.is_sparse}
+    return {name for name, on in has.items() if on}
+
+
+def _rules_for(d: Descriptor) -> tuple[Rule, ...]:
+    """The Descriptor rules that can break for what ``d`` has, in RULES' order: a rule
+    whose ``needs`` ``d`` lacks holds (its check returns None there), so it is skipped."""
+    key = (d.layout, d.padded, d.strides is not None, d.tile is not None,
+           d.sparse is not None, d.quantization is not None, d.shard is not None)
+    rules = _RULES_BY_FEATURES.get(key)
+    if rules is None:
+        present = _features(*key)
+        rules = _RULES_BY_FEATURES[key] = tuple(
+            r for r in _DESCRIPTOR_RULES if r.needs is None or r.needs in present)
+    return rules
+
+
+def _product(values: Sequence[int]) -> int:
+    n = 1
+    for v in values:
+        n *= v
+    return n
 
 
 @lru_cache(maxsize=4096)

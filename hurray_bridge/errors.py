@@ -29,12 +29,16 @@ class HurrayError(Exception):
 class FormatError(HurrayError, ValueError):
     """A descriptor, file or message violates the Hurray format.
 
-    ``field`` names the offending field when one can be named.
+    ``field`` names the offending field when one can be named; ``rule`` names the
+    descriptor rule it breaks (an entry of ``hurray_bridge.descriptor.RULES``) when one
+    of them refused it, else ``None``.
     """
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None,
+                 rule: str | None = None) -> None:
         super().__init__(f"{field}: {message}" if field else message)
         self.field = field
+        self.rule = rule
 
 
 class UnsupportedError(HurrayError, TypeError, BufferError):

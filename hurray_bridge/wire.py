@@ -181,27 +181,23 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
             f"rank {d.rank} exceeds the maximum rank {MAX_RANK} (ADR-008)", field="rank"
         )
     specs = () if d.is_dynamic else d.buffer_layout()
-    explicit = offsets is not None
-    if offsets is None:
-        offsets = canonical_offsets([s.nbytes for s in specs])
-    elif len(offsets) != len(specs):
-        raise FormatError(f"{len(offsets)} offsets for {len(specs)} buffers", field="buffers")
     total = _body_size(d, len(specs))
     parts = [
-        _HEADER.pack(
-            MAGIC,
-            VERSION[0],
-            VERSION[1],
-            int(d.flags),
-            d.rank,
-            d.dtype.tag,
-            int(d.layout),
-            len(specs),
-            total,
-            0,
-        ),
+        _HEADER.pack(MAGIC, VERSION[0], VERSION[1], int(d.flags), d.rank, d.dtype.tag,
+                     int(d.layout), len(specs), total, 0),
         _U64[d.rank].pack(*d.shape),
+        *_section_parts(d),
     ]
+    for spec, off in zip(specs, _table_offsets(d, specs, offsets)):
+        parts.append(_ENTRY.pack(int(spec.role), _ZERO7, off, spec.nbytes))
+    out = b"".join(parts)
+    assert len(out) == total
+    return out
+
+
+def _section_parts(d: Descriptor) -> list[bytes]:
+    """The encoded sections after the shape: layout's, quantization, shard (metadata.md)."""
+    parts = []
     if d.layout == Layout.STRIDED:
         assert d.strides is not None
         parts.append(_I64[d.rank].pack(*d.strides))
@@ -212,55 +208,51 @@ def encode(d: Descriptor, offsets: Sequence[int] | None = None) -> bytes:
     elif d.layout.is_sparse:
         sp = d.sparse
         assert sp is not None
-        parts.append(
-            _SPARSE.pack(
-                sp.nnz, sp.index_dtype.tag, _SPARSE_CANONICAL if sp.canonical else 0, _ZERO6
-            )
-        )
+        parts.append(_SPARSE.pack(sp.nnz, sp.index_dtype.tag,
+                                  _SPARSE_CANONICAL if sp.canonical else 0, _ZERO6))
     q = d.quantization
     if q is not None:
-        parts.append(
-            _QUANT.pack(
-                int(q.scheme),
-                q.scale_dtype.tag,
-                q.zero_point_dtype.tag if q.zero_point_dtype is not None else 0,
-                0,
-                -1 if q.axis is None else q.axis,
-                q.block_size or 0,
-            )
-        )
+        parts.append(_QUANT.pack(
+            int(q.scheme), q.scale_dtype.tag,
+            q.zero_point_dtype.tag if q.zero_point_dtype is not None else 0, 0,
+            -1 if q.axis is None else q.axis, q.block_size or 0))
     sh = d.shard
     if sh is not None:
         parts.append(_SHARD.pack(sh.replica_id, 0, sh.device_type, sh.device_id))
         parts.append(_U64[d.rank].pack(*sh.offsets))
         parts.append(_U64[d.rank].pack(*sh.global_shape))
-    if explicit:
-        entries = [_placed(i, spec, off) for i, (spec, off) in enumerate(zip(specs, offsets))]
-        # Rules 4-5 on write as on read, by the decoder's own check: the encoder never
-        # writes a table its decoder refuses.
-        try:
-            _check_buffer_table(d, entries, specs)
-        except FormatError as exc:
+    return parts
+
+
+def _table_offsets(d: Descriptor, specs: Sequence[BufferSpec],
+                   offsets: Sequence[int] | None) -> list[int]:
+    """The offsets the buffer table records: the caller's, checked, or the canonical ones."""
+    if offsets is None:
+        canonical = canonical_offsets([s.nbytes for s in specs])
+        if specs and (end := max(o + s.nbytes for o, s in zip(canonical, specs))) > DYNAMIC:
+            # Canonical offsets are aligned, in order and apart; only their end can pass
+            # 2**64 - 1, when the padded sizes add up to more than that.
             raise FormatError(
-                f"{exc.args[0]}; give offsets that keep every non-empty buffer inside "
-                "2**64 - 1 bytes and apart from the others (wire.canonical_offsets() packs "
-                "them)",
+                f"the buffers need {end} bytes of data region once each is padded to 64 "
+                "bytes, more than 2**64 - 1",
                 field="buffers.offset",
-            ) from None
-        offsets = [e.offset for e in entries]
-    elif specs and (end := max(o + s.nbytes for o, s in zip(offsets, specs))) > DYNAMIC:
-        # Canonical offsets are aligned, in order and apart; only their end can pass
-        # 2**64 - 1, when the padded sizes add up to more than that.
+            )
+        return canonical
+    if len(offsets) != len(specs):
+        raise FormatError(f"{len(offsets)} offsets for {len(specs)} buffers", field="buffers")
+    entries = [_placed(i, spec, off) for i, (spec, off) in enumerate(zip(specs, offsets))]
+    # Rules 4-5 on write as on read, by the decoder's own check: the encoder never
+    # writes a table its decoder refuses.
+    try:
+        _check_buffer_table(d, entries, specs)
+    except FormatError as exc:
         raise FormatError(
-            f"the buffers need {end} bytes of data region once each is padded to 64 bytes, "
-            "more than 2**64 - 1",
+            f"{exc.args[0]}; give offsets that keep every non-empty buffer inside "
+            "2**64 - 1 bytes and apart from the others (wire.canonical_offsets() packs "
+            "them)",
             field="buffers.offset",
-        )
-    for spec, off in zip(specs, offsets):
-        parts.append(_ENTRY.pack(int(spec.role), _ZERO7, off, spec.nbytes))
-    out = b"".join(parts)
-    assert len(out) == total
-    return out
+        ) from None
+    return [e.offset for e in entries]
 
 
 class _Reader:
@@ -292,10 +284,12 @@ def _dtype(tag: int, field: str) -> DType:
 #
 # Most descriptors are dense (row-major or strided), static, with one DATA buffer and no
 # quantization or shard section. _decode_dense reads those with two struct calls and
-# applies, itself, every rule the general decoder and Descriptor.__post_init__ would:
-# it returns None for anything else, and for anything it would not accept, and the
-# general decoder then decides (and names the defect). So it accepts exactly what the
-# general path accepts, and returns an equal result.
+# accepts one only when every rule the general decoder and descriptor.RULES would apply
+# holds (the structural ones here, the rules on values in _dense_nbytes); it returns None
+# for anything else, and for anything it would not accept, and the general decoder then
+# decides (and names the defect). It never refuses, so it holds no message of its own:
+# tests/cross/test_descriptor_rules.py and tests/hurray_bridge/test_perf_paths.py check
+# that it accepts exactly what the general path accepts, with an equal result.
 
 _I64_MIN = -(1 << 63)
 _U64_MAX = (1 << 64) - 1
@@ -375,38 +369,12 @@ def _decode_dense(
     if vals[-4] != 1 or vals[-3] != b"\0\0\0\0\0\0\0":
         return None
     shape = vals[:rank]
-    bits = dtype.bits
-    if flags:
-        if bits >= 8:
-            return None  # the padded form is for sub-byte types only
-        packed = False
-    else:
-        packed = bits < 8
-    if DYNAMIC in shape:
-        return None  # dynamic dimensions have no buffer table
-    count = _prod(shape)
-    if count > 0xFFFFFFFFFFFFFFFF:
-        return None
-    if strided:
-        strides: tuple[int, ...] | None = vals[rank : 2 * rank]
-        if packed or _I64_MIN in strides:  # type: ignore[operator]
-            return None
-        if count:
-            span = 1
-            for d, s in zip(shape, strides, strict=True):  # type: ignore[arg-type]
-                span += (d - 1) * (s if s >= 0 else -s)
-            if span > 0x7FFFFFFFFFFFFFFF:
-                return None
-            count = span
-        layout = _STRIDED
-    else:
-        strides = None
-        layout = _ROW_MAJOR
-    nbytes = -(-count * bits // 8) if packed else count * (bits >> 3 or 1)
+    strides = vals[rank: 2 * rank] if strided else None
+    nbytes = _dense_nbytes(shape, strides, dtype.bits, flags != 0)
     off = vals[-2]
     if (
-        vals[-1] != nbytes
-        or nbytes > 0xFFFFFFFFFFFFFFFF
+        nbytes is None
+        or vals[-1] != nbytes
         or (nbytes and (off % 64 or off + nbytes > 0xFFFFFFFFFFFFFFFF))
     ):
         return None
@@ -414,7 +382,7 @@ def _decode_dense(
     d = _new_descriptor(Descriptor)
     _set_shape(d, shape)
     _set_dtype(d, dtype)
-    _set_layout(d, layout)
+    _set_layout(d, _ROW_MAJOR if strides is None else _STRIDED)
     _set_strides(d, strides)
     _set_tile(d, None)
     _set_sparse(d, None)
@@ -422,6 +390,32 @@ def _decode_dense(
     _set_shard(d, None)
     _set_padded(d, flags != 0)
     return d, off, nbytes, total
+
+
+def _dense_nbytes(shape: tuple[int, ...], strides: tuple[int, ...] | None, bits: int,
+                  padded: bool) -> int | None:
+    """The data buffer's length when RULES accept this dense descriptor, else None: the
+    rules on the padded form, packed strides, the element count, span and byte size."""
+    if padded and bits >= 8:
+        return None  # the padded form is for sub-byte types only
+    packed = bits < 8 and not padded
+    if DYNAMIC in shape:
+        return None  # dynamic dimensions have no buffer table
+    count = _prod(shape)
+    if count > 0xFFFFFFFFFFFFFFFF:
+        return None
+    if strides is not None:
+        if packed or _I64_MIN in strides:
+            return None
+        if count:
+            span = 1
+            for d, s in zip(shape, strides, strict=True):
+                span += (d - 1) * (s if s >= 0 else -s)
+            if span > 0x7FFFFFFFFFFFFFFF:
+                return None
+            count = span
+    nbytes = -(-count * bits // 8) if packed else count * (bits >> 3 or 1)
+    return nbytes if nbytes <= 0xFFFFFFFFFFFFFFFF else None
 
 
 _decode_dense_python = _decode_dense
@@ -474,6 +468,27 @@ def decode_prefix(
         buf = memoryview(data).cast("B")
     except TypeError:
         raise FormatError(f"expected bytes, got {type(data).__name__}", field="input") from None
+    flags, rank, dtype, layout, n_buf, total = _read_header(buf)
+    r = _Reader(buf, total)
+    shape = r.take(_U64[rank], "shape")
+    strides, tile, sparse = _read_layout_section(r, layout, rank)
+    quant = _read_quantization(r) if flags & Flags.HAS_QUANTIZATION else None
+    shard = _read_shard(r, rank) if flags & Flags.HAS_SHARD else None
+    entries = [_read_entry(r, i) for i in range(n_buf)]
+    if r.pos != total:
+        raise FormatError(
+            f"declared size {total} but the sections take {r.pos} bytes", field="total_size"
+        )
+    # The structure is read; every rule of the values is Descriptor's (descriptor.RULES).
+    d = Descriptor(shape, dtype, layout, strides, tile, sparse, quant, shard,
+                   bool(flags & Flags.SUBBYTE_PADDED))
+    _check_buffer_table(d, entries)
+    return d, tuple(entries), total
+
+
+def _read_header(buf: memoryview) -> tuple[int, int, DType, Layout, int, int]:
+    """The header's structural checks, in the order every decoder makes them (the C
+    library's too): ``(flags, rank, dtype, layout, n_buffers, total_size)``."""
     if len(buf) < HEADER_SIZE:
         raise FormatError(
             f"truncated: {len(buf)} bytes, the header alone needs {HEADER_SIZE}", field="header"
@@ -511,83 +526,70 @@ def decode_prefix(
         layout = Layout(layout_tag)
     except ValueError:
         raise FormatError(f"unknown layout tag {layout_tag}", field="layout") from None
+    return flags, rank, dtype, layout, n_buf, total
 
-    r = _Reader(buf, total)
-    shape = r.take(_U64[rank], "shape")
-    strides = tile = None
-    sparse = quant = shard = None
+
+def _read_layout_section(
+    r: _Reader, layout: Layout, rank: int
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None, Sparse | None]:
+    """``(strides, tile, sparse)``: the one the layout has, the others None."""
     if layout == Layout.STRIDED:
-        strides = r.take(_I64[rank], "strides")
-    elif layout == Layout.TILED:
+        return r.take(_I64[rank], "strides"), None, None
+    if layout == Layout.TILED:
         n_tile, tres = r.take(_TILE, "tile")
         if tres:
             raise FormatError("reserved tile bytes must be zero", field="tile.reserved")
         if n_tile > rank:
             raise FormatError(f"{n_tile} tile sizes for rank {rank}", field="tile")
-        tile = r.take(_U64[n_tile], "tile")
-    elif layout.is_sparse:
+        return None, r.take(_U64[n_tile], "tile"), None
+    if layout.is_sparse:
         nnz, itag, sflags, sres = r.take(_SPARSE, "sparse")
         if sres != _ZERO6 or sflags & ~_SPARSE_CANONICAL:
             raise FormatError("reserved sparse bytes must be zero", field="sparse.reserved")
-        sparse = Sparse(nnz, _dtype(itag, "sparse.index_type"), bool(sflags & _SPARSE_CANONICAL))
-    if flags & Flags.HAS_QUANTIZATION:
-        scheme, stag, ztag, qres, axis, block = r.take(_QUANT, "quantization")
-        if qres:
-            raise FormatError(
-                "reserved quantization byte must be zero", field="quantization.reserved"
-            )
-        try:
-            qscheme = QuantScheme(scheme)
-        except ValueError:
-            raise FormatError(
-                f"unknown quantization scheme {scheme}", field="quantization.scheme"
-            ) from None
-        quant = Quantization(
-            qscheme,
-            _dtype(stag, "quantization.scale_type"),
-            _dtype(ztag, "quantization.zero_point_type") if ztag else None,
-            None if axis == -1 and qscheme == QuantScheme.PER_TENSOR else axis,
-            block if qscheme == QuantScheme.PER_BLOCK else (None if block == 0 else block),
-        )
-    if flags & Flags.HAS_SHARD:
-        replica, shres, dev_type, dev_id = r.take(_SHARD, "shard")
-        if shres:
-            raise FormatError("reserved shard bytes must be zero", field="shard.reserved")
-        offsets = r.take(_U64[rank], "shard.offsets")
-        global_shape = r.take(_U64[rank], "shard.global_shape")
-        shard = Shard(global_shape, offsets, replica, dev_type, dev_id)
-    entries = []
-    for i in range(n_buf):
-        role_tag, eres, off, length = r.take(_ENTRY, f"buffers[{i}]")
-        if eres != _ZERO7:
-            raise FormatError(
-                "reserved buffer-entry bytes must be zero", field=f"buffers[{i}].reserved"
-            )
-        try:
-            role = BufferRole(role_tag)
-        except ValueError:
-            raise FormatError(
-                f"unknown buffer role {role_tag}", field=f"buffers[{i}].role"
-            ) from None
-        entries.append(BufferEntry(role, off, length))
-    if r.pos != total:
-        raise FormatError(
-            f"declared size {total} but the sections take {r.pos} bytes", field="total_size"
-        )
+        return None, None, Sparse(nnz, _dtype(itag, "sparse.index_type"),
+                                  bool(sflags & _SPARSE_CANONICAL))
+    return None, None, None
 
-    d = Descriptor(
-        shape,
-        dtype,
-        layout,
-        strides,
-        tile,
-        sparse,
-        quant,
-        shard,
-        bool(flags & Flags.SUBBYTE_PADDED),
+
+def _read_quantization(r: _Reader) -> Quantization:
+    scheme, stag, ztag, qres, axis, block = r.take(_QUANT, "quantization")
+    if qres:
+        raise FormatError("reserved quantization byte must be zero", field="quantization.reserved")
+    try:
+        qscheme = QuantScheme(scheme)
+    except ValueError:
+        raise FormatError(
+            f"unknown quantization scheme {scheme}", field="quantization.scheme"
+        ) from None
+    return Quantization(
+        qscheme,
+        _dtype(stag, "quantization.scale_type"),
+        _dtype(ztag, "quantization.zero_point_type") if ztag else None,
+        None if axis == -1 and qscheme == QuantScheme.PER_TENSOR else axis,
+        block if qscheme == QuantScheme.PER_BLOCK else (None if block == 0 else block),
     )
-    _check_buffer_table(d, entries)
-    return d, tuple(entries), total
+
+
+def _read_shard(r: _Reader, rank: int) -> Shard:
+    replica, shres, dev_type, dev_id = r.take(_SHARD, "shard")
+    if shres:
+        raise FormatError("reserved shard bytes must be zero", field="shard.reserved")
+    offsets = r.take(_U64[rank], "shard.offsets")
+    global_shape = r.take(_U64[rank], "shard.global_shape")
+    return Shard(global_shape, offsets, replica, dev_type, dev_id)
+
+
+def _read_entry(r: _Reader, i: int) -> BufferEntry:
+    role_tag, eres, off, length = r.take(_ENTRY, f"buffers[{i}]")
+    if eres != _ZERO7:
+        raise FormatError(
+            "reserved buffer-entry bytes must be zero", field=f"buffers[{i}].reserved"
+        )
+    try:
+        role = BufferRole(role_tag)
+    except ValueError:
+        raise FormatError(f"unknown buffer role {role_tag}", field=f"buffers[{i}].role") from None
+    return BufferEntry(role, off, length)
 
 
 def _check_buffer_table(

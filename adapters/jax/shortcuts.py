@@ -8,6 +8,7 @@ import numpy as np
 
 from hurray_bridge._capsule import make_capsule
 from hurray_bridge._shortcuts import NDARRAY, RAW, READONLY_CAPSULE, Entry, entry
+from hurray_bridge.dtypes import DLPACK_CODE
 from hurray_bridge.tensor import _COMPACT, _compact
 
 from . import _CPU, bool8_needs_normalising, import_obstacle, raw_import_types, raw_route
@@ -58,7 +59,7 @@ def _from_raw() -> Entry | None:
         return None
     # By DLPack (code, bits), the types the full path hands to JAX's import as they are.
     types = frozenset(d.dlpack for d in raw_import_types() if d.dlpack is not None)
-    bool_code = (6, 8)  # kDLBool, one byte per element
+    bool_code = (int(DLPACK_CODE.kDLBool), 8)  # one byte per element
 
     def jax_from_raw(raw: Any) -> Any:
         # The decisions from_hurray makes for an hb.Tensor of this memory (import_obstacle,

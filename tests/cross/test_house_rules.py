@@ -619,6 +619,75 @@ def test_no_library_module_spells_a_device_type_as_a_number() -> None:
         "never a bare number:\n" + "\n".join(offences))
 
 
+def _codey(node: ast.AST) -> bool:
+    """A name that holds a DLPack type code or a (code, bits) pair: ``code``, ``dl_code``,
+    ``t.code``, ``bool_code``, ``dlpack``, ``d.dlpack`` (not ``exit_code``, ``returncode``)."""
+    name = _named(node).lower()
+    return name in ("code", "dlpack", "type_code") or (
+        name.endswith("_code") and name not in ("exit_code", "status_code", "error_code"))
+
+
+def _coded(node: ast.AST) -> bool:
+    """A number, a ``(number, bits)`` pair, or a tuple/list/set of them (a pair's second
+    element is its bits, a number whatever the code is named)."""
+    if isinstance(node, ast.Tuple) and len(node.elts) == 2:
+        return _numbered_pair(node)
+    return _number(node) or (isinstance(node, (ast.Tuple, ast.List, ast.Set))
+                             and any(_number(e) or _numbered_pair(e) for e in node.elts))
+
+
+def bare_type_codes(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, what) for each DLPack ``DLDataTypeCode`` spelled as a bare number."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_codey(s) or (isinstance(s, ast.Tuple) and s.elts and _codey(s.elts[0]))
+                   for s in sides) and any(_coded(s) for s in sides):
+                yield node.lineno, "a type code compared with a number"
+        elif isinstance(node, ast.Call):
+            if _named(node.func) in ("dtype_from_dlpack", "DLDataType") and node.args \
+                    and _number(node.args[0]):
+                yield node.lineno, f"{_named(node.func)}(<number>, ...)"
+            for kw in node.keywords:
+                if kw.arg in ("code", "type_code") and _number(kw.value):
+                    yield node.lineno, f"{kw.arg}=<number>"
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(_codey(t) for t in targets) and _coded(node.value):
+                yield node.lineno, "a type code set to a number"
+
+
+def test_no_library_module_spells_a_dlpack_type_code_as_a_number() -> None:
+    offences = [f"{path.relative_to(ROOT)}:{line} {what}"
+                for root in (CORE, ADAPTERS) for path in sorted(root.rglob("*.py"))
+                if path.name != "dtypes.py" or path.parent != CORE  # where they are named
+                for line, what in bare_type_codes(path)]
+    assert not offences, (
+        "a DLPack type code is a name of hurray_bridge.dtypes.DLPACK_CODE "
+        "(int(DLPACK_CODE.kDLBool), or a DType's .dlpack pair), never a bare number:\n"
+        + "\n".join(offences))
+
+
+@pytest.mark.parametrize("source, found", [
+    ("bool_code = (6, 8)\n", [(1, "a type code set to a number")]),
+    ("if code == 2 and bits == 16:\n    pass\n", [(1, "a type code compared with a number")]),
+    ("ok = (code, bits) in {(2, 32), (0, 8)}\n", [(1, "a type code compared with a number")]),
+    ("ok = t.dlpack == (4, 16)\n", [(1, "a type code compared with a number")]),
+    ("d = dtype_from_dlpack(2, 32)\n", [(1, "dtype_from_dlpack(<number>, ...)")]),
+    ("d = DLDataType(code=1, bits=8, lanes=1)\n", [(1, "code=<number>")]),
+    # the names, bits and lanes alone, exit codes and other pairs pass
+    ("bool_code = (int(DLPACK_CODE.kDLBool), 8)\nok = code == _FLOAT and bits == 16\n", []),
+    ("ok = proc.returncode == 0 and exit_code != 1\nshape = (2, 8)\n", []),
+    ("ok = t.dtype.bits == 8 and v.lanes == 1\nd = DLDataType(_C.kDLInt, 8, 1)\n", []),
+])
+def test_the_checker_sees_a_bare_type_code(tmp_path: Path, source: str,
+                                           found: list[tuple[int, str]]) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    assert sorted(bare_type_codes(path)) == found
+
+
 @pytest.mark.parametrize("source, found", [
     ("if t.device.type == 2:\n    pass\n", [(1, "a device type compared with a number")]),
     ("ok = view.device_type not in (3, 11)\n", [(1, "a device type compared with a number")]),
