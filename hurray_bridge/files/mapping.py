@@ -105,7 +105,7 @@ def tensors_over(entries: Sequence[EntryInfo], base: int, owner: object,
 
 
 # ------------------------------------------------------------------- reading
-# (the index is read and checked by _format: read_index, read_head)
+# (the index is read and checked by files.format: read_index, read_head)
 def _map(f: Any, size: int) -> _mmap.mmap:
     """The open file ``f`` mapped copy-on-write (``MAP_PRIVATE``; container.md §8.2).
 

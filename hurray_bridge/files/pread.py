@@ -50,7 +50,7 @@ def read_all(fd: int, jobs: Sequence[tuple[int, memoryview]], read_into: _ReadIn
              threads: int | None = None) -> None:
     """Fill each ``dest`` of ``jobs`` (``(file offset, dest)`` pairs) from ``fd``.
 
-    ``read_into(fd, view, offset)`` fills one piece (the container's positional read,
+    ``read_into(fd, view, offset)`` fills one piece (:func:`pread_into`,
     which raises the truncation error when the file ends early). With more than
     :data:`THREADED_BYTES` in all and ``os.preadv`` available, up to ``threads``
     (default: :data:`THREADS`, or this process's CPUs if fewer, but at least two) read

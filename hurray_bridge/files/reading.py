@@ -25,7 +25,7 @@ from .._gc import collection_paused
 from .._memory import alloc_aligned
 from ..errors import CopyRequiredError, FormatError, UnsupportedError
 from ..layout import BufferRole
-from ..shards import ShardedTensor, _missing_box
+from ..shards import ShardedTensor, missing_box
 from ..tensor import CPU, Buffer, Tensor
 from ..wire import BufferEntry
 from .checksums import crc32
@@ -113,7 +113,7 @@ def _fresh_tensors(entries: Sequence[EntryInfo]
 def _read_tensors(f: Any, entries: Sequence[EntryInfo], data_start: int,
                   check: Header | None = None) -> dict[str, Tensor]:
     """Tensors in fresh 64-byte aligned memory read from the open file ``f`` (``load(mmap=
-    False)``): large positional reads on a few threads (:mod:`._pread`), no copy between.
+    False)``): large positional reads on a few threads (:mod:`.pread`), no copy between.
 
     With ``check`` (the file's header: ``verify=True``), every byte is checked as
     :func:`verify` checks it, in the same order, but the checksums are computed over the
@@ -383,7 +383,7 @@ def load_files(paths: Sequence[Any], mmap: bool, verify: bool,
         ts, labels = shards[key]
         st = sharded_tensor(key, ts, labels, partial=True)
         if not st.is_complete:
-            box = _missing_box(st.shape, st.boxes)
+            box = missing_box(st.shape, st.boxes)
             at = (f"box {box} of global shape {list(st.shape)} is in no file given"
                   if box is not None else
                   f"the files given do not cover its global shape {list(st.shape)}")

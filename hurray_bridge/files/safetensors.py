@@ -2,11 +2,11 @@
 
 The header and its checks are in :mod:`hurray_bridge._safetensors_header` (its
 names are re-exported here); :func:`hurray_bridge.load` opens a safetensors file
-through :mod:`hurray_bridge.container`. This module writes safetensors files and
+through :mod:`hurray_bridge.files.reading`. This module writes safetensors files and
 converts between the two formats.
 
 Conversions copy the bytes from one file into the other through a few reused
-buffers (``container.DataWriter``): no tensor is materialised, no value is
+buffers (``engine.DataWriter``): no tensor is materialised, no value is
 ever cast, and the memory used does not grow with the file.
 """
 
@@ -142,7 +142,7 @@ def hurray_to_safetensors(src: str | os.PathLike[str], dst: str | os.PathLike[st
     ``verify`` (the default) checks every byte of ``src``, its data
     checksums included, as it copies them: safetensors has no checksums, so
     damage that is not caught here would pass on unnoticed. A damaged ``src``
-    is a :class:`FormatError` (the one :func:`container.verify` raises) and
+    is a :class:`FormatError` (the one :func:`hurray_bridge.files.reading.verify` raises) and
     nothing is written. ``fsync=False`` keeps the write atomic but not durable.
     """
     check_suffix(dst, "safetensors")
@@ -163,7 +163,7 @@ def _from_hurray(f: Any, path: str, dst: str | os.PathLike[str], *, fsync: bool,
 
     Each tensor's bytes are copied from the file; with ``verify`` the copy
     computes the data checksums on the way and the padding is read as well,
-    in the order :func:`container.verify` checks them, and any defect raises
+    in the order :func:`hurray_bridge.files.reading.verify` checks them, and any defect raises
     before the output replaces ``dst`` (so nothing is written).
     """
     h, entries, meta = read_head(f)
@@ -247,7 +247,7 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
 
 def _dense_out(name: str, parts: tuple[DType, tuple[int, ...], memoryview],
                names: dict[int, str]) -> _Out:
-    """:func:`_out_of` of a plain host array (``container.dense_reader``'s parts):
+    """:func:`_out_of` of a plain host array (``plan.dense_reader``'s parts):
     ``names`` keeps the safetensors name of each element type met (tag -> name), which
     for such arrays depends on the type alone."""
     dtype, shape, view = parts

@@ -13,9 +13,9 @@ size; lone surrogates and a byte order mark are refused as safetensors refuses
 them. Type names come from the element-type table's ``safetensors`` column; a
 type it lacks is an :class:`UnsupportedError` naming it.
 
-Below both :mod:`hurray_bridge.container`, whose ``load`` opens safetensors files
-too, and :mod:`hurray_bridge.safetensors_io`, the converters and the writer, which
-build on the container.
+Below both :mod:`hurray_bridge.files.reading`, whose ``load`` opens safetensors files
+too, and :mod:`hurray_bridge.files.safetensors`, the converters and the writer, which
+build on the Hurray file code.
 """
 
 from __future__ import annotations
