@@ -461,27 +461,24 @@ def write_data(fd: int, base: int, total: int, slots: int, items: Sequence[Item]
             for _, feed in items:
                 feed(out)
             return out.finish()
+    return _write_halves(fd, base, total, slots, items, split, durable=durable,
+                         progress=progress)
+
+
+def _write_halves(fd: int, base: int, total: int, slots: int, items: Sequence[Item],
+                  split: tuple[int, int, int], *, durable: bool,
+                  progress: Progress | None) -> list[int]:
+    """:func:`write_data` of a region cut at ``split`` (:func:`_split_point`'s answer): the
+    first half on this thread, the second on a helper, each with its own writer."""
     first_end, second_start, mid = split
     inside = first_end != second_start  # the cut goes through an item
-    done = [0, 0]
-    lock = threading.Lock()
-
-    def report(half: int) -> Progress | None:
-        if progress is None:
-            return None
-
-        def add(n: int, _total: int) -> None:
-            with lock:
-                done[half] = n
-                progress(done[0] + done[1], total)
-        return add
-
+    report = _half_reporters(progress, total)
     stop = threading.Event()
-    halves = [DataWriter(fd, base, mid - base, slots, durable=durable, progress=report(0),
+    halves = [DataWriter(fd, base, mid - base, slots, durable=durable, progress=report[0],
                          positional=True, threaded=False, stop=stop, clip=inside),
               DataWriter(fd, mid, base + total - mid, slots, durable=durable,
                          start=items[second_start][0] if inside else None,
-                         progress=report(1), positional=True, threaded=False, stop=stop)]
+                         progress=report[1], positional=True, threaded=False, stop=stop)]
     crcs: list[list[int]] = [[], []]
     failed: list[BaseException] = []
 
@@ -497,13 +494,50 @@ def write_data(fd: int, base: int, total: int, slots: int, items: Sequence[Item]
             stop.set()
             failed.append(exc)
 
+    signalled = _run_with_helper(lambda: run(0, items[:first_end]),
+                                 lambda: run(1, items[second_start:]), stop)
+    if signalled is not None:
+        raise signalled
+    if failed:
+        raise failed[0]
+    first, second = crcs
+    for slot, n in halves[1].summed.items():
+        first[slot] = (crc32_combine(first[slot], second[slot], n)
+                       if slot in halves[0].summed else second[slot])
+    return first
+
+
+def _half_reporters(progress: Progress | None,
+                    total: int) -> tuple[Progress | None, Progress | None]:
+    """The progress callbacks of the two halves: each reports its bytes, ``progress`` hears
+    their sum."""
+    if progress is None:
+        return None, None
+    done = [0, 0]
+    lock = threading.Lock()
+
+    def report(half: int) -> Progress:
+        def add(n: int, _total: int) -> None:
+            with lock:
+                done[half] = n
+                progress(done[0] + done[1], total)
+        return add
+
+    return report(0), report(1)
+
+
+def _run_with_helper(first: Callable[[], None], second: Callable[[], None],
+                     stop: threading.Event) -> BaseException | None:
+    """Run ``second`` on a helper thread and ``first`` on this one, and return once the
+    helper has ended, whatever happens; a signal that arrives meanwhile sets ``stop`` and is
+    returned (the first one), to be raised then."""
     ended = threading.Lock()
     ended.acquire()
     finished: list[bool] = []  # set before the release: the flag is what the wait trusts
 
     def second_half() -> None:
         try:
-            run(1, items[second_start:])
+            second()
         finally:
             finished.append(True)
             ended.release()
@@ -512,7 +546,7 @@ def write_data(fd: int, base: int, total: int, slots: int, items: Sequence[Item]
     helper.start()
     signalled: BaseException | None = None
     try:
-        run(0, items[:first_end])
+        first()
     except BaseException as exc:  # (run keeps its own errors: this is a signal between them)
         stop.set()
         signalled = exc
@@ -530,12 +564,4 @@ def write_data(fd: int, base: int, total: int, slots: int, items: Sequence[Item]
             stop.set()
             signalled = signalled or exc
     helper.join()
-    if signalled is not None:
-        raise signalled
-    if failed:
-        raise failed[0]
-    first, second = crcs
-    for slot, n in halves[1].summed.items():
-        first[slot] = (crc32_combine(first[slot], second[slot], n)
-                       if slot in halves[0].summed else second[slot])
-    return first
+    return signalled
