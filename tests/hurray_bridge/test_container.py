@@ -704,3 +704,43 @@ def test_every_file_written_starts_its_data_region_where_the_spec_says() -> None
     for path in sorted(VECTORS.glob("*.hurray")):
         assert_data_region_rule(path.read_bytes())
     assert unaligned  # files without data bytes do have offsets that are no multiple of 64
+
+
+# ------------------------------------------------------- the older module paths
+def test_container_and_safetensors_io_reexport_the_files_modules_names() -> None:
+    """The split into files/ keeps every name users import from the older modules: the same
+    objects, not copies (a TensorFile from hb.load is container.TensorFile)."""
+    from hurray_bridge import safetensors_io
+    from hurray_bridge.files import convert, disk, mapping, reading, safetensors, tensor_file
+    from hurray_bridge.files import format as fmt
+
+    homes = {"load": reading, "loads": reading, "verify": reading, "save": writing,
+             "dumps": writing, "rewrite": convert, "read_index": fmt, "TensorFile": tensor_file,
+             "check_suffix": disk, "atomic_output": disk, "stale_temporaries": disk,
+             "SUFFIX_FORMATS": disk}  # and the format's constants and index types
+    for name in container.__all__:
+        assert getattr(container, name) is getattr(homes.get(name, fmt), name), name
+    for name in ("load_metadata", "MAX_BUFFER_ALIGNMENT"):
+        assert getattr(container, name) is getattr(fmt, name)
+    for name in ("file_stamp", "mapped_file_origin"):
+        assert getattr(container, name) is getattr(mapping, name)
+    assert container.write_box is writing.write_box
+    for name in safetensors_io.__all__:
+        assert getattr(safetensors_io, name) is getattr(safetensors, name), name
+    assert hb.load is reading.load and hb.save is writing.save
+    assert type(hb.loads(hb.dumps({"a": np.ones(2)}))) is container.TensorFile
+
+
+def test_hb_container_resolves_before_any_load() -> None:
+    """``hb.container.read_index(...)`` worked once hb.load had imported container; hb.load
+    imports files/ now, so the package resolves the older modules by name, on first use."""
+    code = ("import hurray_bridge as hb, sys\n"
+            "assert 'hurray_bridge.container' not in sys.modules\n"
+            "print(hb.container.read_index.__module__, hb.safetensors_io.save.__module__,\n"
+            "      hb.checkpoint_dir.is_checkpoint_path.__module__)\n")
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.split() == ["hurray_bridge.files.format", "hurray_bridge.files.safetensors",
+                                  "hurray_bridge.checkpoint_dir"]
