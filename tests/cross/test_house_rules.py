@@ -39,8 +39,7 @@
    (``hurray_bridge._pytest_plugin``) - not even inside a function. A tool may import any
    library module and any other tool.
 10. no module of ``hurray_bridge/files/`` imports a private name (``_name``) of another
-   module: what one module of the file code needs from another is public there (a name
-   outside its ``__all__`` when only the package uses it).
+   module: what one module of the file code needs from another is public there.
 
 Each rule prints every offence it finds, with file and line, so a failure says what
 to move where.
@@ -705,8 +704,8 @@ def test_no_files_module_imports_a_private_name() -> None:
                 for module, path in core_modules().items() if path.is_relative_to(FILES)
                 for line, name in private_imports(module, path)]
     assert not offences, (
-        "a name another module of files/ needs is public in its own module (leave it out of "
-        "__all__ when only the package uses it):\n" + "\n".join(offences))
+        "a name another module of files/ needs is public (no leading underscore) in its own "
+        "module:\n" + "\n".join(offences))
 
 
 @pytest.mark.parametrize("source, found", [
