@@ -29,7 +29,6 @@ from .errors import (
 if TYPE_CHECKING:
     from . import dtypes, quant, shards, shm, sparse, stream
     from ._registry import get_adapter
-    from .container import dumps, load, loads, save
     from .conversion import asarray, convert
     from .descriptor import (
         DYNAMIC,
@@ -69,6 +68,8 @@ if TYPE_CHECKING:
         uint64,
     )
     from .dtypes import bool_ as bool
+    from .files.reading import load, loads
+    from .files.writing import dumps, save
     from .layout import BufferRole, Flags, Layout, QuantScheme
     from .quant import dequantize, pack_subbyte, quantize, unpack_subbyte
     from .shards import Box, ShardedTensor, assemble, grid_boxes, split
@@ -169,8 +170,12 @@ def __dir__() -> list[str]:
 # name -> (module, attribute in it; None: the module itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
     **{m: (m, None) for m in ("dtypes", "quant", "shards", "shm", "sparse", "stream")},
+    # Not exported, reached as ``hb.container`` ...: these modules were imported by the first
+    # hb.load or hb.save, which now import the ``files`` modules they re-export from.
+    **{m: (m, None) for m in ("container", "safetensors_io", "checkpoint_dir")},
     "get_adapter": ("_registry", "get_adapter"),
-    **{n: ("container", n) for n in ("dumps", "load", "loads", "save")},
+    **{n: ("files.reading", n) for n in ("load", "loads")},
+    **{n: ("files.writing", n) for n in ("dumps", "save")},
     "convert": ("conversion", "convert"),
     **{n: ("descriptor", n) for n in ("DYNAMIC", "MAX_RANK", "BufferSpec", "Descriptor",
                                        "Quantization", "Shard", "Sparse")},
@@ -203,10 +208,10 @@ def __getattr__(name: str) -> Any:
     elif name in _LAZY:
         module, attr = _LAZY[name]
         value = importlib.import_module(f"{__name__}.{module}")
-        if module == "container":
+        if module in ("files.reading", "container"):
             # hb.load of a folder or a checkpoint index reads through checkpoint_dir, which
-            # adds its reader to container's list as it is imported (container cannot import
-            # it: checkpoint_dir imports container).
+            # adds its reader to files.reading's list as it is imported (files.reading cannot
+            # import it: checkpoint_dir imports files.reading).
             importlib.import_module(f"{__name__}.checkpoint_dir")
         if attr is not None:
             value = getattr(value, attr)

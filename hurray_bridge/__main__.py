@@ -8,11 +8,10 @@ import json
 import os
 import shlex
 import sys
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from .errors import FormatError, HurrayError, UnsupportedError
+from .errors import FormatError, HurrayError
 
 __all__ = ["main"]
 
@@ -60,7 +59,7 @@ def _count(n: int, one: str, many: str = "") -> str:
 
 def _alignment(text: str) -> int:
     """An argparse type for ``--alignment``: a power of two from 64 to 2 MiB."""
-    from .container import BUFFER_ALIGNMENT, MAX_BUFFER_ALIGNMENT
+    from .files.format import BUFFER_ALIGNMENT, MAX_BUFFER_ALIGNMENT
 
     try:
         value = int(text)
@@ -100,8 +99,8 @@ def _fail(path: object, exc: BaseException) -> int:
 
 def _sniff(path: str) -> str:
     """The format of an input file: its magic bytes first, its suffix as a fallback."""
-    from ._disk import _open_regular
-    from ._safetensors_header import looks_like_safetensors
+    from .files.disk import open_regular as _open_regular
+    from .files.safetensors_header import looks_like_safetensors
 
     with _open_regular(path) as f:  # a FIFO or device is refused, never waited on
         head = f.read(16)
@@ -117,7 +116,7 @@ def _sniff(path: str) -> str:
 
 
 def _suffix_format(path: str) -> str | None:
-    from ._disk import SUFFIX_FORMATS
+    from .files.disk import SUFFIX_FORMATS
 
     return SUFFIX_FORMATS.get(os.path.splitext(path)[1].lower())
 
@@ -205,9 +204,9 @@ def _rows_of(path: str, verify: bool = False,
              ) -> tuple[str, list[dict[str, object]], dict[str, str], str]:
     """(summary line, one row per entry, metadata, checksums) for a Hurray or safetensors
     file; ``checksums`` is "verified", "not checked" or "none" (the file has none).
-    ``verify`` reads every byte (container.verify); otherwise the index only."""
+    ``verify`` reads every byte (files.reading.verify); otherwise the index only."""
     if _sniff(path) == "safetensors":
-        from ._safetensors_header import read_header
+        from .files.safetensors_header import read_header
 
         idx = read_header(path)  # the header and every tensor's offsets, as verify checks
         rows = [{"name": e.name, "dtype": e.dtype.name, "shape": list(e.shape),
@@ -217,10 +216,10 @@ def _rows_of(path: str, verify: bool = False,
                    f"{_count(idx.file_size - idx.data_start, 'byte')} of data, no checksums "
                    "(the format has none; header and offsets checked)")
         return summary, rows, dict(idx.metadata), "none"
-    from ._format import read_index
+    from .files.format import read_index
 
     if verify:
-        from .container import verify as verify_file
+        from .files.reading import verify as verify_file
 
         fi = verify_file(path)
     else:
@@ -277,7 +276,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def _report_stale(path: str) -> None:
     """Warn about temporaries that killed saves of ``path`` left (container.md §7)."""
-    from ._disk import _TEMP, stale_temporaries
+    from .files.disk import TEMP_NAME as _TEMP
+    from .files.disk import stale_temporaries
 
     for tmp in stale_temporaries(path):
         m = _TEMP.search(os.path.basename(tmp))
@@ -296,7 +296,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         _report_stale(path)
         try:
             if _sniff(path) == "safetensors":
-                from ._safetensors_header import read_header
+                from .files.safetensors_header import read_header
 
                 idx = read_header(path)
                 print(f"{_shown(path)}: OK (safetensors: {_count(len(idx.entries), 'tensor')}, "
@@ -304,7 +304,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                       "and offsets "
                       "checked; the format has no checksums)")
                 continue
-            from .container import verify
+            from .files.reading import verify
 
             fi = verify(path)
         except (HurrayError, OSError) as exc:
@@ -318,270 +318,21 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _numpy_tensors(path: str, fmt: str, name: str | None) -> dict[str, object]:
-    from ._numpy import NAME as NUMPY
-    from ._registry import get_adapter
+    """The arrays of a ``.npy`` or ``.npz`` input (:mod:`hurray_bridge.files.numpy_files`,
+    imported only when one is converted)."""
+    from .files.numpy_files import numpy_tensors
 
-    get_adapter(NUMPY)  # BackendNotAvailableError, with the pip extra, when NumPy is missing
-    from ._disk import _open_regular
-    from ._numpy import numpy
-
-    np = numpy()
-
-    # A FIFO or device is refused here, not waited on by NumPy. The .npz is read through
-    # this handle: np.load leaves a file it opened itself open when NpzFile refuses it.
-    fh = _open_regular(path)
-    try:
-        if fmt == "npy":
-            fh.close()  # a memory map of the path, which np.load opens and closes itself
-            key = name or os.path.splitext(os.path.basename(path))[0] or "array"
-            with open(path, "rb") as head:
-                _refuse_objects(np, head, "the array")
-            with warnings.catch_warnings():  # NumPy warns of the overflow, then raises
-                warnings.filterwarnings("ignore", "overflow", RuntimeWarning)
-                arr = np.load(path, mmap_mode="r", allow_pickle=False)
-            if not isinstance(arr, np.ndarray):  # an archive: np.load reads those too
-                arr.close()
-                raise FormatError("not a .npy file: it is a .npz archive (--from npz reads it)",
-                                  field="input")
-            if arr.dtype.byteorder == ">":
-                # Swapped into memory either way: read, not through the map, which a file
-                # cut meanwhile turns into SIGBUS; swapped in place, so held once.
-                del arr
-                with open(path, "rb") as f:
-                    arr = np.load(f, allow_pickle=False)
-                arr = arr.byteswap(inplace=True).view(arr.dtype.newbyteorder("="))
-            return {key: arr}
-        got = np.load(fh, allow_pickle=False)
-        if isinstance(got, np.ndarray):
-            raise FormatError("not a .npz archive: it is a .npy file (--from npy reads it)",
-                              field="input")
-        with got as npz:
-            seen: set[str] = set()
-            for k in npz.files:  # "a" and "a.npy" are both read as "a"
-                if k in seen:
-                    raise FormatError(f"the archive has two members for the array {k!r} "
-                                      f"(one named {k!r}, one {k + '.npy'!r}, or the same name "
-                                      "twice): which one is meant is unclear", field="input")
-                seen.add(k)
-            out: dict[str, object] = {}
-            mapped: list[Any] = []
-
-            def view() -> Any:  # one map of the archive for all its stored members
-                if not mapped:
-                    import mmap
-
-                    try:
-                        mapped.append(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
-                    except ValueError:  # "cannot mmap an empty file"
-                        raise FormatError("cannot read npz: the archive is empty now (it was "
-                                          "cut while it was read)", field="input") from None
-                return mapped[0]
-
-            for info, k in zip(npz.zip.infolist(), npz.files, strict=True):
-                stored = _stored_member(np, fh.fileno(), npz.zip, info, view)
-                out[k] = stored if stored is not None else _numpy_member(np, npz.zip, info)
-            return out
-    except (OSError, HurrayError):
-        raise
-    except Exception as exc:  # NumPy and zipfile raise many kinds of error for bad bytes
-        # ValueError (pickled objects, bad headers), tokenize.TokenError, EOFError,
-        # zipfile.BadZipFile (not a zip, bad CRC-32), NotImplementedError (a compression
-        # method), RuntimeError (an encrypted member), zlib.error...: all a defect of the file.
-        raise FormatError(f"cannot read {fmt}: the file is malformed: {exc} "
-                          f"({type(exc).__name__})", field="input") from None
-    finally:
-        fh.close()
+    return numpy_tensors(path, fmt, name)
 
 
-def _numpy_member(np: Any, archive: Any, info: Any) -> Any:
-    """The array of the member ``info``, read whole by NumPy as ``np.load`` reads it, then
-    read on to the member's end: zipfile checks a member's CRC-32 when a read reaches its
-    end, and NumPy stops at the array's last byte (a member may hold more)."""
-    with archive.open(info) as member:
-        if member.read(6) != b"\x93NUMPY":
-            raise FormatError(f"cannot read npz: archive member {info.filename!r} is not a "
-                              ".npy array (np.savez writes only those)", field="input")
-    with archive.open(info) as member:
-        _refuse_objects(np, member, f"archive member {os.path.splitext(info.filename)[0]!r}")
-    with archive.open(info) as member:
-        array = np.lib.format.read_array(member, allow_pickle=False)
-        while member.read(1 << 20):
-            pass
-    return array
-
-
-def _refuse_objects(np: Any, f: Any, where: str) -> None:
-    """Refuse an array of Python objects by its type, read from its .npy header (``f`` at
-    the header's start). NumPy's own refusal says only that it would need allow_pickle,
-    which the generic handler reported as a malformed file; the file is fine."""
-    from ._numpy import NAME as NUMPY
-    from ._registry import get_adapter
-
-    fmt = np.lib.format
-    try:
-        version = fmt.read_magic(f)
-    except ValueError:
-        return  # not a .npy (an archive given as one): np.load says what it is
-    read = {(1, 0): fmt.read_array_header_1_0,
-            (2, 0): fmt.read_array_header_2_0}.get(version)
-    if read is None:
-        return  # another header version: NumPy reads it, or says why not
-    dtype = read(f)[2]
-    if not dtype.hasobject:
-        return
-    try:
-        get_adapter(NUMPY).dtype_of(dtype)  # raises, naming the types there are
-        why = ""
-    except UnsupportedError as exc:
-        why = f": {exc}"
-    raise UnsupportedError(
-        f"input: {where} has NumPy dtype {dtype} (Python objects){why}; the file is "
-        "well-formed, but the objects are stored pickled, which the bridge never loads: "
-        "save a numeric array instead (e.g. arr.astype(np.float32))")
-
-
-class _StoredMember:
-    """An uncompressed ``.npz`` member: a view of its array in one memory map of the
-    archive (never read through: only its descriptor is taken), where its data starts in
-    the file, and what its CRC-32 must come to."""
-
-    def __init__(self, name: str, array: Any, offset: int, crc: int, head_crc: int) -> None:
-        self.name = name
-        self.array = array
-        self.offset = offset
-        self.crc = crc  # the archive's, of the member's bytes: the .npy header, then the data
-        self.head_crc = head_crc  # of the .npy header alone
-
-
-def _stored_member(np: Any, fd: int, archive: Any, info: Any,
-                   view: Callable[[], Any]) -> _StoredMember | None:
-    """``info``'s array as a :class:`_StoredMember` where the archive stores it as it is
-    (``np.savez``) and NumPy would read it the same way; None where it is left to NumPy,
-    read whole (compressed, encrypted, sizes that disagree, not a plain little-endian
-    .npy of a type the bridge takes over the file's bytes: NumPy then reads it or says
-    why not). ``view()`` is the memory map of the archive, made on first use."""
-    import io
-    import math
-    import struct
-    import zipfile
-    import zlib
-
-    from . import container
-    from .conversion import asarray_one
-
-    if (info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1
-            or info.file_size < 10 or info.compress_size != info.file_size):
-        return None  # zipfile reads compress_size bytes of a stored member, and checks them
-    size = os.fstat(fd).st_size
-    if not 0 <= info.header_offset <= size - 30:
-        raise FormatError(f"cannot read npz: archive member {info.filename!r} has its local "
-                          f"header at offset {info.header_offset}, outside the file "
-                          f"({size} bytes)", field="input")
-    local = bytearray(30)
-    container._pread_into(fd, memoryview(local), info.header_offset)
-    if local[:4] != b"PK\x03\x04":
-        raise FormatError(f"cannot read npz: archive member {info.filename!r} has no local "
-                          f"header at offset {info.header_offset}", field="input")
-    name_len, extra_len = struct.unpack_from("<HH", local, 26)
-    start = info.header_offset + 30 + name_len + extra_len
-    with archive.open(info) as member:  # zipfile's checks of the local header (its name...)
-        magic = member.read(12)
-    if magic[:6] != b"\x93NUMPY" or magic[6:8] not in (b"\x01\x00", b"\x02\x00"):
-        return None
-    head = (10 + struct.unpack_from("<H", magic, 8)[0] if magic[6] == 1
-            else 12 + struct.unpack_from("<I", magic, 8)[0])
-    if head > info.file_size or start + head > size:
-        return None
-    # The header whose CRC-32 is checked is the one parsed: both from this one read.
-    header = bytearray(head)
-    container._pread_into(fd, memoryview(header), start)
-    f = io.BytesIO(header)
-    version = np.lib.format.read_magic(f)
-    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-            else np.lib.format.read_array_header_2_0)
-    shape, fortran, dtype = read(f)
-    if (f.tell() != head or dtype.hasobject or dtype.fields is not None
-            or dtype.subdtype is not None or dtype.byteorder == ">"
-            or not all(shape) or min(shape, default=1) < 0):
-        return None
-    nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no wrap
-    if info.file_size > head + nbytes:
-        return None  # bytes after the array: NumPy reads the array and leaves them
-    if info.file_size < head + nbytes:
-        raise FormatError(f"cannot read npz: archive member {info.filename!r} holds "
-                          f"{info.file_size - head} bytes after its .npy header (so says the "
-                          f"archive's directory), which says {shape} {dtype} ({nbytes} "
-                          "bytes)", field="input")
-    if size < start + info.file_size:
-        raise FormatError(f"cannot read npz: archive member {info.filename!r} ends past the "
-                          "end of the file (truncated)", field="input")
-    archive_map = view()
-    if len(archive_map) < start + info.file_size:
-        raise FormatError(f"cannot read npz: archive member {info.filename!r} ends past the "
-                          "end of the file (truncated while it was read)", field="input")
-    array = np.ndarray(shape, dtype, buffer=archive_map, offset=start + head,
-                       order="F" if fortran else "C")
-    t = asarray_one(array, what="a .npz member")  # its descriptor only: no byte read
-    if len(t.buffers) != 1 or t.buffers[0].ptr != array.ctypes.data:
-        return None  # not the file's bytes as they are: NumPy reads it whole
-    return _StoredMember(info.filename, array, start + head, info.CRC, zlib.crc32(header))
-
-
-@contextlib.contextmanager
 def _file_regions(path: str, tensors: dict[str, object]
-                  ) -> Iterator[tuple[list[Any], Callable[[Sequence[int]], None]] | None]:
-    """Plan items for the arrays of a ``.npy`` or ``.npz`` file, and the check of the
-    archive's checksums. An array mapped from the file (the ``.npy``'s, a stored member's)
-    is an item whose bytes are read from the file in chunks: a memory map that a
-    conversion reads whole would grow the resident set by the file's size. Others (a
-    compressed member, read whole) are items in memory. None where no array is mapped."""
-    from . import container
-    from ._disk import _open_regular
-    from ._numpy import numpy
-    from .conversion import asarray_one
+                  ) -> contextlib.AbstractContextManager[
+                      tuple[list[Any], Callable[[Sequence[int]], None]] | None]:
+    """The plan items of those arrays that lie in the file as they are, and the check of an
+    archive's checksums (:func:`hurray_bridge.files.numpy_files.file_regions`)."""
+    from .files.numpy_files import file_regions
 
-    np = numpy()
-    mapped = {k: v for k, v in tensors.items()
-              if isinstance(v, _StoredMember) or (
-                  isinstance(v, np.memmap) and isinstance(getattr(v, "offset", None), int))}
-    if not mapped:
-        yield None
-        return
-    with _open_regular(path) as fh:
-        size = os.fstat(fh.fileno()).st_size
-        items: list[Any] = []
-        sums: list[tuple[int, _StoredMember, int]] = []  # entry, member, data bytes
-        for key, value in tensors.items():
-            arr: Any = value.array if isinstance(value, _StoredMember) else value
-            if key in mapped:
-                t = asarray_one(arr, what="a .npy array")  # its descriptor only: no byte read
-                offset = value.offset if isinstance(value, _StoredMember) else arr.offset
-                if len(t.buffers) == 1 and t.buffers[0].ptr == arr.ctypes.data:
-                    if size < offset + t.nbytes:
-                        what = ("archive" if isinstance(value, _StoredMember)
-                                else ".npy file")
-                        raise FormatError(f"the {what} is shorter than its header says "
-                                          "(truncated while it was read)", field="input")
-                    if isinstance(value, _StoredMember):
-                        sums.append((len(items), value, t.nbytes))
-                    items.append((key, t.descriptor,
-                                  [container._Region(fh.fileno(), offset, t.nbytes)]))
-                    continue
-                # _stored_member took only members read this way: its CRC-32 is checked
-                assert not isinstance(value, _StoredMember), key
-            items += [(name, t.descriptor, [t.memoryview(b.role) for b in t.buffers])
-                      for name, t in container._host_entries(key, arr)]
-        container._check_shard_entries({name: d for name, d, _ in items})
-
-        def check(crcs: Sequence[int]) -> None:  # before the output replaces anything
-            for entry, member, nbytes in sums:
-                got = container._crc32_combine(member.head_crc, crcs[entry], nbytes)
-                if got != member.crc:
-                    raise FormatError(f"cannot read npz: archive member {member.name!r} is "
-                                      f"damaged: its bytes have the CRC-32 {got:#010x}, the "
-                                      f"archive says {member.crc:#010x}", field="input")
-
-        yield items, check
+    return file_regions(path, tensors)
 
 
 class _Annotated(Exception):
@@ -611,14 +362,14 @@ def _signals_flag() -> tuple[list[int], Callable[[], None]]:
     conversion then ran to its end under a SIGTERM), or inside a lock of the standard
     library. So the signal is noted, and :class:`_Stopped` is raised at once only when
     it interrupts one of the package's own blocking reads, writes or flushes (a slow
-    write ends at once), else at the conversion's next checkpoint (``_disk.checkpoint``:
+    write ends at once), else at the conversion's next checkpoint (``files.disk.checkpoint``:
     every data read and write, every 1024 entries planned, and before the rename);
     unwinding removes the temporary. A signal this process inherited as ignored
     (``nohup``, a background job's SIGINT) stays ignored.
     """
     import signal
 
-    from . import _disk
+    from .files import disk as _disk
 
     got: list[int] = []
 
@@ -650,7 +401,7 @@ def _signals_flag() -> tuple[list[int], Callable[[], None]]:
     return got, restore
 
 
-# What a failure after the rename says (``_disk.atomic_output`` marks it ``output_replaced``).
+# What a failure after the rename says (``files.disk.atomic_output`` marks it ``output_replaced``).
 _WRITTEN_UNFLUSHED = "the output was written in full, but its folder may not be flushed to disk"
 _NOT_WRITTEN = "the output was not written (an earlier file of that name is unchanged)"
 

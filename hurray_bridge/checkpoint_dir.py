@@ -25,20 +25,19 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeGuard
 
-from ._disk import _fspath, _open_regular, _write_all, atomic_output
-from ._safetensors_header import looks_like_safetensors, read_header_from
-from .container import (
-    _CHECKPOINT_OPENERS,
-    BUFFER_ALIGNMENT,
-    MAGIC,
-    MAX_BUFFER_ALIGNMENT,
-    TensorFile,
-    _grouped,
-    _load_file,
-    _load_files,
-)
-from .container import read_index as _read_hurray_index
 from .errors import FormatError, UnsupportedError
+from .files.disk import atomic_output
+from .files.disk import fspath as _fspath
+from .files.disk import open_regular as _open_regular
+from .files.disk import write_all as _write_all
+from .files.format import BUFFER_ALIGNMENT, MAGIC, MAX_BUFFER_ALIGNMENT
+from .files.format import read_index as _read_hurray_index
+from .files.reading import CHECKPOINT_OPENERS as _CHECKPOINT_OPENERS
+from .files.reading import load_file as _load_file
+from .files.reading import load_files as _load_files
+from .files.safetensors_header import looks_like_safetensors, read_header_from
+from .files.sharded import grouped as _grouped
+from .files.tensor_file import TensorFile
 
 __all__ = [
     "FORMATS",

@@ -807,7 +807,7 @@ def to_jax(sharded: ShardedTensor, sharding: Any, *, copy: bool | None = None) -
 # ------------------------------------------------------ partial sets, torch
 # A process of a distributed program holds some shards only (a DTensor's local shard, one
 # rank's file): such a set is built ``partial`` and is read box by box.
-def _missing_box(shape: tuple[int, ...], boxes: Iterable[Box]) -> Box | None:
+def missing_box(shape: tuple[int, ...], boxes: Iterable[Box]) -> Box | None:
     """A box no shard covers: the cell, on the grid the box edges cut, of an uncovered index.
 
     ``None`` when every index is covered, or when that grid is too large to search.
@@ -824,7 +824,7 @@ def _missing_box(shape: tuple[int, ...], boxes: Iterable[Box]) -> Box | None:
 
 
 def _refuse_incomplete(sharded: ShardedTensor, what: str) -> None:
-    box = _missing_box(sharded.shape, sharded.boxes)
+    box = missing_box(sharded.shape, sharded.boxes)
     at = f"box {box} is in no shard" if box is not None else "some indices are in no shard"
     raise FormatError(
         f"cannot {what} a partial shard set: {at} of global shape {list(sharded.shape)}; "

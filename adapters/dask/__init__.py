@@ -32,11 +32,12 @@ from hurray_bridge import _host
 from hurray_bridge._copy_policy import check_copy, require_copy
 from hurray_bridge._deferred import FileTarget, Job, Run
 from hurray_bridge._dlpack import DLDeviceType
-from hurray_bridge.container import file_stamp, mapped_file_origin, write_box
 from hurray_bridge.conversion import asarray
 from hurray_bridge.descriptor import Descriptor
 from hurray_bridge.dtypes import DType
 from hurray_bridge.errors import FormatError, UnsupportedError, not_a_tensor
+from hurray_bridge.files.mapping import file_stamp, mapped_file_origin
+from hurray_bridge.files.writing import write_box
 from hurray_bridge.tensor import CPU, Tensor
 
 __all__ = ["DEFERRED_SAVE", "DEVICES", "HOLDS", "HOLD_HOST_MEMORY", "LEGACY_EXPORTS_MUTABLE",

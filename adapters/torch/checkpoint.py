@@ -50,20 +50,16 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from hurray_bridge._disk import _open_regular
-from hurray_bridge.container import (
-    EntryInfo,
-    FileIndex,
-    _check_checksum,
-    _crc32,
-    _index_from,
-    _pread_into,
-    _read_head,
-    load_metadata,
-    save,
-)
 from hurray_bridge.descriptor import Shard
 from hurray_bridge.errors import FormatError, UnsupportedError
+from hurray_bridge.files.checksums import crc32 as _crc32
+from hurray_bridge.files.data_checks import check_checksum as _check_checksum
+from hurray_bridge.files.disk import open_regular as _open_regular
+from hurray_bridge.files.format import EntryInfo, FileIndex, load_metadata
+from hurray_bridge.files.format import index_from as _index_from
+from hurray_bridge.files.format import read_head as _read_head
+from hurray_bridge.files.pread import pread_into as _pread_into
+from hurray_bridge.files.writing import save
 from hurray_bridge.layout import Layout
 from hurray_bridge.shards import _strided_tensor
 from hurray_bridge.tensor import Tensor

@@ -34,6 +34,7 @@ import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import container, wire
+from hurray_bridge.files import plan as planning
 from tests.hurray_bridge.test_container import assert_data_region_rule
 from tests.hurray_bridge.test_wire import with_index_type
 
@@ -445,7 +446,7 @@ def _shard_files() -> list[bytes]:
     out = []
     for entries in sets:
         items = [(n, t.descriptor, [t.memoryview()]) for n, t in entries]
-        out.append(container._serialise(container._plan(items, None, 64, True, [])))
+        out.append(planning.serialise(planning.plan_items(items, None, 64, True, [])))
     return out
 
 

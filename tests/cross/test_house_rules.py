@@ -34,6 +34,14 @@
    are ``hurray_bridge._dlpack.DLDeviceType``'s (bound to a plain int at module level
    where a hot path compares them), so the numbers live in one table, which
    ``tests/hurray_bridge/test_dlpack_abi.py`` checks against the C headers.
+9. the tools stand above the library: no library module (``hurray_bridge/`` and
+   ``adapters/``, outside the tools) imports a tool - the command line
+   (``hurray_bridge.__main__``), the compatibility report (``hurray_bridge.matrix``), the
+   conformance kit (``hurray_bridge.testing``) or its pytest plugin
+   (``hurray_bridge._pytest_plugin``) - not even inside a function. A tool may import any
+   library module and any other tool.
+10. no module of ``hurray_bridge/files/`` imports a private name (``_name``) of another
+   module: what one module of the file code needs from another is public there.
 
 Each rule prints every offence it finds, with file and line, so a failure says what
 to move where.
@@ -714,3 +722,113 @@ def test_the_checker_sees_a_bare_device_type(tmp_path: Path, source: str,
     path = tmp_path / "mod.py"
     path.write_text(source)
     assert sorted(bare_device_types(path)) == found
+
+
+# ------------------------------------------------------------------ 9. tools above
+TOOLS = frozenset({f"{PACKAGE}.__main__", f"{PACKAGE}.matrix", f"{PACKAGE}.testing",
+                   f"{PACKAGE}._pytest_plugin"})
+
+
+def is_tool(module: str) -> bool:
+    """A module of a tool (the package ``testing`` with every module under it)."""
+    return any(module == t or module.startswith(t + ".") for t in TOOLS)
+
+
+def tools_imported(module: str, path: Path) -> Iterator[tuple[int, str]]:
+    """(line, tool) for each line of ``module`` that imports a tool (or a module of one)."""
+    found = {(line, tool) for line, target in imports(module, path) for tool in TOOLS
+             if target == tool or target.startswith(tool + ".")}
+    yield from sorted(found)
+
+
+def library_modules() -> Iterator[tuple[str, Path]]:
+    """(dotted name, file) for every module of the library: the core and the adapters,
+    less the tools."""
+    for module, path in core_modules().items():
+        if not is_tool(module):
+            yield module, path
+    for _adapter, module, path in adapter_files():
+        yield module, path
+
+
+def test_no_library_module_imports_a_tool() -> None:
+    offences = [f"{path.relative_to(ROOT)}:{line} imports {target}"
+                for module, path in library_modules()
+                for line, target in tools_imported(module, path)]
+    assert not offences, (
+        "the CLI, the report, the kit and the pytest plugin are tools on top of the library; "
+        "what a library module needs from one belongs in the library:\n" + "\n".join(offences))
+
+
+@pytest.mark.parametrize("source, found", [
+    ("from . import matrix\n", [(1, "hurray_bridge.matrix")]),
+    ("def f():\n    from .testing import CHECKS\n", [(2, "hurray_bridge.testing")]),
+    ("from .testing._consumer import validate_consumer\n", [(1, "hurray_bridge.testing")]),
+    ("import importlib\nimportlib.import_module('hurray_bridge.__main__')\n",
+     [(2, "hurray_bridge.__main__")]),
+    ("from hurray_bridge._pytest_plugin import pytest_addoption\n",
+     [(1, "hurray_bridge._pytest_plugin")]),
+    ("from .matrixes import x\nfrom .files import format\nfrom . import _registry\n", []),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import matrix\n", []),
+])
+def test_the_checker_sees_a_library_module_importing_a_tool(
+        tmp_path: Path, source: str, found: list[tuple[int, str]]) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    assert list(tools_imported("hurray_bridge.mod", path)) == found
+
+
+def test_the_tools_are_modules_of_the_package() -> None:
+    """Each tool named exists: a rename would otherwise leave the rule checking nothing."""
+    mods = core_modules()
+    assert all(t in mods for t in TOOLS), sorted(TOOLS - set(mods))
+    assert not is_tool(f"{PACKAGE}.matrixes") and is_tool(f"{PACKAGE}.testing._consumer")
+
+
+# ----------------------------------------------- 10. files/: no private name crosses
+FILES = CORE / "files"
+
+
+def private_imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module.name) for each private name that ``path`` imports from another module
+    (``from .m import _name``; an alias does not hide it)."""
+    tree = ast.parse(path.read_text(), str(path))
+    here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = here[: len(here) - (node.level - 1)]
+            source = ".".join(base + ([node.module] if node.module else []))
+        else:
+            source = node.module or ""
+        for alias in node.names:
+            # ``from . import _numpy`` imports a module (a private module is still a module,
+            # the compiled _speedups too: its stub stands for it)
+            folder = ROOT.joinpath(*source.split("."))
+            if alias.name.startswith("_") and not alias.name.startswith("__") and not any(
+                    (folder / f"{alias.name}{kind}").is_file() for kind in (".py", ".pyi")):
+                yield node.lineno, f"{source}.{alias.name}"
+
+
+def test_no_files_module_imports_a_private_name() -> None:
+    offences = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+                for module, path in core_modules().items() if path.is_relative_to(FILES)
+                for line, name in private_imports(module, path)]
+    assert not offences, (
+        "a name another module of files/ needs is public (no leading underscore) in its own "
+        "module:\n" + "\n".join(offences))
+
+
+@pytest.mark.parametrize("source, found", [
+    ("from .format import _read_head\n", [(1, "hurray_bridge.files.format._read_head")]),
+    ("from .pread import pread_into as _pread_into\n", []),
+    ("def f():\n    from ..shards import _missing_box\n",
+     [(2, "hurray_bridge.shards._missing_box")]),
+    ("from .. import _numpy, _speedups\nfrom .format import read_head as _read_head\n", []),
+])
+def test_the_checker_sees_a_private_name_imported(tmp_path: Path, source: str,
+                                                 found: list[tuple[int, str]]) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    assert sorted(private_imports("hurray_bridge.files.mod", path)) == found

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 import hurray_bridge as hb
-from hurray_bridge import _disk, safetensors_io
+from hurray_bridge import container, safetensors_io
 from hurray_bridge.__main__ import _ProgressBar, main
+from hurray_bridge.files import disk as _disk
 
 np = pytest.importorskip("numpy")
 
@@ -92,7 +93,7 @@ def test_convert_safetensors_both_ways(capsys: pytest.CaptureFixture[str],
     assert rc == 0
     assert (tmp_path / "b.safetensors").read_bytes() == src.read_bytes()
     rc, out, _ = run(capsys, "convert", "--no-checksums", str(src), str(tmp_path / "c.hry"))
-    assert rc == 0 and not hb.container.read_index(tmp_path / "c.hry").has_checksums
+    assert rc == 0 and not container.read_index(tmp_path / "c.hry").has_checksums
 
 
 def test_convert_npy_and_npz(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
@@ -118,7 +119,7 @@ def test_convert_hurray_to_hurray_changes_alignment(capsys: pytest.CaptureFixtur
                                                     ckpt: pathlib.Path) -> None:
     out_path = ckpt.with_name("d.hurray")
     assert run(capsys, "convert", "--alignment", "4096", str(ckpt), str(out_path))[0] == 0
-    idx = hb.container.read_index(out_path)
+    idx = container.read_index(out_path)
     assert idx.alignment == 4096 and idx.metadata == {"format": "np", "author": "me"}
 
 
@@ -355,7 +356,7 @@ def test_convert_honours_alignment_for_every_input(tmp_path: pathlib.Path, kind:
     out = tmp_path / "out.hurray"
     res = _hurray("convert", "--alignment", "4096", str(src), str(out))
     assert res.returncode == 0, res.stderr
-    idx = hb.container.read_index(out)
+    idx = container.read_index(out)
     assert idx.alignment == 4096 and idx.data_offset % 4096 == 0
     offsets = [buf.offset for e in idx.entries for buf in e.buffers]
     assert offsets and all(o % 4096 == 0 for o in offsets), offsets
@@ -442,7 +443,7 @@ def _damaged(tmp_path: pathlib.Path) -> pathlib.Path:
     good = tmp_path / "good.hurray"
     hb.save(good, {"w": np.arange(1000, dtype=np.float32)})
     data = bytearray(good.read_bytes())
-    data[hb.container.read_index(good).data_offset + 10] ^= 0xFF
+    data[container.read_index(good).data_offset + 10] ^= 0xFF
     bad = tmp_path / "bad.hurray"
     bad.write_bytes(data)
     return bad
@@ -517,7 +518,7 @@ def test_convert_no_fsync_skips_the_flushes(capsys: pytest.CaptureFixture[str],
     out = tmp_path / f"out.{dst_fmt}"
     synced: list[int] = []
     real = os.fsync
-    monkeypatch.setattr(hb.container.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
     assert run(capsys, "convert", "-q", "--no-fsync", str(src), str(out))[0] == 0
     assert synced == [] and out.exists()
     first = out.read_bytes()
@@ -653,7 +654,8 @@ _CONVERT_WITH = """
 import errno, sys
 import numpy as np
 import hurray_bridge as hb
-from hurray_bridge import __main__ as cli, _disk
+from hurray_bridge import __main__ as cli
+from hurray_bridge.files import disk as _disk
 src, dst, what = sys.argv[1:4]
 hb.save(src, {"new": np.arange(3.0)})
 hb.save(dst, {"old": np.zeros(1)})
@@ -704,7 +706,7 @@ def test_convert_refuses_bool8_bytes_that_are_no_bool8_value(
     else:  # a Hurray file without checksums whose data was changed after it was written
         hb.save(src, {"a": np.array([False, True, True, True])}, checksums=False)
         raw = bytearray(src.read_bytes())
-        at = hb.container.read_index(src).data_offset
+        at = container.read_index(src).data_offset
         assert raw[at:at + 4] == b"\x00\x01\x01\x01"
         raw[at + 2:at + 4] = b"\x02\xff"
         src.write_bytes(bytes(raw))
@@ -776,7 +778,7 @@ def test_convert_onto_a_full_disk(tmp_path: pathlib.Path, small_disk: pathlib.Pa
 
 SLOW_CONVERT = """
 import os, sys, time
-from hurray_bridge import _disk, container
+from hurray_bridge.files import disk as _disk
 from hurray_bridge.__main__ import main
 real, calls = os.write, [0]
 def slow(fd, data):
@@ -786,8 +788,8 @@ def slow(fd, data):
         print("writing", flush=True)
         time.sleep(60)
     return n
-container.os.write = slow
-_disk.interruptible(slow)  # it stands for os.write, blocked inside _write_all
+os.write = slow
+_disk.interruptible(slow)  # it stands for os.write, blocked inside write_all
 sys.exit(main(["convert", "-q", sys.argv[1], sys.argv[2]]))
 """
 
@@ -822,18 +824,18 @@ def test_an_interrupted_convert_leaves_no_temporary(tmp_path: pathlib.Path, sig:
 SLOW_READ = """
 import faulthandler, sys, time
 faulthandler.dump_traceback_later(45, exit=True)  # a hang shows where it is (seen once in CI)
-from hurray_bridge import container
+from hurray_bridge.files import engine
 from hurray_bridge.__main__ import main
-container._THREADED_CRC_BYTES = 0  # the reads on their thread, even for a small file
-container._CHUNK = 1 << 16
-real, calls = container._pread_into, [0]
+engine._THREADED_CRC_BYTES = 0  # the reads on their thread, even for a small file
+engine.CHUNK = 1 << 16
+real, calls = engine.pread_into, [0]
 def slow(fd, view, offset):
     calls[0] += 1
     if calls[0] == 3:
         print("reading", flush=True)
         time.sleep(3)  # the main thread waits for this read when the signal comes
     return real(fd, view, offset)
-container._pread_into = slow
+engine.pread_into = slow
 sys.exit(main(["convert", "-q", sys.argv[1], sys.argv[2]]))
 """
 
@@ -877,10 +879,10 @@ def test_a_convert_interrupted_while_a_helper_thread_reads_leaves_no_temporary(
 
 SIGNAL_IN_A_CALLBACK = """
 import os, signal, sys, weakref
-from hurray_bridge import container
+from hurray_bridge.files import engine
 from hurray_bridge.__main__ import main
-container._CHUNK = 1 << 16
-real, calls = container._pread_into, [0]
+engine.CHUNK = 1 << 16
+real, calls = engine.pread_into, [0]
 class Thing:
     pass
 def in_a_callback(_ref):
@@ -894,7 +896,7 @@ def read(fd, view, offset):
         ref = weakref.ref(thing, in_a_callback)
         del thing  # the callback runs now, and the signal arrives inside it
     return real(fd, view, offset)
-container._pread_into = read
+engine.pread_into = read
 sys.exit(main(["convert", "-q", sys.argv[1], sys.argv[2]]))
 """
 
@@ -928,15 +930,15 @@ def test_a_signal_after_the_last_chunk_is_reported_with_the_output_written(
     """Noted too late to stop anything: the exit status says a signal came, the message
     that the output is complete."""
     code = ("import os, signal, sys\n"
-            "from hurray_bridge import container\n"
+            "from hurray_bridge.files import safetensors\n"
             "from hurray_bridge.__main__ import main\n"
-            "real = container._write_plan\n"
+            "real = safetensors.write_plan\n"
             "def write(*a, **k):\n"
             "    real(*a, **k)\n"
             "    os.kill(os.getpid(), signal.SIGTERM)\n"
             "    for _ in range(1000):\n"
             "        pass\n"
-            "container._write_plan = write\n"
+            "safetensors.write_plan = write\n"
             "sys.exit(main(['convert', '-q', sys.argv[1], sys.argv[2]]))\n")
     from hurray_bridge import safetensors_io
 
@@ -952,11 +954,11 @@ def test_a_signal_after_the_last_chunk_is_reported_with_the_output_written(
 
 SELF_SIGNAL = """
 import os, signal, sys
-from hurray_bridge import container, safetensors_io
+from hurray_bridge.files import convert, safetensors
 from hurray_bridge.__main__ import main
 if sys.argv[4] == "ignored":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a shell starts
-module = {"container": container, "safetensors_io": safetensors_io}[sys.argv[3].split(".")[0]]
+module = {"convert": convert, "safetensors": safetensors}[sys.argv[3].split(".")[0]]
 name = sys.argv[3].split(".")[1]
 real = getattr(module, name)
 def patched(*a, **k):
@@ -988,7 +990,7 @@ def test_a_signal_while_a_file_of_empty_tensors_is_planned_stops_before_the_rena
     out = tmp_path / "out.hurray"
     hb.save(out, {"old": np.ones(3)})
     before = out.read_bytes()
-    proc = _self_signal(tmp_path / "in.safetensors", out, "container._plan", signal.SIGTERM)
+    proc = _self_signal(tmp_path / "in.safetensors", out, "convert.plan_items", signal.SIGTERM)
     assert proc.returncode == 143, (proc.returncode, proc.stderr)
     assert proc.stderr == (f"hurray: error: {out}: interrupted by SIGTERM; the output was not "
                            "written (an earlier file of that name is unchanged)\n")
@@ -1001,7 +1003,7 @@ def test_a_signal_before_an_input_error_is_reported_as_the_interruption(
         tmp_path: pathlib.Path) -> None:
     hb.save(tmp_path / "in.hurray", {"c": np.ones(3, np.complex128)})  # no safetensors type
     out = tmp_path / "out.safetensors"
-    proc = _self_signal(tmp_path / "in.hurray", out, "safetensors_io._verify_file",
+    proc = _self_signal(tmp_path / "in.hurray", out, "safetensors.verify_file",
                         signal.SIGTERM)
     assert proc.returncode == 143, (proc.returncode, proc.stderr)
     assert "interrupted by SIGTERM; the output was not written" in proc.stderr, proc.stderr
@@ -1016,7 +1018,7 @@ def test_a_signal_the_process_inherited_as_ignored_stays_ignored(tmp_path: pathl
 
     safetensors_io.save(tmp_path / "in.safetensors", {"w": np.arange(64, dtype=np.float32)})
     out = tmp_path / "out.hurray"
-    proc = _self_signal(tmp_path / "in.safetensors", out, "container._plan", signal.SIGINT,
+    proc = _self_signal(tmp_path / "in.safetensors", out, "convert.plan_items", signal.SIGINT,
                         ignored=True)
     assert proc.returncode == 0, (proc.returncode, proc.stderr)
     assert proc.stderr == ""

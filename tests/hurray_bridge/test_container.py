@@ -21,6 +21,9 @@ import hurray_bridge as hb
 from hurray_bridge import container
 from hurray_bridge._memory import buffer_address
 from hurray_bridge.container import HEADER_SIZE, TensorFile
+from hurray_bridge.files import checksums, engine, writing
+from hurray_bridge.files import format as file_format
+from hurray_bridge.files import plan as planning
 
 np = pytest.importorskip("numpy")
 
@@ -408,8 +411,8 @@ def test_save_is_atomic_when_the_write_fails(tmp_path: pathlib.Path,
 
     # Small pieces are written together (writev), the head alone (write): the second
     # call fails, whichever it is.
-    monkeypatch.setattr(container.os, "write", failing(real_write))
-    monkeypatch.setattr(container.os, "writev", failing(real_writev))
+    monkeypatch.setattr(os, "write", failing(real_write))
+    monkeypatch.setattr(os, "writev", failing(real_writev))
     with pytest.raises(OSError, match="No space"):
         hb.save(path, {"new": np.zeros(1000), "more": np.zeros(10)})
     monkeypatch.undo()
@@ -428,7 +431,7 @@ def test_save_fsyncs_file_and_directory(tmp_path: pathlib.Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     synced = []
     real = os.fsync
-    monkeypatch.setattr(container.os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd)))
     hb.save(tmp_path / "f.hurray", {"a": np.ones(1)})
     assert len(synced) == (2 if os.name == "posix" else 1)
     synced.clear()
@@ -537,7 +540,7 @@ def test_worked_example_of_the_spec() -> None:
 
 
 def test_header_is_128_bytes_with_fields_where_the_spec_says() -> None:
-    assert container._HEADER.size == HEADER_SIZE == 128
+    assert file_format.HEADER.size == HEADER_SIZE == 128
     data = hb.dumps({}, {"k": "v"})
     assert len(data) == 128 + 16  # no entries, one metadata item, no data, no padding
     assert data[:4] == b"HRYF"
@@ -564,13 +567,13 @@ def test_large_file_checksums_are_those_of_zlib(tmp_path: pathlib.Path, threads:
     """Above 16 MiB a helper thread computes the CRC while the data is written (its own, or
     the reading one), by zlib's or the compiled CRC-32, or the caller's thread does it all:
     the checksums are zlib.crc32's and the file is dumps' every way."""
-    assert container._THREADED_CRC_BYTES is not None
-    assert container._THREADED_CRC_BYTES <= 24 << 20
+    assert engine._THREADED_CRC_BYTES is not None
+    assert engine._THREADED_CRC_BYTES <= 24 << 20
     if threads == "one thread":
-        monkeypatch.setattr(container, "_THREADED_CRC_BYTES", None)
-    monkeypatch.setattr(container, "_CRC_THREAD", threads == "crc thread")
+        monkeypatch.setattr(engine, "_THREADED_CRC_BYTES", None)
+    monkeypatch.setattr(engine, "_CRC_THREAD", threads == "crc thread")
     if crc == "zlib":
-        monkeypatch.setattr(container, "_crc32", zlib.crc32)
+        monkeypatch.setattr(engine, "crc32", zlib.crc32)
     big = np.frombuffer(pattern(1 << 20, 3) * 24, np.uint8)
     small = np.arange(100, dtype=np.int32)
     path = tmp_path / "big.hurray"
@@ -589,24 +592,24 @@ def test_the_data_crc32_is_the_compiled_one_only_where_it_folds(
 
     monkeypatch.setitem(sys.modules, "hurray_bridge._speedups", None)  # import fails
     monkeypatch.delattr(hb, "_speedups", raising=False)
-    assert container._fast_crc32() is zlib.crc32
+    assert checksums._fast_crc32() is zlib.crc32
     table_only = types.ModuleType("hurray_bridge._speedups")
     table_only.CRC32_CLMUL = False  # type: ignore[attr-defined]
     table_only.crc32 = lambda data, value=0: 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "hurray_bridge._speedups", table_only)
     monkeypatch.setattr(hb, "_speedups", table_only, raising=False)
-    assert container._fast_crc32() is zlib.crc32
+    assert checksums._fast_crc32() is zlib.crc32
     table_only.CRC32_CLMUL = True  # type: ignore[attr-defined]
-    assert container._fast_crc32() is table_only.crc32  # type: ignore[attr-defined]
+    assert checksums._fast_crc32() is table_only.crc32  # type: ignore[attr-defined]
     monkeypatch.undo()
-    assert container._CRC_THREAD == (container._crc32 is zlib.crc32)
+    assert engine._CRC_THREAD == (engine.crc32 is zlib.crc32)
 
 
 def test_progress_reports_bytes_written(tmp_path: pathlib.Path) -> None:
     calls: list[tuple[int, int]] = []
-    plan = container._plan_tensors({"a": np.ones(3 << 20, np.uint8), "b": np.ones(10)}, None, 64,
+    plan = planning.plan_tensors({"a": np.ones(3 << 20, np.uint8), "b": np.ones(10)}, None, 64,
                                    True)
-    container._write_plan(tmp_path / "p.hurray", plan, fsync=False,
+    writing.write_plan(tmp_path / "p.hurray", plan, fsync=False,
                           progress=lambda done, total: calls.append((done, total)))
     assert calls[-1] == (plan.data_length, plan.data_length)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
@@ -701,3 +704,43 @@ def test_every_file_written_starts_its_data_region_where_the_spec_says() -> None
     for path in sorted(VECTORS.glob("*.hurray")):
         assert_data_region_rule(path.read_bytes())
     assert unaligned  # files without data bytes do have offsets that are no multiple of 64
+
+
+# ------------------------------------------------------- the older module paths
+def test_container_and_safetensors_io_reexport_the_files_modules_names() -> None:
+    """The split into files/ keeps every name users import from the older modules: the same
+    objects, not copies (a TensorFile from hb.load is container.TensorFile)."""
+    from hurray_bridge import safetensors_io
+    from hurray_bridge.files import convert, disk, mapping, reading, safetensors, tensor_file
+    from hurray_bridge.files import format as fmt
+
+    homes = {"load": reading, "loads": reading, "verify": reading, "save": writing,
+             "dumps": writing, "rewrite": convert, "read_index": fmt, "TensorFile": tensor_file,
+             "check_suffix": disk, "atomic_output": disk, "stale_temporaries": disk,
+             "SUFFIX_FORMATS": disk}  # and the format's constants and index types
+    for name in container.__all__:
+        assert getattr(container, name) is getattr(homes.get(name, fmt), name), name
+    for name in ("load_metadata", "MAX_BUFFER_ALIGNMENT"):
+        assert getattr(container, name) is getattr(fmt, name)
+    for name in ("file_stamp", "mapped_file_origin"):
+        assert getattr(container, name) is getattr(mapping, name)
+    assert container.write_box is writing.write_box
+    for name in safetensors_io.__all__:
+        assert getattr(safetensors_io, name) is getattr(safetensors, name), name
+    assert hb.load is reading.load and hb.save is writing.save
+    assert type(hb.loads(hb.dumps({"a": np.ones(2)}))) is container.TensorFile
+
+
+def test_hb_container_resolves_before_any_load() -> None:
+    """``hb.container.read_index(...)`` worked once hb.load had imported container; hb.load
+    imports files/ now, so the package resolves the older modules by name, on first use."""
+    code = ("import hurray_bridge as hb, sys\n"
+            "assert 'hurray_bridge.container' not in sys.modules\n"
+            "print(hb.container.read_index.__module__, hb.safetensors_io.save.__module__,\n"
+            "      hb.checkpoint_dir.is_checkpoint_path.__module__)\n")
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.split() == ["hurray_bridge.files.format", "hurray_bridge.files.safetensors",
+                                  "hurray_bridge.checkpoint_dir"]

@@ -21,7 +21,11 @@ import pytest
 
 import hurray_bridge as hb
 from hurray_bridge import container, wire
-from hurray_bridge.container import _ENTRY, _HEADER, _META, HEADER_SIZE
+from hurray_bridge.container import HEADER_SIZE
+from hurray_bridge.files import format as file_format
+from hurray_bridge.files.format import ENTRY as _ENTRY
+from hurray_bridge.files.format import HEADER as _HEADER
+from hurray_bridge.files.format import META as _META
 
 np = pytest.importorskip("numpy")
 
@@ -46,7 +50,7 @@ def small_file() -> bytes:
 
 
 DATA = small_file()
-H = container._parse_header(DATA[:HEADER_SIZE], len(DATA))
+H = file_format.parse_header(DATA[:HEADER_SIZE], len(DATA))
 
 
 def reseal(data: bytes | bytearray) -> bytes:

@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 
 import hurray_bridge as hb
-from hurray_bridge import _disk, container
+from hurray_bridge import container
 from hurray_bridge import safetensors_io as sio
+from hurray_bridge.files import data_checks, reading
+from hurray_bridge.files import disk as _disk
 
 np = pytest.importorskip("numpy")
 
@@ -163,7 +165,7 @@ def _enospc_after(monkeypatch: pytest.MonkeyPatch, calls: int) -> None:
 
     for name in ("write", "pwrite", "writev", "pwritev"):
         if hasattr(os, name):
-            monkeypatch.setattr(container.os, name, failing(getattr(os, name)))
+            monkeypatch.setattr(os, name, failing(getattr(os, name)))
 
 
 def test_a_full_disk_is_reported_against_the_output(tmp_path: pathlib.Path,
@@ -223,7 +225,7 @@ def test_a_write_of_nothing_raises_instead_of_looping(tmp_path: pathlib.Path,
     out = tmp_path / "z.hurray"
     hb.save(out, {"old": np.ones(2)})
     before = out.read_bytes()
-    monkeypatch.setattr(container.os, "write", lambda fd, data: 0)
+    monkeypatch.setattr(os, "write", lambda fd, data: 0)
     with pytest.raises(OSError, match=r"write\(\) returned 0") as e:
         hb.save(out, {"w": np.ones(1000)})
     monkeypatch.undo()
@@ -243,7 +245,7 @@ class _Boastful:
 
 
 def test_a_read_of_more_bytes_than_asked_is_refused() -> None:
-    read = container._file_reader(_Boastful(), 0)  # type: ignore[arg-type]
+    read = reading.file_reader(_Boastful(), 0)  # type: ignore[arg-type]
     with pytest.raises(OSError, match=r"readinto\(\) returned 9 for 8 bytes") as e:
         read(0, memoryview(bytearray(8)))
     assert e.value.errno == errno.EIO
@@ -259,7 +261,6 @@ SLOW_SAVE = """
 import os, signal, sys, time
 import numpy as np
 import hurray_bridge as hb
-from hurray_bridge import container
 signal.signal(signal.SIGINT, signal.default_int_handler)
 real = os.write
 waited = []
@@ -270,7 +271,7 @@ def slow(fd, data):
         print("writing", flush=True)
         time.sleep(20)
     return n
-container.os.write = slow
+os.write = slow
 hb.save(sys.argv[1], {"new": np.ones(1 << 20)})
 """
 
@@ -479,11 +480,11 @@ _SPLIT_SETUP = """
 import os, signal, sys, threading, time, types
 import numpy as np
 import hurray_bridge as hb
-from hurray_bridge import container
+from hurray_bridge.files import engine
 signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it
-container._SPLIT_BYTES = 0  # two halves at once, even for a small file
-container._THREADED_CRC_BYTES = None
-container._CHUNK = 1 << 16
+engine._SPLIT_BYTES = 0  # two halves at once, even for a small file
+engine._THREADED_CRC_BYTES = None
+engine.CHUNK = 1 << 16
 """
 _SPLIT_SAVE = """
 tensors = {f"w{k}": np.full(1 << 16, k, np.float32) for k in range(8)}
@@ -532,8 +533,8 @@ SIGNAL_AFTER_THE_WAIT = _SPLIT_SETUP + textwrap.dedent("""
         def release(self):
             self.lock.release()
 
-    container.threading = types.SimpleNamespace(**vars(threading))
-    container.threading.Lock = SignalledOnceTaken
+    engine.threading = types.SimpleNamespace(**vars(threading))
+    engine.threading.Lock = SignalledOnceTaken
     real, slowed = os.pwrite, []
     def slow(fd, data, offset):  # the other half is still writing when the wait begins
         if threading.current_thread().name.startswith("hurray-write") and not slowed:
@@ -593,11 +594,13 @@ def test_a_file_cut_while_it_is_verified_is_an_error_not_a_crash(
         import os, sys, hurray_bridge as hb
         from hurray_bridge import container
         from hurray_bridge.__main__ import main
-        real = container._check_head_padding
+        from hurray_bridge.files import data_checks, reading
+        real = data_checks.check_head_padding
         def cut_then_check(*args):  # the file is opened and its index read: now it is cut
             os.truncate({str(path)!r}, 8192)
             return real(*args)
-        container._check_head_padding = cut_then_check
+        # (verify checks it in data_checks; a load that reads and checks at once, in reading)
+        data_checks.check_head_padding = reading.check_head_padding = cut_then_check
         try:
             {call}
         except hb.FormatError as exc:
@@ -614,14 +617,15 @@ def test_a_file_grown_while_it_is_verified_is_refused(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     path = tmp_path / "t.hurray"
     hb.save(path, {"w": np.ones(1000, np.float32)}, fsync=False)
-    real = container._check_head_padding
+    real = data_checks.check_head_padding
 
     def grow_then_check(*args: Any) -> None:  # the index is read: now a byte is appended
         with open(path, "ab") as f:
             f.write(b"\0")
         real(*args)
 
-    monkeypatch.setattr(container, "_check_head_padding", grow_then_check)
+    monkeypatch.setattr(data_checks, "check_head_padding", grow_then_check)  # verify
+    monkeypatch.setattr(reading, "check_head_padding", grow_then_check)  # a load that checks
     with pytest.raises(hb.FormatError, match="changed size") as err:
         if how == "container.verify":
             container.verify(path)
@@ -634,14 +638,14 @@ def test_a_file_emptied_before_it_is_mapped_is_a_format_error(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "t.hurray"
     hb.save(path, {"w": np.ones(1000, np.float32)}, fsync=False)
-    real = container._read_head
+    real = reading.read_head
 
     def read_then_empty(f: Any) -> Any:
         got = real(f)
         os.truncate(path, 0)
         return got
 
-    monkeypatch.setattr(container, "_read_head", read_then_empty)
+    monkeypatch.setattr(reading, "read_head", read_then_empty)
     with pytest.raises(hb.FormatError, match="changed size") as err:
         hb.load(path)
     assert err.value.field == "file_size"

@@ -20,6 +20,9 @@ import pytest
 import hurray_bridge as hb
 from hurray_bridge import container
 from hurray_bridge.container import HEADER_SIZE
+from hurray_bridge.files import format as file_format
+from hurray_bridge.files import plan as planning
+from hurray_bridge.files import writing
 from tests.hurray_bridge.test_container_corruption import DATA, H, reseal
 from tests.vectors.generate_files import HERE as VECTORS
 
@@ -31,8 +34,8 @@ FILES = sorted(VECTORS.glob("*.hurray"))
 def _through_load(src: pathlib.Path, dst: pathlib.Path, alignment: int, checksums: bool) -> None:
     """The way a Hurray input was converted before: load (mapped), plan, write."""
     loaded = container.load(src, verify=True)
-    plan = container._plan_tensors(loaded, loaded.metadata or None, alignment, checksums)
-    container._write_plan(dst, plan, fsync=False)
+    plan = planning.plan_tensors(loaded, loaded.metadata or None, alignment, checksums)
+    writing.write_plan(dst, plan, fsync=False)
 
 
 @pytest.mark.parametrize("alignment", [64, 4096])
@@ -74,7 +77,7 @@ def test_rewrite_of_the_same_settings_is_the_same_file(tmp_path: pathlib.Path) -
 def _damage(tmp_path: pathlib.Path, change: str) -> pathlib.Path:
     """DATA with one defect that only a read of the data region finds."""
     bad = bytearray(DATA)
-    index = container._parse_index(H, memoryview(DATA[HEADER_SIZE:H.index_end]))[0]
+    index = file_format.parse_index(H, memoryview(DATA[HEADER_SIZE:H.index_end]))[0]
     by_name = {e.name: e for e in index}
     if change == "data byte":
         b = by_name["dense"].buffers[0]
@@ -515,7 +518,7 @@ def _overlapping_shards(tmp_path: pathlib.Path) -> pathlib.Path:
     st = hb.split(a, hb.grid_boxes(a.shape, (2, 1)))
     src = tmp_path / "w.hurray"
     items = [(n, st.shards[0].descriptor, [st.shards[0].memoryview()]) for n in ("w[0]", "w[1]")]
-    src.write_bytes(container._serialise(container._plan(items, None, 64, True, [])))
+    src.write_bytes(planning.serialise(planning.plan_items(items, None, 64, True, [])))
     return src
 
 
@@ -536,12 +539,12 @@ if kind == "shards":
 else:  # safetensors content, converted as a Hurray input (--from hurray)
     from hurray_bridge import safetensors_io
     safetensors_io.save(path, {"w": a}, fsync=False)
-real = container._write_plan
+from hurray_bridge.files import convert
+real = convert.write_plan
 def write_plan(*args, **kw):
     os.truncate(path, 4096)  # the input is cut as the output is about to be written
     return real(*args, **kw)
-from hurray_bridge import safetensors_io
-container._write_plan = safetensors_io._write_plan = write_plan
+convert.write_plan = write_plan
 from hurray_bridge.__main__ import main
 sys.exit(main(["convert", "-q", "--from", "hurray", path, out]))
 """

@@ -48,7 +48,8 @@ def test_runs_that_do_not_tile_an_entry_are_refused() -> None:
     import zlib
 
     from hurray_bridge._deferred import Pending, Run
-    from hurray_bridge.container import _combined, _PlanEntry
+    from hurray_bridge.files.plan import PlanEntry as _PlanEntry
+    from hurray_bridge.files.writing import _combined
 
     e = _PlanEntry(b"x", b"", (Pending(16),), (0,))
     data = bytes(range(16))

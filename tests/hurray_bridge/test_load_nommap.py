@@ -1,6 +1,6 @@
 """``hb.load(path, mmap=False)``: large positional reads on a few threads into owned memory.
 
-Both formats (.hurray and safetensors) go through ``hurray_bridge._pread.read_all``;
+Both formats (.hurray and safetensors) go through ``hurray_bridge.files.pread.read_all``;
 the thresholds are lowered here so that small files take the threaded path.
 """
 
@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 
 import hurray_bridge as hb
-from hurray_bridge import _memory, _pread, container
+from hurray_bridge import _memory, container
 from hurray_bridge import safetensors_io as sio
+from hurray_bridge.files import pread as _pread
+from hurray_bridge.files import reading
 
 from .test_container_files import child
 
@@ -82,7 +84,7 @@ def test_several_threads_read_and_the_pieces_cover_every_byte_once(
     threads: set[int] = set()
     spans: list[tuple[int, int]] = []
     lock = threading.Lock()
-    real = container._pread_into
+    real = reading.pread_into
 
     def spy(fd: int, view: memoryview, offset: int) -> None:
         with lock:
@@ -91,7 +93,7 @@ def test_several_threads_read_and_the_pieces_cover_every_byte_once(
         time.sleep(0.001)  # a slow mount: the helpers get their turn however busy the machine
         real(fd, view, offset)
 
-    monkeypatch.setattr(container, "_pread_into", spy)
+    monkeypatch.setattr(reading, "pread_into", spy)
     out = hb.load(path, mmap=False)
     assert len(threads) > 1
     assert all(b - a <= 4096 for a, b in spans)
@@ -104,13 +106,13 @@ def test_a_small_file_is_read_by_the_calling_thread_alone(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, "hurray", _tensors())
     threads: set[int] = set()
-    real = container._pread_into
+    real = reading.pread_into
 
     def spy(fd: int, view: memoryview, offset: int) -> None:
         threads.add(threading.get_ident())
         real(fd, view, offset)
 
-    monkeypatch.setattr(container, "_pread_into", spy)
+    monkeypatch.setattr(reading, "pread_into", spy)
     hb.load(path, mmap=False)
     assert threads == {threading.get_ident()}  # under THREADED_BYTES: no pool started
 
@@ -120,7 +122,7 @@ def test_a_file_cut_during_the_read_is_the_truncation_error_and_no_reader_is_lef
         tmp_path: pathlib.Path, fmt: str, threaded: None,
         monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, fmt, _tensors())
-    real = container._pread_into
+    real = reading.pread_into
     calls = [0]
     lock = threading.Lock()
 
@@ -131,7 +133,7 @@ def test_a_file_cut_during_the_read_is_the_truncation_error_and_no_reader_is_lef
                 os.truncate(path, 8192)
         real(fd, view, offset)
 
-    monkeypatch.setattr(container, "_pread_into", cutting)
+    monkeypatch.setattr(reading, "pread_into", cutting)
     with pytest.raises(hb.FormatError, match="truncated") as e:
         hb.load(path, mmap=False)
     assert e.value.field == "file_size"
@@ -202,13 +204,13 @@ def test_verify_reads_the_data_once_and_checks_the_memory_it_read(
     idx = container.read_index(path)
     data = sum(b.length for e in idx.entries for b in e.buffers)
     read = [0]
-    real = container._pread_into
+    real = reading.pread_into
 
     def counting(fd: int, view: memoryview, offset: int) -> None:
         read[0] += len(view)
         real(fd, view, offset)
 
-    monkeypatch.setattr(container, "_pread_into", counting)
+    monkeypatch.setattr(reading, "pread_into", counting)
     out = hb.load(path, mmap=False, verify=True)
     np.testing.assert_array_equal(np.asarray(out["w5"]), tensors["w5"])
     # The data once, plus the padding between buffers and the header's: never twice.

@@ -18,8 +18,12 @@ from typing import Any
 import pytest
 
 import hurray_bridge as hb
-from hurray_bridge import _safetensors_header, container, safetensors_io
+from hurray_bridge import safetensors_io
 from hurray_bridge.descriptor import Descriptor, dense_descriptor
+from hurray_bridge.files import engine
+from hurray_bridge.files import plan as planning
+from hurray_bridge.files import safetensors as files_safetensors
+from hurray_bridge.files import safetensors_header as _safetensors_header
 
 np = pytest.importorskip("numpy")
 
@@ -128,7 +132,7 @@ def test_many_small_tensors_are_written_in_few_calls(tmp_path: pathlib.Path,
             calls.append(_name)
             return _real(*args)
 
-        monkeypatch.setattr(container.os, name, counted)
+        monkeypatch.setattr(os, name, counted)
     hb.save(tmp_path / "w.hurray", sd, fsync=False)
     hurray_calls = len(calls)
     safetensors_io.save(tmp_path / "w.safetensors", sd, fsync=False)
@@ -146,18 +150,18 @@ def test_many_small_tensors_are_written_in_few_calls(tmp_path: pathlib.Path,
 
 def test_chunk_lengths_end_on_huge_pages() -> None:
     mib = 1 << 20
-    cap = container._CHUNK
+    cap = engine.CHUNK
     # A buffer's worth from offset 1 MiB + 4 KiB ends at 4 MiB, then each ends on 2 MiB.
     at, n, ends = mib + 4096, 13 * mib, []
     while n:
-        k = container._chunk_length(at, n, cap)
+        k = engine._chunk_length(at, n, cap)
         assert 0 < k <= cap
         at, n = at + k, n - k
         ends.append(at)
     assert all(e % (2 * mib) == 0 for e in ends[:-1]), ends
     assert ends[-1] == mib + 4096 + 13 * mib
-    assert container._chunk_length(3 * mib, 100, cap) == 100  # the rest of a piece
-    assert container._chunk_length(5, 10 * mib, 65536) == 65536  # a small file's buffer
+    assert engine._chunk_length(3 * mib, 100, cap) == 100  # the rest of a piece
+    assert engine._chunk_length(5, 10 * mib, 65536) == 65536  # a small file's buffer
 
 
 def test_large_writes_end_on_huge_pages(tmp_path: pathlib.Path,
@@ -172,7 +176,7 @@ def test_large_writes_end_on_huge_pages(tmp_path: pathlib.Path,
         ends.append(os.lseek(fd, 0, os.SEEK_CUR))
         return n
 
-    monkeypatch.setattr(container.os, "write", write)
+    monkeypatch.setattr(os, "write", write)
     hb.save(tmp_path / "big.hurray", sd, fsync=False, checksums=False)
     monkeypatch.undo()
     size = os.path.getsize(tmp_path / "big.hurray")
@@ -277,7 +281,7 @@ def test_the_fast_path_writes_the_bytes_of_the_general_path(
     fast, general = tmp_path / "fast.hurray", tmp_path / "general.hurray"
     hb.save(fast, sd, fsync=False, checksums=checksums, alignment=alignment,
             metadata={"k": "v"})
-    monkeypatch.setattr(container, "_dense_reader", lambda: None)
+    monkeypatch.setattr(planning, "dense_reader", lambda: None)
     hb.save(general, sd, fsync=False, checksums=checksums, alignment=alignment,
             metadata={"k": "v"})
     assert fast.read_bytes() == general.read_bytes()
@@ -322,7 +326,7 @@ def test_a_safetensors_save_writes_the_bytes_of_the_general_path(
     sd = {**_state_dict(300), **{k: mixed[k] for k in kept}}
     fast, general = tmp_path / "fast.safetensors", tmp_path / "general.safetensors"
     safetensors_io.save(fast, sd, fsync=False, metadata={"k": "v"})
-    monkeypatch.setattr(safetensors_io, "_dense_reader", lambda: None)
+    monkeypatch.setattr(files_safetensors, "dense_reader", lambda: None)
     safetensors_io.save(general, sd, fsync=False, metadata={"k": "v"})
     assert fast.read_bytes() == general.read_bytes()
     monkeypatch.undo()

@@ -20,6 +20,8 @@ import pytest
 import hurray_bridge as hb
 from hurray_bridge import container
 from hurray_bridge import safetensors_io as sio
+from hurray_bridge.files import checksums, engine, regions
+from hurray_bridge.files import format as file_format
 
 np = pytest.importorskip("numpy")
 
@@ -34,18 +36,18 @@ def chunking(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     second), through the helper threads of one writer (every buffer hand-off), the checksums
     on the reading thread or on their own, or all on the caller's thread; or with zlib's
     CRC-32 (as where _speedups was not built) through the threads."""
-    monkeypatch.setattr(container, "_SPLIT_BYTES", 0 if request.param == "split" else None)
+    monkeypatch.setattr(engine, "_SPLIT_BYTES", 0 if request.param == "split" else None)
     if request.param == "one by one":
-        monkeypatch.setattr(container, "WRITES_VECTORS", False)
+        monkeypatch.setattr(engine, "WRITES_VECTORS", False)
     if request.param not in ("whole", "one by one"):
-        monkeypatch.setattr(container, "_CHUNK", 4096)
-        monkeypatch.setattr(container, "_THREADED_CRC_BYTES",
+        monkeypatch.setattr(engine, "CHUNK", 4096)
+        monkeypatch.setattr(engine, "_THREADED_CRC_BYTES",
                             None if request.param == "chunked" else 0)
     if request.param in ("crc thread", "pipelined"):
-        monkeypatch.setattr(container, "_CRC_THREAD", request.param == "crc thread")
+        monkeypatch.setattr(engine, "_CRC_THREAD", request.param == "crc thread")
     if request.param == "zlib":
-        monkeypatch.setattr(container, "_crc32", zlib.crc32)
-        monkeypatch.setattr(container, "_CRC_THREAD", True)
+        monkeypatch.setattr(engine, "crc32", zlib.crc32)
+        monkeypatch.setattr(engine, "_CRC_THREAD", True)
     return str(request.param)
 
 
@@ -113,7 +115,7 @@ def test_without_positional_reads_the_bytes_are_the_same(tmp_path: pathlib.Path,
 def _damage(path: pathlib.Path, where: str) -> pathlib.Path:
     """A copy of ``path`` with one byte changed ``where``, which verify refuses."""
     raw = bytearray(path.read_bytes())
-    h = container._parse_header(raw[:container.HEADER_SIZE], len(raw))
+    h = file_format.parse_header(raw[:container.HEADER_SIZE], len(raw))
     idx = container.read_index(path)
     spans = {e.name: (idx.data_offset + e.buffers[0].offset, e.buffers[0].length)
              for e in idx.entries if e.buffers and e.buffers[0].length}
@@ -172,7 +174,7 @@ def test_a_damaged_file_is_refused_as_damaged_before_an_entry_is_refused(
 def test_a_source_cut_during_the_copy_is_a_format_error(tmp_path: pathlib.Path,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         direction: str) -> None:
-    monkeypatch.setattr(container, "_CHUNK", 4096)
+    monkeypatch.setattr(engine, "CHUNK", 4096)
     t = {"w": np.arange(100_000, dtype=np.float32)}
     if direction == "to hurray":
         src, out, convert = tmp_path / "in.safetensors", tmp_path / "o.hurray", \
@@ -195,8 +197,8 @@ def test_a_source_cut_during_the_copy_is_a_format_error(tmp_path: pathlib.Path,
 
 def _halves(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Two tensors of 64 KiB written in two halves at once, in 4 KiB chunks."""
-    monkeypatch.setattr(container, "_SPLIT_BYTES", 0)
-    monkeypatch.setattr(container, "_CHUNK", 4096)
+    monkeypatch.setattr(engine, "_SPLIT_BYTES", 0)
+    monkeypatch.setattr(engine, "CHUNK", 4096)
     return {"first": np.arange(16384, dtype=np.float32),
             "second": np.arange(16384, dtype=np.float32)[::-1].copy()}
 
@@ -210,13 +212,13 @@ def test_a_split_write_reads_each_half_on_its_own_thread(tmp_path: pathlib.Path,
     sio.save(tmp_path / "ref.safetensors", t)
     hb.save(tmp_path / "ref.hurray", t)
     threads: dict[str, set[int]] = {}
-    real = container._pread_into
+    real = engine.pread_into
 
     def spy(fd: int, view: memoryview, offset: int) -> None:
         threads.setdefault(threading.current_thread().name, set()).add(offset)
         real(fd, view, offset)
 
-    monkeypatch.setattr(container, "_pread_into", spy)
+    monkeypatch.setattr(engine, "pread_into", spy)
     calls: list[tuple[int, int]] = []
     if direction == "to hurray":
         ref, out = tmp_path / "ref.hurray", tmp_path / "out.hurray"
@@ -242,7 +244,7 @@ def test_a_read_error_in_either_half_of_a_split_write_leaves_the_output_as_it_wa
     out = tmp_path / "out.hurray"
     hb.save(out, {"old": np.ones(2)})
     before = out.read_bytes()
-    real = container._pread_into
+    real = engine.pread_into
     chunks: list[str] = []
 
     def failing(fd: int, view: memoryview, offset: int) -> None:
@@ -252,7 +254,7 @@ def test_a_read_error_in_either_half_of_a_split_write_leaves_the_output_as_it_wa
             raise OSError(errno.EIO, "the disk said no")
         real(fd, view, offset)
 
-    monkeypatch.setattr(container, "_pread_into", failing)
+    monkeypatch.setattr(engine, "pread_into", failing)
     with pytest.raises(OSError, match="the disk said no"):
         sio.safetensors_to_hurray(tmp_path / "in.safetensors", out)
     assert out.read_bytes() == before
@@ -281,7 +283,7 @@ def test_a_region_slices_and_indexes_like_the_view_it_stands_for(tmp_path: pathl
     path = tmp_path / "r.bin"
     path.write_bytes(bytes(range(200)))
     with open(path, "rb") as f:
-        r = container._Region(f.fileno(), 10, 100)
+        r = regions.Region(f.fileno(), 10, 100)
         part = r[5:20]
         assert (part.offset, len(part)) == (15, 15)
         assert (r[-1], r[0], len(r[:-1]), len(r[150:])) == (109, 10, 99, 0)
@@ -292,13 +294,13 @@ def test_a_region_slices_and_indexes_like_the_view_it_stands_for(tmp_path: pathl
 def test_durable_writes_start_the_disk_early_and_fsync(tmp_path: pathlib.Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[tuple[int, int]] = []
-    monkeypatch.setattr(container, "_WRITEBACK_BYTES", 8192)
-    monkeypatch.setattr(container, "_CHUNK", 4096)
-    monkeypatch.setattr(container, "_start_writeback",
+    monkeypatch.setattr(engine, "_WRITEBACK_BYTES", 8192)
+    monkeypatch.setattr(engine, "CHUNK", 4096)
+    monkeypatch.setattr(engine, "_start_writeback",
                         lambda: lambda fd, off, n: started.append((off, n)))
     synced: list[int] = []
     real = os.fsync
-    monkeypatch.setattr(container.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
     t = tensors()
     sio.save(tmp_path / "in.safetensors", t, fsync=False)
     hb.save(tmp_path / "in.hurray", t, fsync=False)
@@ -428,11 +430,11 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
     for name in ("read", "preadv", "write", "pwrite", "writev", "pwritev"):
         if hasattr(os, name):
-            monkeypatch.setattr(container.os, name, counted(name, getattr(os, name)))
+            monkeypatch.setattr(os, name, counted(name, getattr(os, name)))
     return calls
 
 
-@pytest.mark.skipif(not container.WRITES_VECTORS, reason="no os.writev on this system")
+@pytest.mark.skipif(not engine.WRITES_VECTORS, reason="no os.writev on this system")
 @pytest.mark.parametrize("direction", ["to hurray", "to safetensors"])
 def test_small_tensors_are_read_and_written_a_buffer_at_a_time(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, direction: str) -> None:
@@ -460,7 +462,7 @@ def test_small_tensors_are_read_and_written_a_buffer_at_a_time(
                 == (tmp_path / "in.safetensors").read_bytes())
 
 
-@pytest.mark.skipif(not container.WRITES_VECTORS, reason="no os.writev on this system")
+@pytest.mark.skipif(not engine.WRITES_VECTORS, reason="no os.writev on this system")
 @pytest.mark.parametrize("short", [1, 7, 64, 1000])
 def test_a_short_vector_write_is_continued_where_it_stopped(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, short: int) -> None:
@@ -481,21 +483,21 @@ def test_a_short_vector_write_is_continued_where_it_stopped(
             left -= len(v)
         return out
 
-    monkeypatch.setattr(container.os, "writev", lambda fd, views: real_writev(fd, cut(views)))
-    monkeypatch.setattr(container.os, "pwritev",
+    monkeypatch.setattr(os, "writev", lambda fd, views: real_writev(fd, cut(views)))
+    monkeypatch.setattr(os, "pwritev",
                         lambda fd, views, at: real_pwritev(fd, cut(views), at))
     sio.safetensors_to_hurray(tmp_path / "in.safetensors", tmp_path / "o.hurray")
     monkeypatch.undo()
     assert (tmp_path / "o.hurray").read_bytes() == (tmp_path / "ref.hurray").read_bytes()
 
 
-@pytest.mark.skipif(not container.WRITES_VECTORS, reason="no os.writev on this system")
+@pytest.mark.skipif(not engine.WRITES_VECTORS, reason="no os.writev on this system")
 def test_a_vector_write_of_nothing_raises_instead_of_looping(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     t = many_small(4, 20)
     sio.save(tmp_path / "in.safetensors", t)
-    monkeypatch.setattr(container.os, "writev", lambda fd, views: 0)
-    monkeypatch.setattr(container.os, "pwritev", lambda fd, views, at: 0)
+    monkeypatch.setattr(os, "writev", lambda fd, views: 0)
+    monkeypatch.setattr(os, "pwritev", lambda fd, views, at: 0)
     with pytest.raises(OSError, match=r"writev\(\) returned 0") as e:
         sio.safetensors_to_hurray(tmp_path / "in.safetensors", tmp_path / "o.hurray")
     monkeypatch.undo()
@@ -567,9 +569,9 @@ def cut_at(monkeypatch: pytest.MonkeyPatch, rel: int) -> None:
     """Every split write from now on cuts ``rel`` bytes into its data (none, for data of
     ``rel`` bytes or fewer), inside an entry or not."""
     def split(items: Any, base: int, total: int) -> Any:
-        return container._cut_at(items, base + rel) if rel < total else None
+        return engine._cut_at(items, base + rel) if rel < total else None
 
-    monkeypatch.setattr(container, "_split_point", split)
+    monkeypatch.setattr(engine, "_split_point", split)
 
 
 @pytest.mark.skipif(not (hasattr(os, "preadv") and hasattr(os, "pwrite")), reason="positional")
@@ -588,9 +590,9 @@ def test_a_cut_anywhere_inside_an_entry_writes_the_same_file(
     want_h = (tmp_path / "ref.hurray").read_bytes()
     want_s = (tmp_path / "ref.safetensors").read_bytes()
     st_data = len(want_s) - sum(np.asarray(v).nbytes for v in t.values())
-    monkeypatch.setattr(container, "_CHUNK", 4096)
+    monkeypatch.setattr(engine, "CHUNK", 4096)
     if one_by_one:
-        monkeypatch.setattr(container, "WRITES_VECTORS", False)
+        monkeypatch.setattr(engine, "WRITES_VECTORS", False)
     cuts = 0
     for rel in range(1, max(data.data_length, len(want_s) - st_data), 97):
         cut_at(monkeypatch, rel)
@@ -626,7 +628,7 @@ def test_a_cut_through_a_strided_entry_checks_its_stored_span_once(
         flipped[index.data_offset + entry.buffers[0].offset + at] ^= 1
         bad[name] = tmp_path / f"bad_{name}.hurray"
         bad[name].write_bytes(flipped)
-    monkeypatch.setattr(container, "_CHUNK", 4096)
+    monkeypatch.setattr(engine, "CHUNK", 4096)
     cuts = 0
     for rel in range(1, len(want), 61):
         cut_at(monkeypatch, rel)
@@ -643,19 +645,19 @@ def test_a_large_single_entry_is_written_in_two_halves_at_once(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One entry holding (nearly) all the bytes is cut at the page nearest the middle:
     the two halves read their own bytes of it on their own threads."""
-    monkeypatch.setattr(container, "_SPLIT_BYTES", 1 << 16)
-    monkeypatch.setattr(container, "_CHUNK", 4096)
+    monkeypatch.setattr(engine, "_SPLIT_BYTES", 1 << 16)
+    monkeypatch.setattr(engine, "CHUNK", 4096)
     t = {"w": np.arange(50_000, dtype=np.float32), "b": np.ones(3, np.float32)}
     sio.save(tmp_path / "in.safetensors", t)
     hb.save(tmp_path / "ref.hurray", t)
     threads: dict[str, list[int]] = {}
-    real = container._pread_into
+    real = engine.pread_into
 
     def spy(fd: int, view: memoryview, offset: int) -> None:
         threads.setdefault(threading.current_thread().name, []).append(offset)
         real(fd, view, offset)
 
-    monkeypatch.setattr(container, "_pread_into", spy)
+    monkeypatch.setattr(engine, "pread_into", spy)
     sio.safetensors_to_hurray(tmp_path / "in.safetensors", tmp_path / "o.hurray")
     monkeypatch.undo()
     assert (tmp_path / "o.hurray").read_bytes() == (tmp_path / "ref.hurray").read_bytes()
@@ -667,11 +669,11 @@ def test_a_large_single_entry_is_written_in_two_halves_at_once(
 def test_the_combined_crc_is_zlibs_for_any_cut() -> None:
     rng = np.random.default_rng(1)
     whole = rng.integers(0, 255, 5000, dtype=np.uint8).tobytes()
-    for combine in {container._crc32_combine, container._py_crc32_combine}:
+    for combine in {checksums.crc32_combine, checksums._py_crc32_combine}:
         for k in [0, 1, 7, 64, 4095, 4096, 4999, 5000]:
             assert combine(zlib.crc32(whole[:k]), zlib.crc32(whole[k:]),
                            len(whole) - k) == zlib.crc32(whole)
-    assert container._py_crc32_combine(7, 9, (1 << 40) + 3) == container._crc32_combine(
+    assert checksums._py_crc32_combine(7, 9, (1 << 40) + 3) == checksums.crc32_combine(
         7, 9, (1 << 40) + 3)
 
 
@@ -686,12 +688,12 @@ def test_both_crc_combines_refuse_what_is_not_a_crc_or_a_length(
     """The Python combine takes what the compiled one takes: a CRC-32 below 2**32 and a
     length below 2**64. Each call runs in a child with a time limit: a negative length
     shifted right stays -1, and the Python one looped for ever on it."""
-    for combine in sorted({"_crc32_combine", "_py_crc32_combine"}):
-        code = (f"from hurray_bridge import container\n"
-                f"try:\n    container.{combine}(*{args!r})\n"
+    for combine in sorted({"crc32_combine", "_py_crc32_combine"}):
+        code = (f"from hurray_bridge.files import checksums\n"
+                f"try:\n    checksums.{combine}(*{args!r})\n"
                 f"except {error.__name__}:\n    print('refused')\n")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=60, check=False)
         assert done.stdout.strip() == "refused", (combine, done.stdout, done.stderr)
-    assert container._py_crc32_combine(0xFFFFFFFF, 0xFFFFFFFF, (1 << 64) - 1) == (
-        container._crc32_combine(0xFFFFFFFF, 0xFFFFFFFF, (1 << 64) - 1))
+    assert checksums._py_crc32_combine(0xFFFFFFFF, 0xFFFFFFFF, (1 << 64) - 1) == (
+        checksums.crc32_combine(0xFFFFFFFF, 0xFFFFFFFF, (1 << 64) - 1))

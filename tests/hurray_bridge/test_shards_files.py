@@ -19,6 +19,7 @@ import pytest
 import hurray_bridge as hb
 from hurray_bridge import container
 from hurray_bridge.__main__ import main
+from hurray_bridge.files import plan as planning
 from tests.hurray_bridge.test_pickle_shm import make
 
 np = pytest.importorskip("numpy")
@@ -121,7 +122,7 @@ def test_a_name_is_a_sharded_tensor_or_an_entry_not_both() -> None:
     # A file written without that check (another writer) is refused on load as well.
     items = [(n, t.descriptor, [t.memoryview()]) for n, t in
              [("w", hb.asarray(A)), ("w[0]", one)]]
-    raw = container._serialise(container._plan(items, None, 64, True, []))
+    raw = planning.serialise(planning.plan_items(items, None, 64, True, []))
     with pytest.raises(hb.FormatError, match="both claim the name 'w'"):
         hb.loads(raw)
 
@@ -131,7 +132,7 @@ def test_a_damaged_set_in_one_file_names_its_entries() -> None:
     other = hb.split(A[:, :4], hb.grid_boxes((6, 4), (2, 1))).shards[0]
     items = [(n, t.descriptor, [t.memoryview()]) for n, t in
              [("w[0]", st.shards[0]), ("w[1]", other)]]
-    raw = container._serialise(container._plan(items, None, 64, True, []))
+    raw = planning.serialise(planning.plan_items(items, None, 64, True, []))
     with pytest.raises(hb.FormatError, match="sharded tensor 'w': entry 'w\\[1\\]' belongs to "
                                              "a global shape \\[6, 4\\]"):
         hb.loads(raw)
@@ -149,7 +150,7 @@ def test_no_writer_writes_a_shard_set_its_reader_refuses(tmp_path: pathlib.Path)
     rule = "sharded tensor 'w': entry 'w\\[1\\]' and entry 'w\\[0\\]' both hold box"
     # what the reader says of such a file (one written without the check)...
     items = [(n, t.descriptor, [t.memoryview()]) for n, t in entries.items()]
-    raw = container._serialise(container._plan(items, None, 64, True, []))
+    raw = planning.serialise(planning.plan_items(items, None, 64, True, []))
     with pytest.raises(hb.FormatError, match=rule) as read:
         hb.loads(raw)
     assert read.value.field == "shards"
@@ -183,7 +184,7 @@ def test_verify_refuses_a_shard_set_the_reader_refuses(tmp_path: pathlib.Path) -
     entries = _two_shards_of_one_box()
     items = [(n, t.descriptor, [t.memoryview()]) for n, t in entries.items()]
     path = tmp_path / "w.hurray"
-    path.write_bytes(container._serialise(container._plan(items, None, 64, True, [])))
+    path.write_bytes(planning.serialise(planning.plan_items(items, None, 64, True, [])))
     with pytest.raises(hb.FormatError, match="both hold box") as e:
         container.verify(path)
     assert e.value.field == "shards"

@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 import hurray_bridge as hb
-from hurray_bridge.container import HEADER_SIZE, _parse_header, _parse_index
+from hurray_bridge.container import HEADER_SIZE
+from hurray_bridge.files.format import parse_header as _parse_header
+from hurray_bridge.files.format import parse_index as _parse_index
 
 HERE = pathlib.Path(__file__).parent / "files"
 Q = hb.QuantScheme

@@ -21,10 +21,10 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .errors import FormatError, UnsupportedError
+from ..errors import FormatError, UnsupportedError
 
 
-def _bad_count(call: str, n: object, want: int) -> OSError:
+def bad_count(call: str, n: object, want: int) -> OSError:
     """A file that says it moved bytes it cannot have moved: nothing after can be trusted."""
     return OSError(errno.EIO, f"{call}() returned {n!r} for {want} bytes (should have been "
                               f"between 0 and {want})")
@@ -41,7 +41,7 @@ _WRITERS = {"hurray": "hb.save(path, tensors)",
             "npy": "numpy.save", "npz": "numpy.savez"}
 
 
-def _fspath(path: Any, what: str) -> str:
+def fspath(path: Any, what: str) -> str:
     """``os.fspath(path)``, refusing an ``int``: a file descriptor is the caller's to close."""
     if isinstance(path, int):
         raise UnsupportedError(
@@ -67,7 +67,7 @@ def _not_regular(path: str, st: os.stat_result, doing: str) -> None:
     raise err
 
 
-def _open_regular(path: Any, what: str = "path") -> Any:
+def open_regular(path: Any, what: str = "path") -> Any:
     """Open an existing regular file for reading, never blocking on a FIFO or device.
 
     The path is checked with ``stat`` before it is opened (opening a FIFO with
@@ -75,7 +75,7 @@ def _open_regular(path: Any, what: str = "path") -> Any:
     opened non-blocking and checked again on the descriptor, so a file swapped
     in between is caught too.
     """
-    p = _fspath(path, what)
+    p = fspath(path, what)
     _not_regular(p, os.stat(p), "Hurray reads")
     fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
                  | getattr(os, "O_BINARY", 0))
@@ -144,7 +144,7 @@ def _flush(fd: int) -> None:
 
 
 @interruptible
-def _write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> None:
+def write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> None:
     """All of ``data`` written to ``fd``: at its file position, or with os.pwrite at
     ``offset`` (the file position left alone, so threads can write one file at once)."""
     checkpoint()
@@ -153,7 +153,7 @@ def _write_all(fd: int, data: memoryview | bytes, offset: int | None = None) -> 
     while len(view):
         n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
         if not 0 < n <= len(view):  # 0 would loop forever
-            raise _bad_count(call, n, len(view))
+            raise bad_count(call, n, len(view))
         view = view[n:]
         if offset is not None:
             offset += n
@@ -165,8 +165,8 @@ _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16, 1024)
 
 
 @interruptible
-def _write_vectors(fd: int, views: list[memoryview], offset: int | None = None) -> None:
-    """:func:`_write_all` of the views' bytes one after another, in as few calls as the
+def write_vectors(fd: int, views: list[memoryview], offset: int | None = None) -> None:
+    """:func:`write_all` of the views' bytes one after another, in as few calls as the
     system allows (``os.writev``; where ``WRITES_VECTORS``), at most ``_IOV_MAX`` views each."""
     checkpoint()
     call = "writev" if offset is None else "pwritev"
@@ -177,7 +177,7 @@ def _write_vectors(fd: int, views: list[memoryview], offset: int | None = None) 
         want = sum(len(v) for v in batch)
         n = os.writev(fd, batch) if offset is None else os.pwritev(fd, batch, offset)
         if not 0 < n <= want:
-            raise _bad_count(call, n, want)
+            raise bad_count(call, n, want)
         if offset is not None:
             offset += n
         while n and n >= len(views[i]):  # the views written whole
@@ -187,7 +187,7 @@ def _write_vectors(fd: int, views: list[memoryview], offset: int | None = None) 
             views[i] = views[i][n:]
 
 
-_TEMP = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp\Z")
+TEMP_NAME = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp\Z")
 
 
 @functools.lru_cache(maxsize=1)
@@ -233,7 +233,7 @@ def stale_temporaries(path: str | os.PathLike[str]) -> list[str]:
     host or PID namespace, or of another name is never listed. Saves into the
     folder remove these; ``hurray verify`` reports them.
     """
-    target = _fspath(path, "path")
+    target = fspath(path, "path")
     directory = os.path.dirname(os.path.abspath(target))
     return _stale_in(directory, _temp_prefix(target))[0]
 
@@ -249,7 +249,7 @@ def _stale_in(directory: str, prefix: str = ".") -> tuple[list[str], int]:
                 name = entry.name
                 if not (name.startswith(prefix) and name.endswith(".tmp")):
                     continue
-                m = _TEMP.match(name, len(prefix)) if exact else _TEMP.search(name, 2)
+                m = TEMP_NAME.match(name, len(prefix)) if exact else TEMP_NAME.search(name, 2)
                 if (m is None or name[m.start() - 1] != "."
                         or m["host"] != tag or _pid_alive(int(m["pid"]))
                         or not entry.is_file(follow_symlinks=False)):
@@ -339,7 +339,7 @@ def atomic_temporary(path: str | os.PathLike[str], *,
     exception raised while the directory is flushed, after the rename, carries
     ``output_replaced = True``: the new file is in place.
     """
-    target = _fspath(path, "path")
+    target = fspath(path, "path")
     old = _existing_target(target)
     directory = os.path.dirname(os.path.abspath(target))
     _remove_stale(directory)

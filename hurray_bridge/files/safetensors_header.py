@@ -13,9 +13,9 @@ size; lone surrogates and a byte order mark are refused as safetensors refuses
 them. Type names come from the element-type table's ``safetensors`` column; a
 type it lacks is an :class:`UnsupportedError` naming it.
 
-Below both :mod:`hurray_bridge.container`, whose ``load`` opens safetensors files
-too, and :mod:`hurray_bridge.safetensors_io`, the converters and the writer, which
-build on the container.
+Below both :mod:`hurray_bridge.files.reading`, whose ``load`` opens safetensors files
+too, and :mod:`hurray_bridge.files.safetensors`, the converters and the writer, which
+build on the Hurray file code.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import struct
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from ._disk import _open_regular, checkpoint
-from .descriptor import DYNAMIC, MAX_RANK, Descriptor, dense_descriptor
-from .dtypes import DType, all_dtypes
-from .errors import FormatError, UnsupportedError
+from ..descriptor import DYNAMIC, MAX_RANK, Descriptor, dense_descriptor
+from ..dtypes import DType, all_dtypes
+from ..errors import FormatError, UnsupportedError
+from .disk import checkpoint, open_regular
 
 MAX_HEADER_SIZE = 100_000_000  # safetensors' own limit (tensor.rs MAX_HEADER_SIZE)
 LENGTH = struct.Struct("<Q")  # the header length N, before the JSON
@@ -483,7 +483,7 @@ def _check_entry(name: str, info: dict[str, Any], by_name: dict[str, DType],
 
 def read_header(path: str | os.PathLike[str]) -> SafetensorsIndex:
     """Read and check a safetensors file's header (not its data)."""
-    with _open_regular(path) as f:
+    with open_regular(path) as f:
         return read_header_from(f)
 
 

@@ -14,7 +14,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["CHUNK", "THREADED_BYTES", "THREADS", "read_all"]
+from ..errors import FormatError
+from .disk import bad_count, checkpoint, interruptible
+
+__all__ = ["CHUNK", "THREADED_BYTES", "THREADS", "pread_into", "read_all", "read_range",
+           "truncated_read"]
 
 CHUNK = 8 << 20
 """Bytes per read: large enough that a system call (or a round trip) is noise."""
@@ -46,7 +50,7 @@ def read_all(fd: int, jobs: Sequence[tuple[int, memoryview]], read_into: _ReadIn
              threads: int | None = None) -> None:
     """Fill each ``dest`` of ``jobs`` (``(file offset, dest)`` pairs) from ``fd``.
 
-    ``read_into(fd, view, offset)`` fills one piece (the container's positional read,
+    ``read_into(fd, view, offset)`` fills one piece (:func:`pread_into`,
     which raises the truncation error when the file ends early). With more than
     :data:`THREADED_BYTES` in all and ``os.preadv`` available, up to ``threads``
     (default: :data:`THREADS`, or this process's CPUs if fewer, but at least two) read
@@ -87,3 +91,38 @@ def read_all(fd: int, jobs: Sequence[tuple[int, memoryview]], read_into: _ReadIn
     finally:
         stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+
+def truncated_read() -> FormatError:
+    return FormatError("truncated: the file ended while a buffer was read (did it change?)",
+                       field="file_size")
+
+
+@interruptible
+def pread_into(fd: int, view: memoryview, offset: int) -> None:
+    """Fill ``view`` from ``offset`` of ``fd`` (leaving its file position alone where possible)."""
+    checkpoint()
+    preadv = getattr(os, "preadv", None)
+    got = 0
+    while got < len(view):
+        want = len(view) - got
+        if preadv is not None:
+            n = preadv(fd, [view[got:]], offset + got)
+        else:  # no positional read here (Windows): the region's file is read by nobody else
+            os.lseek(fd, offset + got, os.SEEK_SET)
+            data = os.read(fd, want)
+            n = len(data)
+            view[got:got + min(n, want)] = data[:want]
+        if not n:
+            raise truncated_read()
+        if not 0 < n <= want:
+            raise bad_count("preadv", n, want)
+        got += n
+
+
+def read_range(fd: int, start: int, stop: int) -> bytes:
+    """The bytes [start, stop) of ``fd`` (a ``Read`` for the checks of :func:`verify_data`)."""
+    buf = bytearray(max(0, stop - start))
+    pread_into(fd, memoryview(buf), start)
+    return bytes(buf)

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ._disk import _open_regular
-from ._safetensors_header import looks_like_safetensors
-from .descriptor import Descriptor
-from .errors import FormatError
-from .wire import BufferEntry, decode_prefix
+from ..descriptor import Descriptor
+from ..errors import FormatError
+from ..wire import BufferEntry, decode_prefix
+from .disk import open_regular
+from .safetensors_header import looks_like_safetensors
 
 __all__ = [
     "BUFFER_ALIGNMENT",
@@ -57,30 +57,30 @@ _KNOWN_FLAGS = FLAG_DATA_CHECKSUMS
 # magic, major, minor, flags, n_entries, n_metadata, table_offset, table_length,
 # metadata_offset, metadata_length, data_offset, data_length, file_size,
 # alignment, index_crc32, reserved[44], header_crc32
-_HEADER = struct.Struct("<4sBBHIIQQQQQQQII44sI")
-_HEADER_CRC_AT = HEADER_SIZE - 4
-_ENTRY = struct.Struct("<IIII")  # name_length, descriptor_length, data_crc32, reserved
-_META = struct.Struct("<II")  # key_length, value_length
-_ZERO44 = bytes(44)
+HEADER = struct.Struct("<4sBBHIIQQQQQQQII44sI")
+HEADER_CRC_AT = HEADER_SIZE - 4
+ENTRY = struct.Struct("<IIII")  # name_length, descriptor_length, data_crc32, reserved
+META = struct.Struct("<II")  # key_length, value_length
+ZERO44 = bytes(44)
 _MIN_DESCRIPTOR = 56  # rank 0, row-major, one buffer: the smallest descriptor a file can hold
-_MIN_ENTRY = _ENTRY.size + 8 + _MIN_DESCRIPTOR
-_MIN_META = _META.size + 8
+_MIN_ENTRY = ENTRY.size + 8 + _MIN_DESCRIPTOR
+_MIN_META = META.size + 8
 
-assert _HEADER.size == HEADER_SIZE
+assert HEADER.size == HEADER_SIZE
 
 
-def _pad8(n: int) -> int:
+def pad8(n: int) -> int:
     return -(-n // 8) * 8
 
 
-def _align(n: int, a: int) -> int:
+def round_up(n: int, a: int) -> int:
     return -(-n // a) * a
 
 
 
 # --------------------------------------------------------------------- errors
-def _entry_error(i: int, name: str | None, exc: FormatError | None, message: str = "",
-                 field: str | None = None) -> FormatError:
+def entry_error(i: int, name: str | None, exc: FormatError | None, message: str = "",
+                field: str | None = None) -> FormatError:
     """A FormatError naming entry ``i`` (and its name when known) and the field."""
     if exc is not None:
         message = str(exc)
@@ -94,7 +94,7 @@ def _entry_error(i: int, name: str | None, exc: FormatError | None, message: str
 
 
 # ------------------------------------------------------------- parsed index
-class _Header(NamedTuple):
+class Header(NamedTuple):
     version: tuple[int, int]
     flags: int
     n_entries: int
@@ -161,7 +161,7 @@ def _describe_magic(magic: bytes, raw: bytes | memoryview) -> str:
     return f"bad magic {bytes(magic)!r}, expected {MAGIC!r}: not a Hurray file"
 
 
-def _parse_header(raw: bytes | memoryview, actual_size: int) -> _Header:
+def parse_header(raw: bytes | memoryview, actual_size: int) -> Header:
     """Check the fixed header against the real size of the input. Reads nothing else."""
     if actual_size < HEADER_SIZE or len(raw) < HEADER_SIZE:
         head = bytes(raw[:len(MAGIC)])
@@ -171,19 +171,19 @@ def _parse_header(raw: bytes | memoryview, actual_size: int) -> _Header:
         raise FormatError(
             f"truncated: {actual_size} bytes, the header alone needs {HEADER_SIZE}", field="header")
     (magic, major, minor, flags, n_entries, n_meta, t_off, t_len, m_off, m_len, d_off, d_len,
-     f_size, align, icrc, reserved, hcrc) = _HEADER.unpack_from(raw, 0)
+     f_size, align, icrc, reserved, hcrc) = HEADER.unpack_from(raw, 0)
     if magic != MAGIC:
         raise FormatError(_describe_magic(magic, raw), field="magic")
     if major != VERSION[0]:
         raise FormatError(
             f"unsupported major version {major}.{minor}; this reader supports {VERSION[0]}.x",
             field="version")
-    if zlib.crc32(raw[:_HEADER_CRC_AT]) != hcrc:
+    if zlib.crc32(raw[:HEADER_CRC_AT]) != hcrc:
         raise FormatError("header checksum mismatch: the header is corrupt",
                           field="header.checksum")
     if flags & ~_KNOWN_FLAGS:
         raise FormatError(f"unknown flag bits 0x{flags & ~_KNOWN_FLAGS:04x}", field="flags")
-    if reserved != _ZERO44:
+    if reserved != ZERO44:
         raise FormatError("reserved header bytes must be zero", field="header.reserved")
     if f_size != actual_size:
         if actual_size < f_size:
@@ -215,7 +215,7 @@ def _parse_header(raw: bytes | memoryview, actual_size: int) -> _Header:
         raise FormatError(f"buffer alignment {align} is not a power of two in "
                           f"[{BUFFER_ALIGNMENT}, {MAX_BUFFER_ALIGNMENT}]", field="alignment")
     index_end = m_off + m_len
-    expected = _align(index_end, max(PAGE_ALIGNMENT, align)) if d_len else index_end
+    expected = round_up(index_end, max(PAGE_ALIGNMENT, align)) if d_len else index_end
     if d_off != expected:
         raise FormatError(
             f"the data region must start at {expected} (the end of the metadata, rounded up to "
@@ -229,8 +229,8 @@ def _parse_header(raw: bytes | memoryview, actual_size: int) -> _Header:
     if n_meta > m_len // _MIN_META:
         raise FormatError(f"{n_meta} metadata items cannot fit in a {m_len}-byte block",
                           field="n_metadata")
-    return _Header((major, minor), flags, n_entries, n_meta, t_len, m_len, d_off, d_len, f_size,
-                   align, icrc)
+    return Header((major, minor), flags, n_entries, n_meta, t_len, m_len, d_off, d_len, f_size,
+                  align, icrc)
 
 
 def _utf8(raw: bytes, field: str, what: str) -> str:
@@ -241,7 +241,7 @@ def _utf8(raw: bytes, field: str, what: str) -> str:
                           field=field) from None
 
 
-def _parse_index(h: _Header, index: memoryview) -> tuple[list[EntryInfo], dict[str, str]]:
+def parse_index(h: Header, index: memoryview) -> tuple[list[EntryInfo], dict[str, str]]:
     """Parse and check the table and metadata (``index`` = bytes [128, index_end))."""
     if zlib.crc32(index) != h.index_crc:
         raise FormatError("index checksum mismatch: the entry table or metadata is corrupt",
@@ -252,52 +252,52 @@ def _parse_index(h: _Header, index: memoryview) -> tuple[list[EntryInfo], dict[s
     seen: dict[str, int] = {}
     pos, end = 0, h.table_length
     for i in range(h.n_entries):
-        if pos + _ENTRY.size > end:
-            raise _entry_error(i, None, None, f"truncated: the table ends at {end}, the entry "
-                               f"needs {_ENTRY.size} bytes at {pos}")
-        name_len, desc_len, crc, reserved = _ENTRY.unpack_from(index, pos)
+        if pos + ENTRY.size > end:
+            raise entry_error(i, None, None, f"truncated: the table ends at {end}, the entry "
+                              f"needs {ENTRY.size} bytes at {pos}")
+        name_len, desc_len, crc, reserved = ENTRY.unpack_from(index, pos)
         if reserved:
-            raise _entry_error(i, None, None, "reserved entry bytes must be zero",
-                               field="reserved")
+            raise entry_error(i, None, None, "reserved entry bytes must be zero",
+                              field="reserved")
         if not 1 <= name_len <= MAX_NAME_BYTES:
-            raise _entry_error(i, None, None, f"name length {name_len} is outside "
-                               f"[1, {MAX_NAME_BYTES}]", field="name_length")
+            raise entry_error(i, None, None, f"name length {name_len} is outside "
+                              f"[1, {MAX_NAME_BYTES}]", field="name_length")
         if desc_len < _MIN_DESCRIPTOR or desc_len % 8:
-            raise _entry_error(i, None, None, f"descriptor length {desc_len} is not a multiple "
-                               f"of 8 of at least {_MIN_DESCRIPTOR}", field="descriptor_length")
+            raise entry_error(i, None, None, f"descriptor length {desc_len} is not a multiple "
+                              f"of 8 of at least {_MIN_DESCRIPTOR}", field="descriptor_length")
         if crc and not checksums:
-            raise _entry_error(i, None, None, "non-zero checksum in a file without data "
-                               "checksums", field="checksum")
-        name_at = pos + _ENTRY.size
-        desc_at = name_at + _pad8(name_len)
+            raise entry_error(i, None, None, "non-zero checksum in a file without data "
+                              "checksums", field="checksum")
+        name_at = pos + ENTRY.size
+        desc_at = name_at + pad8(name_len)
         desc_end = desc_at + desc_len
         if desc_end > end:
-            raise _entry_error(i, None, None, f"truncated: the entry needs bytes up to "
-                               f"{desc_end} of a {end}-byte table", field="descriptor_length")
+            raise entry_error(i, None, None, f"truncated: the entry needs bytes up to "
+                              f"{desc_end} of a {end}-byte table", field="descriptor_length")
         if any(index[name_at + name_len:desc_at]):
-            raise _entry_error(i, None, None, "name padding must be zero", field="name")
+            raise entry_error(i, None, None, "name padding must be zero", field="name")
         name = _utf8(bytes(index[name_at:name_at + name_len]), f"entries[{i}].name", "the name")
         if "\x00" in name:
-            raise _entry_error(i, name, None, "a name must not contain NUL", field="name")
+            raise entry_error(i, name, None, "a name must not contain NUL", field="name")
         if name in seen:
-            raise _entry_error(i, name, None, f"duplicate name (also entries[{seen[name]}])",
-                               field="name")
+            raise entry_error(i, name, None, f"duplicate name (also entries[{seen[name]}])",
+                              field="name")
         seen[name] = i
         d, table = _decode_entry(i, name, index[desc_at:desc_end], cache)
         if d.is_dynamic:
-            raise _entry_error(i, name, None, "a stored tensor cannot have dynamic dimensions",
-                               field="shape")
+            raise entry_error(i, name, None, "a stored tensor cannot have dynamic dimensions",
+                              field="shape")
         for j, b in enumerate(table):
             if not b.length:
                 continue
             if b.offset % h.alignment:
-                raise _entry_error(i, name, None, f"offset {b.offset} is not a multiple of the "
-                                   f"file's alignment {h.alignment}",
-                                   field=f"buffers[{j}].offset")
+                raise entry_error(i, name, None, f"offset {b.offset} is not a multiple of the "
+                                  f"file's alignment {h.alignment}",
+                                  field=f"buffers[{j}].offset")
             if b.offset > h.data_length or b.length > h.data_length - b.offset:
-                raise _entry_error(i, name, None, f"{b.role.name} buffer [{b.offset}, "
-                                   f"{b.offset + b.length}) extends past the {h.data_length}-byte "
-                                   "data region", field=f"buffers[{j}].offset")
+                raise entry_error(i, name, None, f"{b.role.name} buffer [{b.offset}, "
+                                  f"{b.offset + b.length}) extends past the {h.data_length}-byte "
+                                  "data region", field=f"buffers[{j}].offset")
         entries.append(EntryInfo(i, name, d, table, crc if checksums else None))
         pos = desc_end
     if pos != end:
@@ -340,16 +340,16 @@ def _decode_entry(i: int, name: str, raw: memoryview,
     try:
         d, table, size = decode_prefix(raw)
     except FormatError as exc:
-        raise _entry_error(i, name, exc) from None
+        raise entry_error(i, name, exc) from None
     if size != len(raw):
-        raise _entry_error(i, name, None, f"descriptor takes {size} bytes, the entry says "
-                           f"{len(raw)}", field="descriptor_length")
+        raise entry_error(i, name, None, f"descriptor takes {size} bytes, the entry says "
+                          f"{len(raw)}", field="descriptor_length")
     if key is not None:
         cache[key] = (d, table)
     return d, table
 
 
-def _check_packing(h: _Header, entries: Sequence[EntryInfo]) -> None:
+def _check_packing(h: Header, entries: Sequence[EntryInfo]) -> None:
     """Buffers tile the data region: no overlap, no gap beyond alignment padding."""
     spans = sorted((b.offset, b.offset + b.length, e.position, j)
                    for e in entries for j, b in enumerate(e.buffers) if b.length)
@@ -357,34 +357,34 @@ def _check_packing(h: _Header, entries: Sequence[EntryInfo]) -> None:
     for off, stop, i, j in spans:
         if off < prev_end:
             assert prev is not None
-            raise _entry_error(i, entries[i].name, None,
-                               f"buffer [{off}, {stop}) overlaps entries[{prev[0]}].buffers"
-                               f"[{prev[1]}] ({entries[prev[0]].name!r})",
-                               field=f"buffers[{j}].offset")
-        if off != _align(prev_end, h.alignment):
-            raise _entry_error(i, entries[i].name, None,
-                               f"a gap of {off - prev_end} bytes precedes this buffer; buffers "
-                               "follow each other with only alignment padding between them",
-                               field=f"buffers[{j}].offset")
+            raise entry_error(i, entries[i].name, None,
+                              f"buffer [{off}, {stop}) overlaps entries[{prev[0]}].buffers"
+                              f"[{prev[1]}] ({entries[prev[0]].name!r})",
+                              field=f"buffers[{j}].offset")
+        if off != round_up(prev_end, h.alignment):
+            raise entry_error(i, entries[i].name, None,
+                              f"a gap of {off - prev_end} bytes precedes this buffer; buffers "
+                              "follow each other with only alignment padding between them",
+                              field=f"buffers[{j}].offset")
         prev_end, prev = stop, (i, j)
     if prev_end != h.data_length:
         raise FormatError(f"the data region is {h.data_length} bytes but its buffers end at "
                           f"{prev_end}", field="data_length")
 
 
-def _parse_metadata(h: _Header, index: memoryview) -> dict[str, str]:
+def _parse_metadata(h: Header, index: memoryview) -> dict[str, str]:
     meta: dict[str, str] = {}
     pos, end = h.table_length, h.table_length + h.metadata_length
     for k in range(h.n_metadata):
         f = f"metadata[{k}]"
-        if pos + _META.size > end:
-            raise FormatError(f"truncated: the item needs {_META.size} bytes at {pos}", field=f)
-        key_len, value_len = _META.unpack_from(index, pos)
+        if pos + META.size > end:
+            raise FormatError(f"truncated: the item needs {META.size} bytes at {pos}", field=f)
+        key_len, value_len = META.unpack_from(index, pos)
         if not 1 <= key_len <= MAX_KEY_BYTES:
             raise FormatError(f"key length {key_len} is outside [1, {MAX_KEY_BYTES}]",
                               field=f"{f}.key")
-        body = pos + _META.size
-        stop = body + _pad8(key_len + value_len)
+        body = pos + META.size
+        stop = body + pad8(key_len + value_len)
         if stop > end:
             raise FormatError(f"truncated: the item needs bytes up to {stop} of the metadata "
                               "block", field=f"{f}.value")
@@ -406,7 +406,7 @@ def _parse_metadata(h: _Header, index: memoryview) -> dict[str, str]:
     return meta
 
 
-def _index_from(h: _Header, entries: Sequence[EntryInfo], meta: dict[str, str]) -> FileIndex:
+def index_from(h: Header, entries: Sequence[EntryInfo], meta: dict[str, str]) -> FileIndex:
     return FileIndex(h.version, h.flags, h.alignment, tuple(entries), meta, h.data_offset,
                      h.data_length, h.file_size)
 
@@ -420,18 +420,18 @@ def _read_exact(f: Any, n: int) -> bytes:
     return data
 
 
-def _read_head(f: Any) -> tuple[_Header, list[EntryInfo], dict[str, str]]:
+def read_head(f: Any) -> tuple[Header, list[EntryInfo], dict[str, str]]:
     size = os.fstat(f.fileno()).st_size
-    h = _parse_header(f.read(HEADER_SIZE), size)
+    h = parse_header(f.read(HEADER_SIZE), size)
     index = _read_exact(f, h.index_end - HEADER_SIZE)
-    entries, meta = _parse_index(h, memoryview(index))
+    entries, meta = parse_index(h, memoryview(index))
     return h, entries, meta
 
 
 def read_index(path: str | os.PathLike[str]) -> FileIndex:
     """Read and check a file's header, table and metadata (not its data)."""
-    with _open_regular(path) as f:
-        return _index_from(*_read_head(f))
+    with open_regular(path) as f:
+        return index_from(*read_head(f))
 
 
 def load_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
