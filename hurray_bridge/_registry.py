@@ -46,6 +46,8 @@ ADAPTERS: dict[str, AdapterSpec] = {
         "a Dask array is a lazy collection of NumPy chunks, not one block of memory to hand "
         "off: its chunks are NumPy views (tests/adapters/dask proves it), and the NumPy "
         "column of the report stands for them")),
+    "tensorflow": AdapterSpec("tensorflow", "tensorflow", "tensorflow", "install tensorflow-cpu "
+                              "for the CPU-only build (the adapter needs 'import tensorflow')"),
 }
 # Top-level module of an object's type -> adapter name.
 _MODULE_TO_ADAPTER = {
@@ -57,8 +59,10 @@ _MODULE_TO_ADAPTER = {
     "cupy": "cupy",
     "cupyx": "cupy",
     "dask": "dask",
+    "tensorflow": "tensorflow",
 }
-_ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch"}
+_ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch",
+            "tf": "tensorflow"}
 # Sparse types that are not their framework's dense type: module prefix (and, where the
 # module holds dense types too, class names) -> adapter whose ``sparse`` module takes them.
 _SPARSE_MODULES = (("scipy.sparse", "numpy", None), ("cupyx.scipy.sparse", "cupy", None),

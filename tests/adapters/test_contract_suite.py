@@ -87,6 +87,8 @@ COPIES: tuple[tuple[str, Hit, str], ...] = (
 # copy=False and share it.
 NEEDS_COPY: dict[str, tuple[str, dict[str, Any]]] = {
     "jax": ("64-byte aligned", {"offset": 16}),
+    # TensorFlow aliases any address, then its kernels abort on one below 64 bytes.
+    "tensorflow": ("64-byte aligned", {"offset": 16}),
 }
 # Adapters whose to_hurray always copies (copy=False refuses every object).
 TO_HURRAY_COPIES = {"dask": "to_hurray computes the Dask graph into one new array"}
