@@ -44,7 +44,7 @@ from hurray_bridge._copy_policy import alignment_note, check_copy, require_copy
 from hurray_bridge._dlpack import DLDeviceType
 from hurray_bridge._host import native_dtype as host_native_dtype
 from hurray_bridge._memory import host_array
-from hurray_bridge.descriptor import form_name
+from hurray_bridge.descriptor import compact_strides, form_name
 from hurray_bridge.dtypes import DLPACK_CODE, DType, all_dtypes, bool8
 from hurray_bridge.errors import (
     BackendNotAvailableError,
@@ -190,6 +190,20 @@ def _eager(obj: Any) -> Any:
     return obj
 
 
+class _TfOwner:
+    """Keeps an exported eager tensor, and the capsule's hold on its buffer, alive; and
+    lets ``from_hurray`` hand that tensor back as it is."""
+
+    __slots__ = ("__weakref__", "hold", "tensor")
+
+    def __init__(self, tensor: Any, hold: object) -> None:
+        self.tensor = tensor
+        self.hold = hold
+
+    def __repr__(self) -> str:
+        return f"<tf.Tensor hold {self.tensor.dtype.name}{list(self.tensor.shape)}>"
+
+
 def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     """An eager ``tf.Tensor`` or ``tf.Variable`` as a read-only hb.Tensor over its memory
     (zero-copy unless ``copy=True``, which gives a writable copy)."""
@@ -206,7 +220,15 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
             f"this adapter carries (supported: {_supported_names()}); cast it first "
             "(tf.cast) or, for strings, keep them out of the tensor exchange")
     view = _capsule.consume_capsule(x.__dlpack__())
-    t = from_dlview(view, legacy_mutable=LEGACY_EXPORTS_MUTABLE)
+    shape = view.shape
+    if view.strides is not None and view.strides != compact_strides(shape) and 0 not in shape:
+        # TensorFlow exports compact tensors; anything else takes the core's general reading.
+        t = from_dlview(view, legacy_mutable=LEGACY_EXPORTS_MUTABLE)  # pragma: no cover
+    else:
+        empty = 0 in shape
+        t = Tensor._dense(0 if empty else view.data, shape, dtype, strides=None, padded=False,
+                          device=Device(view.device_type, view.device_id),
+                          owner=_TfOwner(x, view.owner), readonly=True, copied=False)
     return t.copy() if copy else t
 
 
@@ -277,6 +299,12 @@ def _unpacked_bool(t: Tensor, copy: bool | None) -> Any:
     return tf.constant(_subbyte.unpack(raw, n, 1).astype(np.bool_).reshape(t.shape))
 
 
+def _is_whole_view(t: Tensor, x: Any) -> bool:
+    """Whether ``t`` is all of eager tensor ``x``, as ``to_hurray`` exported it (not a copy)."""
+    return (not t.copied and t.strides is None and t.shape == tuple(x.shape)
+            and t.dtype == _tables()[1].get(x.dtype))
+
+
 def _import(src: Tensor) -> Any:
     return tf.experimental.dlpack.from_dlpack(src.__dlpack__())
 
@@ -313,6 +341,11 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
         out = _unpacked_bool(t, copy)
         return out if move is None else _move(out, move)
     native_dtype(t.dtype)  # the refusal naming the type, before any exchange
+    owner = t.owner
+    if type(owner) is _TfOwner and not copy and _is_whole_view(t, owner.tensor):
+        # One of to_hurray's exports, whole: the tensor it came from (TensorFlow's own
+        # memory, which needs none of the copies below).
+        return owner.tensor if move is None else _move(owner.tensor, move)
     src = t
     if dev.is_host_accessible:
         reasons = _copy_reasons(t) if t.nbytes else []
