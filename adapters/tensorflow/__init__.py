@@ -134,7 +134,7 @@ def native_dtype(dtype: DType) -> Any:
     except KeyError:
         raise UnsupportedError(
             f"TensorFlow's DLPack has no type for {dtype.name} (it takes {_supported_names()}; "
-            "its float8, int4 and int2 types are not in its DLPack); convert to numpy or jax"
+            "not its float8 and sub-byte types); convert to numpy or jax"
         ) from None
 
 
@@ -351,8 +351,9 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
         reasons = _copy_reasons(t) if t.nbytes else []
         if reasons:
             why = "; ".join(reasons)
-            require_copy(copy, NAME, why, refusal=f"TensorFlow would need a copy: {why}; "
-                                                   "copy=False")
+            require_copy(copy, NAME, why, refusal=(
+                f"TensorFlow would need a copy: {why}; copy=False forbids it. Pass copy=None "
+                "(a reported copy), or hand it compact, 64-byte aligned, writable memory"))
         if reasons or copy:
             src = t.copy()  # compact, 64-byte aligned, writable, ours
         if t.dtype.tag == _BOOL8_TAG and t.nbytes:
