@@ -28,6 +28,7 @@ It holds dense tensors only: ``tf.SparseTensor`` and ``tf.RaggedTensor`` are ref
 name, as are symbolic tensors inside ``tf.function`` (they have no memory). A
 ``tf.Variable`` converts to a read-only hb.Tensor over its current value, zero-copy:
 a later ``assign`` copies on write, so the hb.Tensor keeps the value it was given.
+``hb.convert``'s shortcuts to and from eager tensors are in ``.shortcuts``.
 """
 
 from __future__ import annotations
@@ -76,10 +77,6 @@ _CPU, _CUDA = int(DLDeviceType.kDLCPU), int(DLDeviceType.kDLCUDA)
 DEVICES = frozenset({_CPU, _CUDA})
 """The host and CUDA devices (kDLCPU, kDLCUDA; a GPU build of TensorFlow exports CUDA
 memory, which this adapter passes through untested: CI has no GPU)."""
-fast_import = None
-"""No hb.convert shortcut starts from a TensorFlow tensor (the full path)."""
-fast_export = None
-"""No hb.convert shortcut ends in a TensorFlow tensor (the full path)."""
 
 # DLPack type codes TensorFlow's DLPack maps (tensorflow/c/eager/dlpack.cc): its float8,
 # int4 and int2 types exist but are "not supported by dlpack".
@@ -369,3 +366,17 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
     if copy and src is t:
         out = tf.raw_ops.DeepCopy(x=out)  # device memory: TensorFlow copies it
     return out
+
+
+def fast_import(tp: type) -> dict[str, Any]:
+    """hb.convert's fast import for eager tensors (``.shortcuts``)."""
+    from .shortcuts import fast_import as hook
+
+    return hook(tp)
+
+
+def fast_export() -> dict[str, Any]:
+    """hb.convert's fast export to eager tensors (``.shortcuts``)."""
+    from .shortcuts import fast_export as hook
+
+    return hook()
