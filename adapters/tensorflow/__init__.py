@@ -307,7 +307,16 @@ def _import(src: Tensor) -> Any:
 
 
 def _move(x: Any, target: Device) -> Any:
-    name = "CPU:0" if target.type == _CPU else f"GPU:{target.id}"
+    if target.type == _CPU:
+        name = "CPU:0"
+    else:
+        gpus = tf.config.list_logical_devices("GPU")
+        if target.id >= len(gpus):
+            # tf.device would place the copy on the CPU instead, without a word.
+            raise UnsupportedError(
+                f"TensorFlow has {len(gpus)} GPU(s) here, so it cannot place a tensor on "
+                f"GPU:{target.id}; pass device='CPU' or one of its GPUs")
+        name = f"GPU:{target.id}"
     with tf.device(name):
         return tf.identity(x)
 

@@ -400,6 +400,10 @@ def test_device_argument() -> None:
         htf.from_hurray(hb.asarray(a), device="TPU:0")
     with pytest.raises(hb.CopyRequiredError, match="copy=False"):
         htf.from_hurray(hb.asarray(a), device="GPU:0", copy=False)
+    if not tf.config.list_logical_devices("GPU"):
+        # tf.device("GPU:0") would silently place the copy on the CPU: refused instead.
+        with pytest.raises(hb.UnsupportedError, match="0 GPU"):
+            htf.from_hurray(hb.asarray(a), device="GPU:0")
 
 
 # ---------------------------------------------------------------------- lifetimes
