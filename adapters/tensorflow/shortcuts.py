@@ -16,11 +16,10 @@ import tensorflow as tf
 
 from hurray_bridge._shortcuts import NDARRAY, READONLY_CAPSULE, Entry, entry
 
-from . import _alignment, _tables
+from . import _EAGER, _alignment, _tables
 
 __all__ = ["fast_export", "fast_import"]
 
-_EAGER = type(tf.constant(0.0))
 _asarray = np.asarray
 _from_dlpack = tf.experimental.dlpack.from_dlpack
 _BOOL = np.dtype(np.bool_)
