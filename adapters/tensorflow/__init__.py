@@ -19,10 +19,11 @@ rules on tensorflow 2.21 were measured, not assumed:
   flags: ``Check failed: IsAligned()`` in ``reduce_sum``). NumPy aligns to 16. The
   adapter copies strided and unaligned host memory to a compact 64-byte aligned block
   first (reported; refused under ``copy=False``).
-* **Read-only memory** (a loaded file, ``hb.loads`` bytes, another framework's immutable
-  array) is copied too: TensorFlow's tensors are immutable to its users, but its in-place
-  ops (``tf.raw_ops.InplaceUpdate``, ``InplaceAdd``, ``InplaceSub``) write into the
-  buffer they are given, imported memory included.
+* **Read-only memory** (a loaded file, another framework's immutable array) is copied
+  too: TensorFlow's tensors are immutable to its users, but its in-place ops
+  (``tf.raw_ops.InplaceUpdate``, ``InplaceAdd``) write into the buffer they are given,
+  imported memory included. (``hb.loads`` copies the bytes it is given: its tensors are
+  writable, and shared.)
 * TensorFlow reads a ``bool`` byte other than 0x00 and 0x01 inconsistently (``Where``
   fails, ``count_nonzero`` counts the byte's value): such memory is imported as a copy
   with those bytes made 0x01.
