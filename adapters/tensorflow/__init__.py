@@ -7,8 +7,11 @@ rules on tensorflow 2.21 were measured, not assumed:
   ``max_version`` and raises ``RuntimeError`` for any ``stream``, ``dl_device`` or
   ``copy=True``), over the tensor's own buffer: a write through one changes the
   ``tf.constant`` it came from. So ``LEGACY_EXPORTS_MUTABLE`` is False and every export
-  is read-only. Types its DLPack lacks are refused before it is asked: a string tensor
-  makes ``to_dlpack`` abort the interpreter (``Check failed: DataTypeCanUseMemcpy``).
+  is read-only. Types it has no Hurray type for are refused before it is asked: a string
+  tensor makes ``to_dlpack`` abort the interpreter (``Check failed: DataTypeCanUseMemcpy``).
+  Its float8, int4, int2 and float4 types its DLPack refuses: they leave through its
+  ``__array__`` (a view of the buffer) and arrive through ``tf.constant`` (a copy,
+  reported; see :func:`by_value`).
   CPU tensors are read through TensorFlow's buffer protocol instead where it has a format
   (every type here but bfloat16): the same buffer, read-only, pinned by a memoryview, at
   a third of the cost of reading a capsule.
@@ -47,6 +50,7 @@ import tensorflow as tf
 from hurray_bridge import _capsule, _subbyte
 from hurray_bridge._copy_policy import alignment_note, check_copy, require_copy
 from hurray_bridge._dlpack import DLDeviceType
+from hurray_bridge._host import from_hurray as host_from_hurray
 from hurray_bridge._host import native_dtype as host_native_dtype
 from hurray_bridge._memory import host_array
 from hurray_bridge.descriptor import compact_strides, form_name
@@ -116,15 +120,27 @@ def _alignment() -> int:
 
 @lru_cache(maxsize=1)
 def _tables() -> tuple[dict[DType, Any], dict[Any, DType]]:
+    """Every Hurray type TensorFlow holds: those its DLPack carries, and those it holds
+    outside it (:func:`by_value`), each found through ml_dtypes' NumPy type."""
     to_tf: dict[DType, Any] = {}
     for d in all_dtypes():
-        if d.dlpack is None or d.is_subbyte or d.dlpack[0] not in _TF_CODES:
+        if d.dlpack is None or (d.is_subbyte and d.bits == 1):
             continue
         try:
             to_tf[d] = tf.as_dtype(host_native_dtype(d))
         except (TypeError, UnsupportedError, BackendNotAvailableError):
-            continue
+            continue  # float8_e8m0fnu: "Cannot convert ... to a TensorFlow DType"
     return to_tf, {v: k for k, v in to_tf.items()}
+
+
+@lru_cache(maxsize=1)
+def by_value() -> frozenset[DType]:
+    """The types TensorFlow holds but its DLPack refuses ("DT_FLOAT8_E4M3FN is not
+    supported by dlpack"; int4, int2 and float4 too): read through its ``__array__`` (a
+    view of the tensor's buffer), built with ``tf.constant`` from the values (a copy).
+    TensorFlow keeps sub-byte types one element per byte: Hurray's padded form."""
+    return frozenset(d for d in _tables()[0]
+                     if d.is_subbyte or d.dlpack is None or d.dlpack[0] not in _TF_CODES)
 
 
 def _supported_names() -> str:
@@ -137,8 +153,8 @@ def native_dtype(dtype: DType) -> Any:
         return _tables()[0][dtype]
     except KeyError:
         raise UnsupportedError(
-            f"TensorFlow's DLPack has no type for {dtype.name} (it takes {_supported_names()}; "
-            "not its float8 and sub-byte types); convert to numpy or jax"
+            f"TensorFlow has no type for {dtype.name} (it holds {_supported_names()}); "
+            "convert to numpy or jax"
         ) from None
 
 
@@ -148,13 +164,14 @@ def dtype_of(native: Any) -> DType:
         return _tables()[1][tf.as_dtype(native)]
     except (KeyError, TypeError):
         raise UnsupportedError(
-            f"TensorFlow dtype {native} has no Hurray element type through TensorFlow's DLPack "
-            f"(supported: {_supported_names()})"
+            f"TensorFlow dtype {native} has no Hurray element type (supported: "
+            f"{_supported_names()})"
         ) from None
 
 
 def native_dtypes() -> dict[DType, Any]:
-    """Every Hurray element type TensorFlow's DLPack carries, with its ``tf.DType``."""
+    """Every Hurray element type TensorFlow holds, with its ``tf.DType`` (those of
+    :func:`by_value` are copied into TensorFlow: its DLPack refuses them)."""
     return dict(_tables()[0])
 
 
@@ -225,6 +242,8 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
             f"TensorFlow cannot hand {what} over DLPack, and it has no Hurray element type "
             f"this adapter carries (supported: {_supported_names()}); cast it first "
             "(tf.cast) or, for strings, keep them out of the tensor exchange")
+    if dtype in by_value():
+        return _from_values(x, dtype, copy)
     if dtype is not _BFLOAT16 and x.device.endswith("CPU:0"):
         # TensorFlow's buffer protocol: a read-only view of the same buffer that pins the
         # tensor, with no capsule and no deleter (a third of the capsule's cost; bfloat16
@@ -244,6 +263,27 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
         t = Tensor._dense(0 if empty else view.data, shape, dtype, strides=None, padded=False,
                           device=Device(view.device_type, view.device_id),
                           owner=_TfOwner(x, view.owner), readonly=True, copied=False)
+    return t.copy() if copy else t
+
+
+def _from_values(x: Any, dtype: DType, copy: bool | None) -> Tensor:
+    """A tensor of a type TensorFlow's DLPack refuses, through its ``__array__``: on the
+    CPU a view of the tensor's own buffer (writable as NumPy gets it, read-only here, as
+    every TensorFlow export), elsewhere a host copy."""
+    on_host = x.device.endswith("CPU:0")
+    # Of a rank-0 tensor of these types TensorFlow's __array__ returns a scalar, which
+    # NumPy refuses ("__array__ method not producing an array"): read it as shape [1]
+    # (a reshape shares the buffer) and view that as rank 0.
+    src = x if x.shape.rank else tf.reshape(x, [1])
+    a = _asarray(src) if on_host else src.numpy()
+    if not x.shape.rank:
+        a = a.reshape(())
+    if not a.flags.c_contiguous:  # pragma: no cover - TensorFlow's arrays are compact
+        a = np.ascontiguousarray(a)
+        on_host = False
+    ptr = a.__array_interface__["data"][0] if a.size else 0
+    t = Tensor._dense(ptr, a.shape, dtype, strides=None, padded=dtype.is_subbyte, device=CPU,
+                      owner=_TfOwner(x, (src, a)), readonly=on_host, copied=not on_host)
     return t.copy() if copy else t
 
 
@@ -297,6 +337,34 @@ def _normalise_bool8(t: Tensor, src: Tensor, copy: bool | None) -> Tensor:
         view = np.frombuffer(host_array(src.data_ptr, src.nbytes, src), np.uint8)
     np.not_equal(view, 0, out=view.view(np.bool_))
     return src
+
+
+def _built_from_values(t: Tensor, copy: bool | None) -> Any:
+    """A tensor of a :func:`by_value` type: ``tf.constant`` of its values (a copy)."""
+    dtype = t.dtype
+    why = (f"TensorFlow's DLPack has no {dtype.name}: tf.constant builds the tensor from "
+           "the values")
+    require_copy(copy, NAME, why, refusal=f"{why}, which is a copy, but copy=False")
+    if not t.device.is_host_accessible:
+        raise UnsupportedError(f"{dtype.name} on {t.device} cannot reach TensorFlow: its DLPack "
+                               "does not take the type and the bridge reads host memory only")
+    n = 1
+    for d in t.shape:
+        n *= d
+    nd = host_native_dtype(dtype)
+    if not dtype.is_subbyte:
+        host = host_from_hurray(t, copy=False)  # a view; tf.constant copies it
+    elif not n:
+        host = np.zeros(t.shape, nd)
+    elif not t.descriptor.padded:
+        raw = np.frombuffer(t.memoryview(), np.uint8)
+        host = _subbyte.unpack(raw, n, dtype.bits).reshape(t.shape).view(nd)
+    else:
+        # Padded form: the high bits of each byte are to be ignored (element-types.md
+        # §4.3), and TensorFlow keeps whatever they hold.
+        codes = host_from_hurray(t, copy=False).view(np.uint8)
+        host = np.bitwise_and(codes, np.uint8((1 << dtype.bits) - 1)).view(nd)
+    return tf.constant(host)
 
 
 def _unpacked_bool(t: Tensor, copy: bool | None) -> Any:
@@ -365,6 +433,10 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
         out = _unpacked_bool(t, copy)
         return out if move is None else _move(out, move)
     native_dtype(t.dtype)  # the refusal naming the type, before any exchange
+    if t.dtype in by_value() and not (type(t.owner) is _TfOwner and not copy
+                                      and _is_whole_view(t, t.owner.tensor)):
+        out = _built_from_values(t, copy)
+        return out if move is None else _move(out, move)
     owner = t.owner
     if type(owner) is _TfOwner and not copy and _is_whole_view(t, owner.tensor):
         # One of to_hurray's exports, whole: the tensor it came from (TensorFlow's own

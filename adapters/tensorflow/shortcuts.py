@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from hurray_bridge._shortcuts import NDARRAY, READONLY_CAPSULE, Entry, entry
 
-from . import _EAGER, _alignment, _tables
+from . import _EAGER, _alignment, _tables, by_value
 
 __all__ = ["fast_export", "fast_import"]
 
@@ -83,13 +83,14 @@ def fast_import(tp: type) -> dict[str, Entry | None]:
     subclass, nor a variable: the full path reads those differently)."""
     if tp is not _EAGER:
         return {}
-    types = frozenset(_tables()[1])
+    types = frozenset(t for d, t in _tables()[0].items() if d not in by_value())
     return {NDARRAY: entry(_ndarray_of(types - {tf.bfloat16})),
             READONLY_CAPSULE: entry(_capsule_of(types))}
 
 
 def _from_ndarray() -> Entry:
-    by_np = {np.dtype(t.as_numpy_dtype): t for t in _tables()[1]}
+    by_np = {np.dtype(t.as_numpy_dtype): t for d, t in _tables()[0].items()
+             if d not in by_value()}
     align = _alignment()
 
     def ndarray_to_tf(a: Any) -> Any:

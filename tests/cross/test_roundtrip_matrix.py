@@ -38,11 +38,13 @@ from hurray_bridge.adapters import numpy as np_adapter  # noqa: E402
 FRAMEWORKS = ("numpy", "torch", "jax", "arrow", "tensorflow")
 SPELT = {"numpy": "NumPy", "torch": "torch", "jax": "JAX", "arrow": "Arrow",
          "tensorflow": "TensorFlow"}
-# TensorFlow's element types, as far as its DLPack carries them (it holds float8, int4 and
-# int2 too, but cannot export or import them); the table has no TensorFlow column.
+# TensorFlow's element types (the table has no TensorFlow column); those of TF_BY_VALUE
+# its DLPack refuses, so they reach it through tf.constant, a copy.
+TF_BY_VALUE = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                         "float4_e2m1fn", "int4", "uint4", "int2", "uint2"})
 TF_TYPES = frozenset({"bool8", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                       "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
-                      "complex128"})
+                      "complex128"}) | TF_BY_VALUE
 # Sources whose memory is read-only: TensorFlow gets a copy of it (its in-place ops write).
 # (An n-D Arrow source is a pa.Tensor, which is writable: only 1-D Arrow arrays are here.)
 READ_ONLY = {"jax": "JAX arrays are immutable", "arrow": "Arrow arrays are immutable",
@@ -157,7 +159,7 @@ def cannot_hold(fw: str, dtype: hb.DType, shape_name: str) -> str | None:
     """
     if fw == "tensorflow":
         if dtype.name not in TF_TYPES:
-            return f"TensorFlow's DLPack has no {dtype.name}"
+            return f"TensorFlow has no {dtype.name}"
         if shape_name.startswith("transposed"):
             return "TensorFlow tensors are always compact: a strided view cannot be made"
         return None
@@ -279,6 +281,8 @@ def contract(src: str, dst: str, dtype: hb.DType, shape_name: str, x: Any) -> tu
             return "refused", gap
         if src == "tensorflow":
             return "zero-copy", "the same tensor"
+        if dtype.name in TF_BY_VALUE:
+            return "copy", "TensorFlow's DLPack has no such type: built from the values"
         if src in READ_ONLY and (src != "arrow" or len(shape) == 1):
             return "copy", f"{READ_ONLY[src]}, and TensorFlow's in-place ops would write them"
         if strided:

@@ -289,16 +289,66 @@ def test_element_type_round_trips_zero_copy(name: str) -> None:
     assert np.array_equal(hb.convert(u, "numpy"), a)
 
 
-def test_types_tf_holds_but_its_dlpack_lacks_are_refused_by_name() -> None:
+def test_tf_holds_float8_and_sub_byte_types_its_dlpack_refuses() -> None:
+    """Pins tensorflow: float8, int4, int2 and float4 tensors exist, their DLPack export
+    is refused, and __array__ gives a view of the buffer (the same address twice)."""
     ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
-    x = tf.constant(np.zeros(4, ml_dtypes.float8_e4m3fn))
-    with pytest.raises(hb.UnsupportedError, match="float8_e4m3fn"):
-        hb.asarray(x)
-    with pytest.raises(hb.UnsupportedError, match="float8_e4m3fn"):
-        htf.from_hurray(hb.asarray(np.zeros(4, ml_dtypes.float8_e4m3fn)))
+    for name in ("float8_e4m3fn", "int4", "float4_e2m1fn"):
+        x = tf.constant(np.arange(4).astype(getattr(ml_dtypes, name)))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="not supported by dlpack"):
+            tfd.to_dlpack(x)
+        a, b = np.asarray(x), np.asarray(x)
+        assert a.ctypes.data == b.ctypes.data and a.nbytes == 4  # one element per byte
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                  "float8_e5m2fnuz", "int4", "uint4", "int2", "uint2",
+                                  "float4_e2m1fn"])
+def test_types_outside_its_dlpack_export_zero_copy_and_import_by_copy(
+        name: str, copies: Any) -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    d = hb.dtypes.dtype_from_name(name)
+    assert d in htf.native_dtypes() and d in htf.by_value()
+    values = (np.arange(6) % (1 << d.bits if d.is_subbyte else 7)).astype(np.uint8)
+    ref = values.view(getattr(ml_dtypes, name)) if d.is_subbyte else (
+        values.astype(getattr(ml_dtypes, name)))
+    x = tf.constant(ref)
+    t = hb.asarray(x)
+    assert t.dtype is d and t.readonly and not t.copied
+    assert t.data_ptr == np.asarray(x).ctypes.data  # TensorFlow's own buffer
+    assert t.descriptor.padded is d.is_subbyte
+    assert hb.convert(x, "tensorflow") is x
+    back = hb.convert(t, "numpy")
+    assert np.array_equal(back.view(np.uint8), ref.view(np.uint8))
+    with copies() as msgs:
+        y = hb.convert(ref, "tensorflow")
+    assert y.dtype == htf.native_dtype(d)
+    assert np.array_equal(np.asarray(y).view(np.uint8) & 0xFF, ref.view(np.uint8))
+    assert any("tf.constant" in m for m in msgs), msgs
+    with pytest.raises(hb.CopyRequiredError, match=r"tf\.constant"):
+        hb.convert(ref, "tensorflow", copy=False)
+
+
+def test_packed_and_dirty_padded_sub_byte_values_reach_tf() -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    codes = np.array([1, 14, 7, 8, 0], np.uint8)  # int4: 1, -2, 7, -8, 0
+    packed = hb.pack_subbyte(hb.asarray(codes.view(ml_dtypes.int4)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hb.CopyWarning)
+        y = hb.convert(packed, "tensorflow")
+        # High bits set in the padded form are to be ignored (element-types.md 4.3).
+        dirty = hb.convert((codes | 0xF0).view(ml_dtypes.int4), "tensorflow")
+    assert y.numpy().tolist() == dirty.numpy().tolist() == [1, -2, 7, -8, 0]
+    assert int(tf.reduce_sum(tf.cast(dirty, tf.int32))) == -2
+
+
+def test_types_tf_lacks_are_refused_by_name() -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    with pytest.raises(hb.UnsupportedError, match="float8_e8m0fnu"):
+        hb.convert(np.zeros(4, ml_dtypes.float8_e8m0fnu), "tensorflow")
     with pytest.raises(hb.UnsupportedError, match="qint8"):
         hb.asarray(tf.constant([1], tf.qint8))
-    assert hb.float8_e4m3fn not in htf.native_dtypes() and hb.int4 not in htf.native_dtypes()
+    assert hb.float8_e8m0fnu not in htf.native_dtypes()
 
 
 def test_string_tensor_export_aborts_tf_and_is_refused_first() -> None:
