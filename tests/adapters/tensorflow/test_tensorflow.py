@@ -319,6 +319,7 @@ def test_types_outside_its_dlpack_export_zero_copy_and_import_by_copy(
     assert t.descriptor.padded is d.is_subbyte
     assert hb.convert(x, "tensorflow") is x
     back = hb.convert(t, "numpy")
+    assert not back.flags.writeable  # TensorFlow's own __array__ view is writable: not ours
     assert np.array_equal(back.view(np.uint8), ref.view(np.uint8))
     with copies() as msgs:
         y = hb.convert(ref, "tensorflow")
