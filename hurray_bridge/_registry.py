@@ -33,6 +33,9 @@ class AdapterSpec(NamedTuple):
     # Why `hurray matrix` leaves it out ("" when it is in): the report hands one array's
     # memory to another framework and compares addresses, which a lazy collection has not.
     not_in_matrix: str = ""
+    # Why a plain `hurray matrix` leaves it out of its default set, which is the installed
+    # frameworks whose arrays live in host memory ("" when in; --frameworks still names it).
+    device_only: str = ""
 
 
 ADAPTERS: dict[str, AdapterSpec] = {
@@ -41,11 +44,14 @@ ADAPTERS: dict[str, AdapterSpec] = {
     "jax": AdapterSpec("jax", "jax", "jax"),
     "arrow": AdapterSpec("arrow", "pyarrow", "arrow"),
     "cupy": AdapterSpec("cupy", "cupy", "cupy", "that extra installs cupy-cuda12x (CUDA 12); "
-                        "for CUDA 13 use 'hurray-bridge[cupy-cuda13]'"),
+                        "for CUDA 13 use 'hurray-bridge[cupy-cuda13]'",
+                        device_only="CuPy arrays live in GPU memory"),
     "dask": AdapterSpec("dask", "dask", "dask", not_in_matrix=(
         "a Dask array is a lazy collection of NumPy chunks, not one block of memory to hand "
         "off: its chunks are NumPy views (tests/adapters/dask proves it), and the NumPy "
         "column of the report stands for them")),
+    "tensorflow": AdapterSpec("tensorflow", "tensorflow", "tensorflow", "install tensorflow-cpu "
+                              "for the CPU-only build (the adapter needs 'import tensorflow')"),
 }
 # Top-level module of an object's type -> adapter name.
 _MODULE_TO_ADAPTER = {
@@ -57,6 +63,7 @@ _MODULE_TO_ADAPTER = {
     "cupy": "cupy",
     "cupyx": "cupy",
     "dask": "dask",
+    "tensorflow": "tensorflow",
 }
 _ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch"}
 # Sparse types that are not their framework's dense type: module prefix (and, where the

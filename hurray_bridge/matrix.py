@@ -43,7 +43,9 @@ from .errors import (
 __all__ = ["FORMATS", "Cell", "Report", "available_frameworks", "build_report",
            "cells_as_dicts", "format_report", "reason_groups", "run_matrix"]
 
-CPU_TARGETS = ("numpy", "torch", "jax", "arrow")
+# The default set: every framework of the registry whose arrays live in host memory, in the
+# registry's order (a new adapter is in the report by its registry line alone).
+CPU_TARGETS = tuple(n for n, s in ADAPTERS.items() if not s.not_in_matrix and not s.device_only)
 FORMATS = ("text", "markdown", "json", "html")
 WIDTH = 100  # text and markdown lines fit this many columns
 ALIGNED = 64  # what the bridge allocates, and what JAX needs to alias CPU memory
@@ -422,23 +424,29 @@ def _format_text(report: Report) -> str:
     lines.append("")
     group = max([4 * len(targets) - 3] + [len(s) for s in sources])
     name_w = max([5] + [len(d) for d in dtypes]) + 2
-    lines.append(" " * name_w + "   ".join(s.ljust(group) for s in sources).rstrip())
     sub = "   ".join(letter[t] for t in targets)
-    lines.append("dtype".ljust(name_w) + "   ".join(sub.ljust(group) for _ in sources).rstrip())
-    for d in dtypes:
-        row = []
-        for s in sources:
-            marks = "   ".join(OUTCOMES[by[(s, t, d)].outcome][0] if (s, t, d) in by
-                               else " " for t in targets)
-            row.append(marks.ljust(group))
-        lines.append(d.ljust(name_w) + "   ".join(row).rstrip())
+    # As many source groups side by side as WIDTH holds; the rest in further blocks below.
+    per_block = max(1, (WIDTH - name_w + 3) // (group + 3))
+    for first in range(0, len(sources), per_block):
+        block = sources[first:first + per_block]
+        if first:
+            lines.append("")
+        lines.append(" " * name_w + "   ".join(s.ljust(group) for s in block).rstrip())
+        lines.append("dtype".ljust(name_w) + "   ".join(sub.ljust(group) for _ in block).rstrip())
+        for d in dtypes:
+            row = []
+            for s in block:
+                marks = "   ".join(OUTCOMES[by[(s, t, d)].outcome][0] if (s, t, d) in by
+                                   else " " for t in targets)
+                row.append(marks.ljust(group))
+            lines.append(d.ljust(name_w) + "   ".join(row).rstrip())
     dtype, timed = _timed(cells)
     if any(c.microseconds is not None for c in timed):
         st = report.settings
         lines += [""]
         lines += _wrap(f"Hand-off time, {dtype} x {st.get('size', '?')} "
                        f"({st.get('timing', '')}; marked as above):", "  ", "")
-        col = 10
+        col = max(10, 1 + max(map(len, targets)))  # a name as wide as a column gets a gap
         lines.append("from \\ to".ljust(name_w) + "".join(t.rjust(col) for t in targets))
         for src in sources:
             row = []

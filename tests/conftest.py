@@ -18,8 +18,9 @@ from .frameworks import backend as _backend
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Backend:
-    """Each framework in turn (numpy, torch, jax, arrow; cupy where installed); a framework
-    that is not installed skips its case with the reason "<module> is not installed"."""
+    """Each framework in turn (numpy, torch, jax, arrow, tensorflow; cupy where installed);
+    a framework that is not installed skips its case with the reason "<module> is not
+    installed"."""
     return _backend(request.param)
 
 

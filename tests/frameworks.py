@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 # hb.convert's target name -> the module that provides it.
-MODULES = {"numpy": "numpy", "torch": "torch", "jax": "jax", "arrow": "pyarrow", "cupy": "cupy"}
+MODULES = {"numpy": "numpy", "torch": "torch", "jax": "jax", "arrow": "pyarrow", "cupy": "cupy",
+           "tensorflow": "tensorflow"}
 
 
 def not_installed(module: str) -> str:
@@ -93,11 +94,17 @@ def _cupy() -> Backend:
     return Backend("cupy", cupy, cupy.asarray, cupy.asnumpy)
 
 
-_BUILD = {"numpy": _numpy, "torch": _torch, "jax": _jax, "arrow": _arrow, "cupy": _cupy}
+def _tensorflow() -> Backend:
+    tf = importlib.import_module("tensorflow")
+    return Backend("tensorflow", tf, tf.constant, lambda x: x.numpy())
+
+
+_BUILD = {"numpy": _numpy, "torch": _torch, "jax": _jax, "arrow": _arrow, "cupy": _cupy,
+          "tensorflow": _tensorflow}
 
 # CuPy only where it is installed: without it there is no GPU for it to use either, and a
 # case that can never run on a CPU machine would be one more skip in every CPU run.
-BACKENDS = ["numpy", "torch", "jax", "arrow"] + (
+BACKENDS = ["numpy", "torch", "jax", "arrow", "tensorflow"] + (
     ["cupy"] if importlib.util.find_spec("cupy") is not None else [])
 
 

@@ -80,6 +80,8 @@ COPIES: tuple[tuple[str, Hit, str], ...] = (
     ("numpy", lambda d, s, f: f == "packed",
      "NumPy (ml_dtypes) holds sub-byte types one per byte: packed data is unpacked"),
     ("torch", lambda d, s, f: d.bits == 1, "torch has no 1-bit bool: unpacked to torch.bool"),
+    ("tensorflow", lambda d, s, f: d.is_subbyte or d.name.startswith("float8"),
+     "TensorFlow's DLPack has no float8 and sub-byte types: tf.constant builds the tensor"),
 )
 
 # A source that needs a copy, per adapter that has one: what the refusal of copy=False
@@ -87,6 +89,8 @@ COPIES: tuple[tuple[str, Hit, str], ...] = (
 # copy=False and share it.
 NEEDS_COPY: dict[str, tuple[str, dict[str, Any]]] = {
     "jax": ("64-byte aligned", {"offset": 16}),
+    # TensorFlow aliases any address, then its kernels abort on one below 64 bytes.
+    "tensorflow": ("64-byte aligned", {"offset": 16}),
 }
 # Adapters whose to_hurray always copies (copy=False refuses every object).
 TO_HURRAY_COPIES = {"dask": "to_hurray computes the Dask graph into one new array"}

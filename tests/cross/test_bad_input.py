@@ -548,9 +548,9 @@ CASES: list[Case] = [
          ("copy", "'yes'", "True, False or None"), xfail=REG + "any truthy copy means True"),
     Case("convert-target-none", "hb.convert(x, None)", lambda: hb.convert(_array(), None),
          hb.UnsupportedError, ("unknown target None", "choose one of numpy")),
-    Case("convert-target-unknown", "hb.convert(x, 'tensorflow')",
-         lambda: hb.convert(_array(), "tensorflow"), hb.UnsupportedError,
-         ("unknown target 'tensorflow'", "choose one of")),
+    Case("convert-target-unknown", "hb.convert(x, 'theano')",
+         lambda: hb.convert(_array(), "theano"), hb.UnsupportedError,
+         ("unknown target 'theano'", "choose one of")),
     Case("convert-list", "hb.convert([1, 2], 'torch')", lambda: hb.convert([1, 2], "numpy"),
          hb.UnsupportedError, ("builtins.list", "__dlpack__")),
     Case("convert-numpy-device", "hb.convert(x, 'numpy', device='cuda:0')",
@@ -626,6 +626,77 @@ CASES += [
     Case("jax-from-hurray-device", "adapters.jax.from_hurray(t, device='bogus:7')",
          lambda: _adapter("jax").from_hurray(_tensor(), device="bogus:7"),
          hb.UnsupportedError, ("bogus", "backend")),
+]
+
+
+
+# -- TensorFlow (skipped by name where it is not installed)
+def _tf() -> Any:
+    return pytest.importorskip("tensorflow", reason="tensorflow is not installed")
+
+
+def _aligned_array(values: Any, dtype: Any = np.float32, writeable: bool = True) -> Any:
+    from hurray_bridge._memory import aligned_zeros
+
+    a = aligned_zeros(np.shape(values), dtype)
+    a[...] = values
+    a.flags.writeable = writeable
+    return a
+
+
+def _to_tf(obj: Any, **kw: Any) -> Any:
+    _tf()
+    return hb.convert(obj, "tensorflow", **kw)
+
+
+CASES += [
+    Case("tensorflow-from-hurray-none", "adapters.tensorflow.from_hurray(None)",
+         lambda: (_tf(), _adapter("tensorflow").from_hurray(None)), hb.UnsupportedError,
+         ("NoneType", "hb.Tensor")),
+    Case("tensorflow-from-hurray-copy-str", "adapters.tensorflow.from_hurray(t, copy='no')",
+         lambda: (_tf(), _adapter("tensorflow").from_hurray(_tensor(), copy="no")),
+         hb.UnsupportedError, ("copy", "'no'", "True, False or None")),
+    Case("tensorflow-to-hurray-none", "adapters.tensorflow.to_hurray(None)",
+         lambda: (_tf(), _adapter("tensorflow").to_hurray(None)), hb.UnsupportedError,
+         ("NoneType", "tf.Tensor")),
+    Case("tensorflow-string-tensor", "hb.asarray(tf.constant(['a']))",
+         lambda: hb.asarray(_tf().constant(["a"])), hb.UnsupportedError,
+         ("string tensor", "DLPack", "tf.cast")),
+    Case("tensorflow-sparse-tensor", "hb.asarray(tf.SparseTensor(...))",
+         lambda: hb.asarray(_tf().sparse.SparseTensor([[0, 0]], [1.0], [2, 2])),
+         hb.UnsupportedError, ("tf.SparseTensor", "dense only", "tf.sparse.to_dense")),
+    Case("tensorflow-ragged-tensor", "hb.asarray(tf.ragged.constant([[1], [2, 3]]))",
+         lambda: hb.asarray(_tf().ragged.constant([[1], [2, 3]])), hb.UnsupportedError,
+         ("tf.RaggedTensor", "to_tensor()")),
+    Case("tensorflow-e8m0-target", "hb.convert(float8_e8m0fnu ndarray, 'tensorflow')",
+         lambda: _to_tf(np.zeros(4, pytest.importorskip("ml_dtypes").float8_e8m0fnu)),
+         hb.UnsupportedError, ("float8_e8m0fnu", "it holds bool8", "convert to numpy or jax")),
+    Case("tensorflow-float8-copy-false", "hb.convert(float8 ndarray, 'tensorflow', copy=False)",
+         lambda: _to_tf(np.zeros(4, pytest.importorskip("ml_dtypes").float8_e4m3fn),
+                        copy=False), hb.CopyRequiredError,
+         ("DLPack has no float8_e4m3fn", "tf.constant", "copy=False")),
+    Case("tensorflow-device-bogus", "hb.convert(x, 'tensorflow', device='bogus:7')",
+         lambda: _to_tf(_array(), device="bogus:7"), hb.UnsupportedError,
+         ("device='bogus:7'", "'GPU:1'")),
+    Case("tensorflow-device-absent-gpu", "hb.convert(x, 'tensorflow', device='GPU:99')",
+         lambda: _to_tf(_aligned_array(np.ones(4)), device="GPU:99"), hb.UnsupportedError,
+         ("GPU(s) here", "GPU:99", "device='CPU'")),
+    Case("tensorflow-strided-copy-false", "hb.convert(a[:, ::2], 'tensorflow', copy=False)",
+         lambda: _to_tf(_aligned_array(np.ones((2, 4)))[:, ::2], copy=False),
+         hb.CopyRequiredError, ("strides (4, 2)", "compact", "copy=False", "copy=None")),
+    Case("tensorflow-unaligned-copy-false", "hb.convert(16-byte aligned, 'tensorflow', copy=False)",
+         lambda: _to_tf(_aligned_array(np.ones(8))[4:], copy=False), hb.CopyRequiredError,
+         ("not 64-byte aligned", "abort", "copy=False")),
+    Case("tensorflow-read-only-copy-false", "hb.convert(read-only array, 'tensorflow', copy=False)",
+         lambda: _to_tf(_aligned_array(np.ones(8), writeable=False), copy=False),
+         hb.CopyRequiredError, ("read-only", "InplaceUpdate", "copy=False")),
+    Case("tensorflow-bool-bytes-copy-false",
+         "hb.convert(bool bytes [0, 2], 'tensorflow', copy=False)",
+         lambda: _to_tf(_aligned_array([0, 2], np.uint8).view(np.bool_), copy=False),
+         hb.CopyRequiredError, ("0x01", "copy=False")),
+    Case("tensorflow-packed-bool-copy-false", "hb.convert(1-bit bool, 'tensorflow', copy=False)",
+         lambda: _to_tf(hb.pack_subbyte(hb.asarray(np.ones(8, np.bool_))), copy=False),
+         hb.CopyRequiredError, ("1-bit packed bool", "tf.bool", "copy=False")),
 ]
 
 CASES += [
@@ -997,9 +1068,9 @@ CASES += [
     Case("matrix-size-negative", "run_matrix(['numpy'], n=-1)",
          lambda: hb_matrix.run_matrix(["numpy"], n=-1),
          hb.FormatError, ("size", ">= 1", "got -1")),
-    Case("matrix-unknown-framework", "run_matrix(['tensorflow'])",
-         lambda: hb_matrix.run_matrix(["tensorflow"]),
-         hb.UnsupportedError, ("'tensorflow'", "numpy, torch, jax, arrow, cupy")),
+    Case("matrix-unknown-framework", "run_matrix(['theano'])",
+         lambda: hb_matrix.run_matrix(["theano"]),
+         hb.UnsupportedError, ("'theano'", "numpy, torch, jax, arrow, cupy")),
     # -- short and cut files are named for what they are
     Case("loads-short-foreign", "hb.loads(b'hello')", lambda: hb.loads(b"hello"),
          hb.FormatError, ("magic", "not a Hurray file", "5 bytes")),

@@ -1,4 +1,5 @@
-"""The round-trip matrix: producer x consumer x dtype x shape over NumPy, torch, JAX and Arrow.
+"""The round-trip matrix: producer x consumer x dtype x shape over NumPy, torch, JAX, Arrow
+and TensorFlow.
 
 Every cell hands one tensor over with ``hb.convert`` and checks three things:
 the values are bit-exact; the outcome (zero-copy, reported copy, or refusal)
@@ -34,8 +35,28 @@ ml_dtypes = optional("ml_dtypes")
 
 from hurray_bridge.adapters import numpy as np_adapter  # noqa: E402
 
-FRAMEWORKS = ("numpy", "torch", "jax", "arrow")
-SPELT = {"numpy": "NumPy", "torch": "torch", "jax": "JAX", "arrow": "Arrow"}
+FRAMEWORKS = ("numpy", "torch", "jax", "arrow", "tensorflow")
+SPELT = {"numpy": "NumPy", "torch": "torch", "jax": "JAX", "arrow": "Arrow",
+         "tensorflow": "TensorFlow"}
+# TensorFlow's element types (the table has no TensorFlow column); those of TF_BY_VALUE
+# its DLPack refuses, so they reach it through tf.constant, a copy.
+TF_BY_VALUE = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                         "float4_e2m1fn", "int4", "uint4", "int2", "uint2"})
+TF_TYPES = frozenset({"bool8", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                      "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
+                      "complex128"}) | TF_BY_VALUE
+# Sources whose memory is read-only: TensorFlow gets a copy of it (its in-place ops write).
+# (An n-D Arrow source is a pa.Tensor, which is writable: only 1-D Arrow arrays are here.)
+READ_ONLY = {"jax": "JAX arrays are immutable", "arrow": "Arrow arrays are immutable",
+             "tensorflow": "TensorFlow's exports are read-only"}
+
+
+def _tf() -> Any:
+    """TensorFlow, imported only by the cells that use it (a 2-3 s import, kept out of the
+    collection of every other cell and of the modules that import this one)."""
+    import tensorflow
+
+    return tensorflow
 X64 = bool(jax and jax.config.jax_enable_x64)
 
 SHAPES: dict[str, tuple[int, ...]] = {
@@ -115,11 +136,16 @@ def make_arrow(dtype: hb.DType, shape_name: str) -> Any:
     return pa.Tensor.from_numpy(_strided(shape_name, ref))
 
 
+def make_tensorflow(dtype: hb.DType, shape_name: str) -> Any:
+    return _tf().constant(reference(dtype, SHAPES[shape_name]))
+
+
 MAKERS: dict[str, Callable[[hb.DType, str], Any]] = {
     "numpy": make_numpy,
     "torch": make_torch,
     "jax": make_jax,
     "arrow": make_arrow,
+    "tensorflow": make_tensorflow,
 }
 
 
@@ -131,6 +157,12 @@ def cannot_hold(fw: str, dtype: hb.DType, shape_name: str) -> str | None:
     follow each framework's array model. A producer's cells for these are not
     generated; a consumer's are refusals (``contract``).
     """
+    if fw == "tensorflow":
+        if dtype.name not in TF_TYPES:
+            return f"TensorFlow has no {dtype.name}"
+        if shape_name.startswith("transposed"):
+            return "TensorFlow tensors are always compact: a strided view cannot be made"
+        return None
     if getattr(dtype, fw) is None:
         return f"{SPELT[fw]} has no {dtype.name}"
     if fw == "torch" and dtype.is_subbyte:
@@ -161,7 +193,7 @@ def pointer(x: Any) -> int:
         return x.data_ptr()
     if jax and isinstance(x, jax.Array):
         return x.unsafe_buffer_pointer() if x.size else 0
-    return hb.asarray(x).data_ptr  # pyarrow exposes no address for a Tensor
+    return hb.asarray(x).data_ptr  # pyarrow and TensorFlow expose no address
 
 
 def logical(x: Any) -> np.ndarray:
@@ -177,6 +209,8 @@ def logical(x: Any) -> np.ndarray:
         )
     if jax and isinstance(x, jax.Array):
         x = np.asarray(x)
+    if type(x).__module__.startswith("tensorflow."):
+        x = x.numpy()
     if pa and isinstance(x, pa.Tensor):
         x = x.to_numpy()
     if pa and isinstance(x, (pa.Array, pa.ChunkedArray)):
@@ -238,6 +272,23 @@ def contract(src: str, dst: str, dtype: hb.DType, shape_name: str, x: Any) -> tu
     if dst == "numpy":
         if packed:
             return "copy", "NumPy (ml_dtypes) holds sub-byte types one per byte: unpacked"
+        return "zero-copy", ""
+    if dst == "tensorflow":
+        if dtype.bits == 1:
+            return "copy", "TensorFlow has no 1-bit bool: unpacked to tf.bool"
+        gap = cannot_hold("tensorflow", dtype, "vector_7")
+        if gap:
+            return "refused", gap
+        if src == "tensorflow":
+            return "zero-copy", "the same tensor"
+        if dtype.name in TF_BY_VALUE:
+            return "copy", "TensorFlow's DLPack has no such type: built from the values"
+        if src in READ_ONLY and (src != "arrow" or len(shape) == 1):
+            return "copy", f"{READ_ONLY[src]}, and TensorFlow's in-place ops would write them"
+        if strided:
+            return "copy", "TensorFlow imports compact memory only"
+        if not empty and pointer(x) % 64:
+            return "copy", "TensorFlow's kernels abort on memory not 64-byte aligned"
         return "zero-copy", ""
     raise AssertionError(dst)
 

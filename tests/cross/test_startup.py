@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-FRAMEWORKS = ("numpy", "torch", "jax", "pyarrow", "ml_dtypes", "scipy", "cupy")
+FRAMEWORKS = ("numpy", "torch", "jax", "pyarrow", "ml_dtypes", "scipy", "cupy", "tensorflow")
 
 SCRIPT = """
 import json, runpy, sys

@@ -28,6 +28,9 @@ pa = pytest.importorskip("pyarrow")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import hurray_bridge.adapters.torch as hb_torch  # noqa: E402
+from tests.frameworks import optional  # noqa: E402
+
+tf = optional("tensorflow")  # its cases join where it is installed
 
 GENERAL = hb.convert.general  # type: ignore[attr-defined]
 
@@ -240,6 +243,53 @@ CASES: list[tuple[str, Callable[[], Any], str, bool]] = [
 ]
 
 
+def _tf_cases() -> list[tuple[str, Callable[[], Any], str, bool]]:
+    """TensorFlow -> NumPy: its buffer protocol (no bfloat16 format); -> torch: its own
+    read-only capsule. NumPy and torch -> TensorFlow: its DLPack import of writable,
+    compact, 64-byte aligned memory, bool bytes 0 and 1 only."""
+    if tf is None:
+        return []
+
+    def bool_byte_2() -> Any:
+        a = _np(np.uint8)
+        a[1] = 2
+        return a.view(np.bool_)
+
+    return [
+        ("tf f32", lambda: tf.constant(np.arange(6, dtype=np.float32)), "numpy", True),
+        ("tf 2-D", lambda: tf.ones((2, 3), tf.int32), "numpy", True),
+        ("tf 0-d", lambda: tf.constant(3.0), "numpy", True),
+        ("tf empty", lambda: tf.zeros((0, 2)), "numpy", True),
+        ("tf bool", lambda: tf.constant([True, False]), "numpy", True),
+        ("tf c128", lambda: tf.constant([1 + 2j], tf.complex128), "numpy", True),
+        ("tf bf16", lambda: tf.range(3.0, dtype=tf.bfloat16), "numpy", False),
+        ("tf string", lambda: tf.constant(["a"]), "numpy", False),
+        ("tf variable", lambda: tf.Variable([1.0, 2.0]), "numpy", False),
+        ("tf f32", lambda: tf.constant(np.arange(6, dtype=np.float32)), "torch", True),
+        ("tf bf16", lambda: tf.range(3.0, dtype=tf.bfloat16), "torch", True),
+        ("tf string", lambda: tf.constant(["a"]), "torch", False),
+        ("np f32", lambda: _np(), "tensorflow", True),
+        ("np 2-D", lambda: _np(shape=(2, 3)), "tensorflow", True),
+        ("np 0-d", lambda: _np(shape=()), "tensorflow", True),
+        ("np bool", lambda: _np(bool), "tensorflow", True),
+        # NumPy's own DLPack export has no bfloat16: the full path builds the capsule.
+        ("np bfloat16", lambda: _np(ml_dtypes.bfloat16), "tensorflow", False),
+        ("np bool byte 2", bool_byte_2, "tensorflow", False),
+        ("np misaligned", _misaligned, "tensorflow", False),
+        ("np read-only", lambda: _readonly(_np()), "tensorflow", False),
+        ("np strided", lambda: _np(shape=(8,))[::2], "tensorflow", False),
+        ("np fortran", lambda: np.asfortranarray(_np(shape=(2, 3))), "tensorflow", False),
+        ("np empty", lambda: _np(shape=(0,)), "tensorflow", False),
+        ("np big-endian", lambda: _np(">f4"), "tensorflow", False),
+        ("np datetime", lambda: np.zeros(3, "datetime64[s]"), "tensorflow", False),
+        ("torch f32", lambda: _torch_aligned(torch.float32, (2, 3)), "tensorflow", True),
+        ("torch grad", lambda: torch.ones(3, requires_grad=True), "tensorflow", False),
+    ]
+
+
+CASES += _tf_cases()
+
+
 
 
 def _pointer(out: Any) -> int:
@@ -275,6 +325,10 @@ def _observe(out: Any) -> tuple[Any, ...]:
         host = np.asarray(out)
         return ("jax", str(out.dtype), out.shape, repr(out.format), out.committed,
                 host.tobytes(), out.unsafe_buffer_pointer() if out.size else None)
+    if tf is not None and isinstance(out, tf.Tensor):
+        size = int(tf.size(out))
+        return ("tensorflow", out.dtype.name, tuple(out.shape), out.numpy().tobytes(),
+                _tf_pointer(out) if size else None)
     if isinstance(out, (pa.Array, pa.Tensor)):
         return (type(out), str(out.type), out.to_pylist() if isinstance(out, pa.Array)
                 else out.to_numpy().tolist(), _pointer(out) if isinstance(out, pa.Array)
@@ -282,8 +336,16 @@ def _observe(out: Any) -> tuple[Any, ...]:
     return (type(out), repr(out))
 
 
+def _tf_pointer(x: Any) -> int:
+    from hurray_bridge import _capsule
+
+    return int(_capsule.consume_capsule(tf.experimental.dlpack.to_dlpack(x)).data)
+
+
 def _source_pointer(obj: Any) -> int | None:
     try:
+        if tf is not None and isinstance(obj, tf.Tensor):
+            return _tf_pointer(obj)
         if isinstance(obj, hb.Tensor):
             return obj.data_ptr
         if isinstance(obj, (np.ndarray, torch.Tensor, pa.Array)):

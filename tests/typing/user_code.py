@@ -93,7 +93,7 @@ def errors() -> None:
     else:
         raise AssertionError("copy=False was not refused")
     try:
-        hb.convert(s, "tensorflow")
+        hb.convert(s, "theano")
     except hb.UnsupportedError as exc:
         assert "unknown target" in str(exc)
 
