@@ -46,6 +46,7 @@ ADAPTERS: dict[str, AdapterSpec] = {
         "a Dask array is a lazy collection of NumPy chunks, not one block of memory to hand "
         "off: its chunks are NumPy views (tests/adapters/dask proves it), and the NumPy "
         "column of the report stands for them")),
+    "mlx": AdapterSpec("mlx", "mlx", "mlx"),
 }
 # Top-level module of an object's type -> adapter name.
 _MODULE_TO_ADAPTER = {
@@ -57,6 +58,7 @@ _MODULE_TO_ADAPTER = {
     "cupy": "cupy",
     "cupyx": "cupy",
     "dask": "dask",
+    "mlx": "mlx",
 }
 _ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch"}
 # Sparse types that are not their framework's dense type: module prefix (and, where the
