@@ -129,6 +129,19 @@ def dtype_of(native: Any) -> DType:
 
 
 # --------------------------------------------------------------------- to Hurray
+class _MlxOwner:
+    """An MLX array whose memory a tensor describes whole, and the export that holds it."""
+
+    __slots__ = ("__weakref__", "array", "export")
+
+    def __init__(self, array: Any, export: Tensor) -> None:
+        self.array = array
+        self.export = export
+
+    def __repr__(self) -> str:
+        return f"<mlx.core.array export {self.array.dtype}{list(self.array.shape)}>"
+
+
 def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     """An ``mx.array`` as an hb.Tensor over its own memory, writable, evaluated first
     (zero-copy unless ``copy=True``)."""
@@ -144,12 +157,17 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
             "only (its GPU builds are untested): copy it to the CPU in MLX first")
     mx.eval(obj)  # a lazy result has no memory until evaluated
     if dtype is bfloat16:
-        t = from_dlpack(obj)  # writable: LEGACY_EXPORTS_MUTABLE
+        export = from_dlpack(obj)  # writable: LEGACY_EXPORTS_MUTABLE
     else:
         # The buffer protocol: writable, zero-copy, and a tenth of a DLPack import's cost.
         exporter: Any = obj  # (MLX's stubs do not declare its buffer protocol)
-        t = _host.to_hurray(np.asarray(memoryview(exporter)))
-    return t.copy() if copy else t
+        export = _host.to_hurray(np.asarray(memoryview(exporter)))
+    if copy:
+        return export.copy()
+    # The same memory, owned by a record of the array: from_hurray gives the array back.
+    return Tensor._dense(export.data_ptr, export.shape, dtype, strides=export.strides,
+                         padded=False, device=CPU, owner=_MlxOwner(obj, export),
+                         readonly=export.readonly, copied=False)
 
 
 # ------------------------------------------------------------------- from Hurray
@@ -167,19 +185,14 @@ def _check_device(device: Any) -> None:
 
 def _whole_array(t: Tensor) -> Any:
     """The MLX array ``t`` is a whole, unchanged view of (a ``to_hurray`` export), or None."""
-    nd = t.owner
-    if type(nd) is not np.ndarray or t.copied or t.nbytes == 0:
+    owner = t.owner
+    if type(owner) is not _MlxOwner or t.copied:
         return None
-    mv = nd.base
-    x = mv.obj if isinstance(mv, memoryview) else None
-    if not isinstance(x, _array) or x.shape != nd.shape or tuple(t.shape) != nd.shape:
+    export = owner.export
+    if (t.data_ptr != export.data_ptr or t.shape != export.shape
+            or t.strides != export.strides or t.dtype != export.dtype):
         return None
-    isz = nd.itemsize
-    strides = None if nd.flags.c_contiguous else tuple(s // isz for s in nd.strides)
-    if (t.data_ptr != nd.__array_interface__["data"][0] or t.strides != strides
-            or dtype_of(x.dtype) != t.dtype):
-        return None
-    return x
+    return owner.array
 
 
 def _unpacked_bool(t: Tensor) -> Any:
