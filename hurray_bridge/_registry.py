@@ -33,6 +33,9 @@ class AdapterSpec(NamedTuple):
     # Why `hurray matrix` leaves it out ("" when it is in): the report hands one array's
     # memory to another framework and compares addresses, which a lazy collection has not.
     not_in_matrix: str = ""
+    # Why its objects never live in host memory ("" when they can): the report's default
+    # run, which measures host hand-offs, takes only the others (named, they are measured).
+    device_only: str = ""
 
 
 ADAPTERS: dict[str, AdapterSpec] = {
@@ -41,7 +44,8 @@ ADAPTERS: dict[str, AdapterSpec] = {
     "jax": AdapterSpec("jax", "jax", "jax"),
     "arrow": AdapterSpec("arrow", "pyarrow", "arrow"),
     "cupy": AdapterSpec("cupy", "cupy", "cupy", "that extra installs cupy-cuda12x (CUDA 12); "
-                        "for CUDA 13 use 'hurray-bridge[cupy-cuda13]'"),
+                        "for CUDA 13 use 'hurray-bridge[cupy-cuda13]'",
+                        device_only="CuPy arrays live in GPU memory"),
     "dask": AdapterSpec("dask", "dask", "dask", not_in_matrix=(
         "a Dask array is a lazy collection of NumPy chunks, not one block of memory to hand "
         "off: its chunks are NumPy views (tests/adapters/dask proves it), and the NumPy "

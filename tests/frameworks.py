@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 # hb.convert's target name -> the module that provides it.
-MODULES = {"numpy": "numpy", "torch": "torch", "jax": "jax", "arrow": "pyarrow", "cupy": "cupy"}
+MODULES = {"numpy": "numpy", "torch": "torch", "jax": "jax", "arrow": "pyarrow", "cupy": "cupy",
+           "mlx": "mlx.core"}
 
 
 def not_installed(module: str) -> str:
@@ -93,11 +94,23 @@ def _cupy() -> Backend:
     return Backend("cupy", cupy, cupy.asarray, cupy.asnumpy)
 
 
-_BUILD = {"numpy": _numpy, "torch": _torch, "jax": _jax, "arrow": _arrow, "cupy": _cupy}
+def _mlx() -> Backend:
+    np = importlib.import_module("numpy")
+    mx = importlib.import_module("mlx.core")
+
+    def array(a: Any) -> Any:  # dtype= named: MLX narrows float64 to float32 when it chooses
+        a = np.asarray(a)
+        return mx.array(a, dtype=getattr(mx, "bool_" if a.dtype == np.bool_ else a.dtype.name))
+
+    return Backend("mlx", mx, array, lambda x: np.array(x))
+
+
+_BUILD = {"numpy": _numpy, "torch": _torch, "jax": _jax, "arrow": _arrow, "cupy": _cupy,
+          "mlx": _mlx}
 
 # CuPy only where it is installed: without it there is no GPU for it to use either, and a
 # case that can never run on a CPU machine would be one more skip in every CPU run.
-BACKENDS = ["numpy", "torch", "jax", "arrow"] + (
+BACKENDS = ["numpy", "torch", "jax", "arrow", "mlx"] + (
     ["cupy"] if importlib.util.find_spec("cupy") is not None else [])
 
 

@@ -369,7 +369,7 @@ NAMING_MODULES = frozenset({"hurray_bridge/_registry.py", "hurray_bridge/_numpy.
 NAMED_ON_PURPOSE = {
     "hurray_bridge/shards.py": (5, "hb.from_jax / hb.to_jax / hb.to_dtensor, and "
                                    "assemble's documented default to='numpy'"),
-    "hurray_bridge/matrix.py": (21, "the compatibility report: its columns are frameworks"),
+    "hurray_bridge/matrix.py": (17, "the compatibility report: its columns are frameworks"),
     "hurray_bridge/testing/_context.py": (4, "the kit's report names the installed versions"),
 }
 
