@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-FRAMEWORKS = ("numpy", "torch", "jax", "cupy", "pyarrow", "ml_dtypes", "scipy")
+FRAMEWORKS = ("numpy", "torch", "jax", "cupy", "pyarrow", "ml_dtypes", "scipy", "mlx")
 
 SCRIPT = """
 import json, sys

@@ -17,6 +17,7 @@ write is a SIGSEGV, which must fail a test, not kill the suite.
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 import textwrap
@@ -374,3 +375,38 @@ def test_writing_through_mlx_after_load_leaves_the_file_alone(tmp_path: Path,
     assert r.stdout == "[101.0, -7.0] [0.0, 1.0]\n", r.stdout
     reread = hb.load(path)["w"]
     assert hb.convert(reread, "numpy", copy=True).tolist() == list(range(16))
+
+
+# ------------------------------------------------------------------- the README
+def test_the_readme_mlx_lines_run_as_written(tmp_path: Path) -> None:
+    """The README's MLX block in a fresh interpreter (in a scratch folder, for its file):
+    the copy=False line raises CopyRequiredError, the import of n copies with a
+    CopyWarning, and the comments' claims hold."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in text.split("```python\n")[1:]
+                 if b.startswith("import hurray_bridge as hb\nimport mlx.core as mx\n"))
+    lines = block.split("```", 1)[0].splitlines()
+    at = next(i for i, ln in enumerate(lines) if '"mlx", copy=False)' in ln)
+    assert "raises CopyRequiredError" in lines[at]
+    code = "\n".join([
+        "import warnings", "import numpy as np",
+        "warnings.simplefilter('error')",
+        "with warnings.catch_warnings(record=True) as caught:",
+        "    warnings.simplefilter('always')",
+        *("    " + ln for ln in lines[:at]),
+        "try:", "    " + lines[at], "except hb.CopyRequiredError:", "    pass",
+        "else:", "    raise AssertionError('copy=False did not raise')",
+        "with warnings.catch_warnings():",
+        "    warnings.simplefilter('ignore', hb.CopyWarning)",
+        *("    " + ln for ln in lines[at + 1:]),
+        "assert [str(w.message) for w in caught if w.category is hb.CopyWarning] == "
+        "['copied for mlx: MLX copies every import of host memory (mx.array and "
+        "mx.from_dlpack take no foreign CPU memory)']",
+        "assert a[0].item() == 5 and a[1].item() == 2",
+        "assert t.data_ptr() == n.__array_interface__['data'][0]",
+        "assert m[0].item() == 5 and w[0].item() == 5 and w.dtype == mx.float32",
+        "print('ok')"])
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0 and res.stdout == "ok\n", res.stdout + res.stderr
