@@ -148,6 +148,16 @@ class _MlxOwner:
         return f"<mlx.core.array export {self.array.dtype}{list(self.array.shape)}>"
 
 
+def _export(obj: Any, dtype: DType) -> Tensor:
+    """The memory ``obj`` holds now, as a tensor of ``dtype`` (its own)."""
+    mx.eval(obj)  # a lazy result has no memory until evaluated
+    if dtype is bfloat16:
+        return from_dlpack(obj)  # writable: LEGACY_EXPORTS_MUTABLE
+    # The buffer protocol: writable, zero-copy, and a tenth of a DLPack import's cost.
+    exporter: Any = obj  # (MLX's stubs do not declare its buffer protocol)
+    return _host.to_hurray(np.asarray(memoryview(exporter)))
+
+
 def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     """An ``mx.array`` as an hb.Tensor over its own memory, writable, evaluated first
     (zero-copy unless ``copy=True``)."""
@@ -161,13 +171,7 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
         raise UnsupportedError(
             f"this MLX array is on {Device(kind, index)}; the MLX adapter takes CPU memory "
             "only (its GPU builds are untested): copy it to the CPU in MLX first")
-    mx.eval(obj)  # a lazy result has no memory until evaluated
-    if dtype is bfloat16:
-        export = from_dlpack(obj)  # writable: LEGACY_EXPORTS_MUTABLE
-    else:
-        # The buffer protocol: writable, zero-copy, and a tenth of a DLPack import's cost.
-        exporter: Any = obj  # (MLX's stubs do not declare its buffer protocol)
-        export = _host.to_hurray(np.asarray(memoryview(exporter)))
+    export = _export(obj, dtype)
     if copy:
         return export.copy()
     # The same memory, owned by a record of the array: from_hurray gives the array back.
@@ -194,11 +198,15 @@ def _whole_array(t: Tensor) -> Any:
     owner = t.owner
     if type(owner) is not _MlxOwner or t.copied:
         return None
-    export = owner.export
-    if (t.data_ptr != export.data_ptr or t.shape != export.shape
-            or t.strides != export.strides or t.dtype != export.dtype):
+    x = owner.array
+    if t.dtype != dtype_of(x.dtype) or t.shape != tuple(x.shape):
         return None
-    return owner.array
+    # Where the array's memory is now: an update MLX could not make in place (a[0] = 1 on
+    # a view of another array) gives the array new memory, and t keeps the old values.
+    now = _export(x, t.dtype)
+    if t.data_ptr != now.data_ptr or t.strides != now.strides:
+        return None
+    return x
 
 
 def _unpacked_bool(t: Tensor) -> Any:

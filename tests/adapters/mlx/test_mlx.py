@@ -45,6 +45,12 @@ def _addr(a: Any) -> int:
     return int(np.from_dlpack(a).__array_interface__["data"][0])
 
 
+def _ev(a: Any) -> Any:
+    """``a`` evaluated (MLX arrays are lazy)."""
+    mx.eval(a)
+    return a
+
+
 def _np_addr(a: Any) -> int:
     return int(a.__array_interface__["data"][0])
 
@@ -328,6 +334,25 @@ def test_a_whole_view_comes_back_as_the_array_and_a_part_is_copied() -> None:
     with pytest.raises(hb.CopyRequiredError):
         hb.convert(n[1:], "mlx", copy=False)  # a part of a: not a's whole view
     assert np.asarray(hb.convert(n[1:], "mlx", copy=True)).tolist() == n[1:].tolist()
+
+
+def test_an_array_moved_to_new_memory_is_not_given_back_for_the_old() -> None:
+    """MLX updates a view of another array (v[0] = 99) in new memory, as it cannot write
+    the shared buffer: the old export still describes the old values, so converting it
+    must copy those, not hand back v."""
+    a = _ev(mx.arange(6, dtype=mx.float32))
+    v = _ev(a[2:])
+    t = hb.asarray(v)
+    v[0] = 99.0
+    mx.eval(v)
+    assert v[0].item() == 99.0 and hb.convert(t, "numpy")[0] == 2.0
+    m, copies = _convert(t, "mlx")
+    assert m is not v and np.asarray(m).tolist() == [2.0, 3.0, 4.0, 5.0] and copies
+    w = _ev(mx.arange(4, dtype=mx.float32))
+    u = hb.asarray(w)
+    w += 1  # an update MLX makes in place: u sees it, and w is still u's whole array
+    mx.eval(w)
+    assert hb.convert(u, "mlx") is w and hb.convert(u, "numpy").tolist() == [1, 2, 3, 4]
 
 
 # ----------------------------------------------------------- read-only memory
