@@ -6,11 +6,17 @@ What mlx 0.32.4 (``mlx[cpu]``) does, measured, and what this adapter makes of it
   protocol (writable, as MLX documents: ``np.array(a, copy=False)`` is a view whose
   writes MLX sees) and through DLPack, legacy capsules only (``"dltensor"`` even when
   asked for ``max_version=(1, 0)``). MLX writes that memory in place itself
-  (``a[0] = 1`` changes an earlier view), so ``LEGACY_EXPORTS_MUTABLE`` is True and
-  ``to_hurray`` gives a writable tensor over the array's own memory: the buffer
+  (``a[0] = 1`` changes an earlier buffer view), so ``LEGACY_EXPORTS_MUTABLE`` is True
+  and ``to_hurray`` gives a writable tensor over the array's own memory: the buffer
   protocol for every type NumPy reads, DLPack for bfloat16 (whose buffer format
   ``"bfloat16"`` NumPy cannot read). A write there is not seen by MLX's lazy graph:
   results computed from the array but not yet evaluated read the new values.
+* **A buffer view does not hold the memory.** It holds the Python array, whose memory an
+  update can replace (``a += b`` of a wider type gives ``a`` new memory) and free under
+  the view (``np.array(a, copy=False)`` then reads freed memory). A DLPack capsule holds
+  the memory itself, so every export keeps one, unconsumed, while it lives. MLX then
+  makes its own later updates of the array (``a[0] = 1``, ``a += 1``) in new memory, as
+  it does whenever memory is shared: the export keeps the values it had.
 * **Arrays are lazy.** ``a + 1`` is a graph node without memory until evaluated;
   ``to_hurray`` evaluates it (``mx.eval``) before taking its memory.
 * **Import always copies.** ``mx.array`` and ``mx.from_dlpack`` copy every CPU source
@@ -33,9 +39,9 @@ What mlx 0.32.4 (``mlx[cpu]``) does, measured, and what this adapter makes of it
 * 1-bit bool arrives unpacked to ``mx.bool_`` (MLX has no packed boolean); MLX has no
   float8, float4 or sub-byte integer types.
 
-``hb.convert`` from MLX to NumPy or torch takes a shortcut after its first call (``.shortcuts``:
-the array's buffer as an ndarray, 0.6 us against the full path's 11 us); no shortcut ends in
-MLX, as every import copies.
+``hb.convert`` from MLX to NumPy or torch of a compact array takes a shortcut after its
+first call (``.shortcuts``: the export seen through the core's host view, without the
+conversion around it); no shortcut ends in MLX, as every import copies.
 
 MLX's CPU allocator places arrays at 8 or 24 bytes past a 64-byte boundary, so JAX
 (which aliases only 64-byte aligned CPU memory) copies what MLX exports; NumPy, torch
@@ -136,13 +142,15 @@ def dtype_of(native: Any) -> DType:
 
 # --------------------------------------------------------------------- to Hurray
 class _MlxOwner:
-    """An MLX array whose memory a tensor describes whole, and the export that holds it."""
+    """An MLX array whose memory a tensor describes whole, the object its export came
+    from, and what keeps that memory alive (see ``to_hurray``)."""
 
-    __slots__ = ("__weakref__", "array", "export")
+    __slots__ = ("__weakref__", "array", "export", "keep")
 
-    def __init__(self, array: Any, export: Tensor) -> None:
+    def __init__(self, array: Any, export: object, keep: object) -> None:
         self.array = array
         self.export = export
+        self.keep = keep
 
     def __repr__(self) -> str:
         return f"<mlx.core.array export {self.array.dtype}{list(self.array.shape)}>"
@@ -174,10 +182,16 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     export = _export(obj, dtype)
     if copy:
         return export.copy()
-    # The same memory, owned by a record of the array: from_hurray gives the array back.
-    return Tensor._dense(export.data_ptr, export.shape, dtype, strides=export.strides,
-                         padded=False, device=CPU, owner=_MlxOwner(obj, export),
-                         readonly=export.readonly, copied=False)
+    # MLX's buffer protocol holds the Python array, not its memory: an update that gives
+    # the array new memory (a += b of a wider type) frees the old memory under the view
+    # (mlx 0.32.4; np.array(a, copy=False) then reads freed memory). A DLPack capsule holds
+    # the memory itself, so one is kept, unconsumed, for as long as the tensor lives (the
+    # bfloat16 export came through DLPack and holds it already).
+    keep = None if dtype is bfloat16 else obj.__dlpack__()
+    # Owned by a record of the array, so that from_hurray gives the array back (the
+    # tensor is this function's own, made just above: its owner is set once, here).
+    export._owner = _MlxOwner(obj, export._owner, keep)
+    return export
 
 
 # ------------------------------------------------------------------- from Hurray

@@ -115,6 +115,47 @@ def test_mlx_exports_legacy_capsules_of_memory_it_writes_itself() -> None:
     assert mlx_adapter.LEGACY_EXPORTS_MUTABLE is True
 
 
+def test_mlx_frees_memory_under_its_own_buffer_views_but_not_under_dlpack() -> None:
+    """Why to_hurray keeps a DLPack capsule: an update that gives an array new memory
+    (int32 += float64 makes float64) frees the old memory under a buffer-protocol view
+    (np.array(a, copy=False) then reads freed memory, or crashes), while a DLPack export
+    holds it. Each way runs in a child process."""
+    code = """
+        import numpy as np, mlx.core as mx
+        N = 1 << 20
+        w = mx.arange(N, dtype=mx.int32); mx.eval(w)
+        view = {view}
+        w += mx.ones((N,), dtype=mx.float64); mx.eval(w)
+        junk = [mx.full((N,), 7, dtype=mx.int32) for _ in range(20)]; mx.eval(*junk)
+        print(view[:3].tolist(), int(view[-1]))
+    """
+    held = _run(code.format(view="np.from_dlpack(w)"))
+    assert held.returncode == 0 and held.stdout == f"[0, 1, 2] {(1 << 20) - 1}\n", held
+    loose = _run(code.format(view="np.array(w, copy=False)"))
+    assert loose.returncode != 0 or loose.stdout != held.stdout, "MLX now holds the memory"
+
+
+def test_an_export_outlives_an_update_that_moves_the_array() -> None:
+    """The bridge's exports (the tensor, and NumPy and torch views of it) keep the old
+    memory and its values when MLX gives the array new memory (child process: a
+    regression reads freed memory, or crashes)."""
+    r = _run("""
+        import mlx.core as mx, hurray_bridge as hb
+        N = 1 << 20
+        w = mx.arange(N, dtype=mx.int32); mx.eval(w)
+        t = hb.asarray(w)
+        n = hb.convert(w, "numpy")
+        n2 = hb.convert(w, "numpy")  # the shortcut, learned by the call before
+        w += mx.ones((N,), dtype=mx.float64); mx.eval(w)
+        del t
+        junk = [mx.full((N,), 7, dtype=mx.int32) for _ in range(20)]; mx.eval(*junk)
+        print(n[:3].tolist(), int(n[-1]), n2[:3].tolist(), int(n2[-1]), w.dtype)
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    last = (1 << 20) - 1
+    assert r.stdout == f"[0, 1, 2] {last} [0, 1, 2] {last} mlx.core.float64\n", r.stdout
+
+
 # --------------------------------------------------------------- the element types
 def test_element_types_are_the_ones_mlx_has() -> None:
     names = {d.name for d in mlx_adapter.native_dtypes()}
@@ -337,9 +378,9 @@ def test_a_whole_view_comes_back_as_the_array_and_a_part_is_copied() -> None:
 
 
 def test_an_array_moved_to_new_memory_is_not_given_back_for_the_old() -> None:
-    """MLX updates a view of another array (v[0] = 99) in new memory, as it cannot write
-    the shared buffer: the old export still describes the old values, so converting it
-    must copy those, not hand back v."""
+    """MLX makes an update it cannot make in place (v[0] = 99 on a view of another array,
+    any update while an export lives) in new memory: the old export still describes the
+    old values, so converting it must copy those, not hand back the array."""
     a = _ev(mx.arange(6, dtype=mx.float32))
     v = _ev(a[2:])
     t = hb.asarray(v)
@@ -348,11 +389,18 @@ def test_an_array_moved_to_new_memory_is_not_given_back_for_the_old() -> None:
     assert v[0].item() == 99.0 and hb.convert(t, "numpy")[0] == 2.0
     m, copies = _convert(t, "mlx")
     assert m is not v and np.asarray(m).tolist() == [2.0, 3.0, 4.0, 5.0] and copies
+    # While an export lives MLX makes every update in new memory (the export holds the
+    # old memory: see to_hurray), in place or not.
     w = _ev(mx.arange(4, dtype=mx.float32))
     u = hb.asarray(w)
-    w += 1  # an update MLX makes in place: u sees it, and w is still u's whole array
+    assert hb.convert(u, "mlx") is w
+    w += 1
+    w[3] = 9.0
     mx.eval(w)
-    assert hb.convert(u, "mlx") is w and hb.convert(u, "numpy").tolist() == [1, 2, 3, 4]
+    assert np.asarray(w).tolist() == [1, 2, 3, 9]
+    assert hb.convert(u, "numpy").tolist() == [0, 1, 2, 3]
+    back, copies = _convert(u, "mlx")
+    assert back is not w and np.asarray(back).tolist() == [0, 1, 2, 3] and copies
 
 
 # ----------------------------------------------------------- read-only memory
