@@ -13,7 +13,7 @@ import time
 
 SUITES = ("handoff", "size", "statedict", "codec", "c_decoder", "files", "convert", "peers",
           "shards", "flight", "checkpoint_dir", "arrow_capsule", "jax_restore", "dcp",
-          "many_tensors", "startup")
+          "many_tensors", "startup", "mlx")
 
 
 def _machine() -> dict[str, object]:
@@ -26,7 +26,7 @@ def _machine() -> dict[str, object]:
         pass
     versions = {}
     for mod in ("numpy", "torch", "jax", "jaxlib", "pyarrow", "ml_dtypes", "safetensors",
-                "tvm_ffi"):
+                "tvm_ffi", "mlx"):
         try:
             from importlib.metadata import version
 

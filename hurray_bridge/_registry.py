@@ -52,6 +52,7 @@ ADAPTERS: dict[str, AdapterSpec] = {
         "column of the report stands for them")),
     "tensorflow": AdapterSpec("tensorflow", "tensorflow", "tensorflow", "install tensorflow-cpu "
                               "for the CPU-only build (the adapter needs 'import tensorflow')"),
+    "mlx": AdapterSpec("mlx", "mlx", "mlx"),
 }
 # Top-level module of an object's type -> adapter name.
 _MODULE_TO_ADAPTER = {
@@ -64,6 +65,7 @@ _MODULE_TO_ADAPTER = {
     "cupyx": "cupy",
     "dask": "dask",
     "tensorflow": "tensorflow",
+    "mlx": "mlx",
 }
 _ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch"}
 # Sparse types that are not their framework's dense type: module prefix (and, where the

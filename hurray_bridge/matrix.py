@@ -43,9 +43,10 @@ from .errors import (
 __all__ = ["FORMATS", "Cell", "Report", "available_frameworks", "build_report",
            "cells_as_dicts", "format_report", "reason_groups", "run_matrix"]
 
-# The default set: every framework of the registry whose arrays live in host memory, in the
-# registry's order (a new adapter is in the report by its registry line alone).
-CPU_TARGETS = tuple(n for n, s in ADAPTERS.items() if not s.not_in_matrix and not s.device_only)
+# The registry's frameworks whose arrays live in host memory, in its order: a new adapter's
+# line puts it in the report.
+CPU_TARGETS = tuple(name for name, spec in ADAPTERS.items()
+                    if not spec.not_in_matrix and not spec.device_only)
 FORMATS = ("text", "markdown", "json", "html")
 WIDTH = 100  # text and markdown lines fit this many columns
 ALIGNED = 64  # what the bridge allocates, and what JAX needs to alias CPU memory
@@ -403,6 +404,18 @@ def _letters(frameworks: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _blocks(sources: list[str], n_targets: int, name_w: int) -> list[tuple[list[str], str]]:
+    """The source groups of the text table, each with the space between its marks, so
+    that a line fits WIDTH: all sources in one table, with the marks 3, 2 or 1 space
+    apart, or else as many tables as it takes (the fewest), 1 space apart."""
+    for sep in ("   ", "  ", " "):
+        group = max([(len(sep) + 1) * n_targets - len(sep)] + [len(s) for s in sources])
+        fit = max(1, (WIDTH - name_w + 3) // (group + 3))
+        if fit >= len(sources):
+            return [(sources, sep)]
+    return [(sources[i:i + fit], sep) for i in range(0, len(sources), fit)]
+
+
 def _format_text(report: Report) -> str:
     cells = report.cells
     fws = _frameworks_of(cells)
@@ -422,22 +435,19 @@ def _format_text(report: Report) -> str:
     for note in _type_notes(dtypes).values():
         lines += _wrap(note, "  ", "")
     lines.append("")
-    group = max([4 * len(targets) - 3] + [len(s) for s in sources])
     name_w = max([5] + [len(d) for d in dtypes]) + 2
-    sub = "   ".join(letter[t] for t in targets)
-    # As many source groups side by side as WIDTH holds; the rest in further blocks below.
-    per_block = max(1, (WIDTH - name_w + 3) // (group + 3))
-    for first in range(0, len(sources), per_block):
-        block = sources[first:first + per_block]
-        if first:
-            lines.append("")
+    for i, (block, sep) in enumerate(_blocks(sources, len(targets), name_w)):
+        group = max([(len(sep) + 1) * len(targets) - len(sep)] + [len(s) for s in block])
+        if i:
+            lines.append("")  # the next sources, under the same heads
         lines.append(" " * name_w + "   ".join(s.ljust(group) for s in block).rstrip())
+        sub = sep.join(letter[t] for t in targets)
         lines.append("dtype".ljust(name_w) + "   ".join(sub.ljust(group) for _ in block).rstrip())
         for d in dtypes:
             row = []
             for s in block:
-                marks = "   ".join(OUTCOMES[by[(s, t, d)].outcome][0] if (s, t, d) in by
-                                   else " " for t in targets)
+                marks = sep.join(OUTCOMES[by[(s, t, d)].outcome][0] if (s, t, d) in by
+                                 else " " for t in targets)
                 row.append(marks.ljust(group))
             lines.append(d.ljust(name_w) + "   ".join(row).rstrip())
     dtype, timed = _timed(cells)

@@ -19,7 +19,7 @@ import pytest
 
 # hb.convert's target name -> the module that provides it.
 MODULES = {"numpy": "numpy", "torch": "torch", "jax": "jax", "arrow": "pyarrow", "cupy": "cupy",
-           "tensorflow": "tensorflow"}
+           "tensorflow": "tensorflow", "mlx": "mlx.core"}
 
 
 def not_installed(module: str) -> str:
@@ -99,12 +99,23 @@ def _tensorflow() -> Backend:
     return Backend("tensorflow", tf, tf.constant, lambda x: x.numpy())
 
 
+def _mlx() -> Backend:
+    np = importlib.import_module("numpy")
+    mx = importlib.import_module("mlx.core")
+
+    def array(a: Any) -> Any:  # dtype= named: MLX narrows float64 to float32 when it chooses
+        a = np.asarray(a)
+        return mx.array(a, dtype=getattr(mx, "bool_" if a.dtype == np.bool_ else a.dtype.name))
+
+    return Backend("mlx", mx, array, lambda x: np.array(x))
+
+
 _BUILD = {"numpy": _numpy, "torch": _torch, "jax": _jax, "arrow": _arrow, "cupy": _cupy,
-          "tensorflow": _tensorflow}
+          "tensorflow": _tensorflow, "mlx": _mlx}
 
 # CuPy only where it is installed: without it there is no GPU for it to use either, and a
 # case that can never run on a CPU machine would be one more skip in every CPU run.
-BACKENDS = ["numpy", "torch", "jax", "arrow", "tensorflow"] + (
+BACKENDS = ["numpy", "torch", "jax", "arrow", "tensorflow", "mlx"] + (
     ["cupy"] if importlib.util.find_spec("cupy") is not None else [])
 
 

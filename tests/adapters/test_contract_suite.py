@@ -77,6 +77,9 @@ COPIES: tuple[tuple[str, Hit, str], ...] = (
     ("dask", lambda d, s, f: True, "to_hurray computes the Dask graph into one new array"),
     ("jax", lambda d, s, f: d.is_subbyte,
      "JAX's DLPack has no sub-byte types: the array is built from the values"),
+    ("mlx", lambda d, s, f: True,
+     "MLX copies every import of host memory (mx.from_dlpack(copy=False): 'Cannot import "
+     "a CPU array without a copy', mlx 0.32.4)"),
     ("numpy", lambda d, s, f: f == "packed",
      "NumPy (ml_dtypes) holds sub-byte types one per byte: packed data is unpacked"),
     ("torch", lambda d, s, f: d.bits == 1, "torch has no 1-bit bool: unpacked to torch.bool"),
@@ -94,6 +97,9 @@ NEEDS_COPY: dict[str, tuple[str, dict[str, Any]]] = {
 }
 # Adapters whose to_hurray always copies (copy=False refuses every object).
 TO_HURRAY_COPIES = {"dask": "to_hurray computes the Dask graph into one new array"}
+# Adapters whose from_hurray copies every tensor that holds elements (copy=False refuses it):
+# what the refusal must say.
+FROM_HURRAY_COPIES = {"mlx": "MLX copies every import of host memory"}
 # Adapters whose objects never live in host memory; every other must declare the host.
 DEVICE_ONLY = {"cupy": "CuPy arrays live in GPU memory"}
 # torch has no read-only tensors: a read-only hb.Tensor not tracked by autograd reaches
@@ -284,6 +290,15 @@ def test_copy_false_refuses_a_needed_copy_and_shares_otherwise(name: str) -> Non
         with pytest.raises(hb.CopyRequiredError, match=why):
             mod.from_hurray(source(hb.float32, (2, 3, 4), **how), copy=False)
     t = source(hb.float32, (2, 3, 4))
+    if name in FROM_HURRAY_COPIES:
+        with pytest.raises(hb.CopyRequiredError, match=FROM_HURRAY_COPIES[name]):
+            mod.from_hurray(t, copy=False)
+        x = mod.from_hurray(t, copy=True)
+        u = mod.to_hurray(x, copy=False)  # the export of the copy shares it
+        _same_values(t, u)
+        assert u.data_ptr != t.data_ptr and not u.copied
+        assert mod.from_hurray(u, copy=False) is x, "a whole view of x must give x back"
+        return
     x = mod.from_hurray(t, copy=False)
     if name in TO_HURRAY_COPIES:
         with pytest.raises(hb.CopyRequiredError):
@@ -317,7 +332,9 @@ def test_special_kind_tells_only_declared_kinds(name: str) -> None:
         kind = mod.special_kind(obj)
         assert kind is None or (kind in mod.HOLDS and kind != "dense"), (obj, kind)
     mod = _host_adapter(name)
-    x = mod.from_hurray(source(hb.float32, (5,)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hb.CopyWarning)  # FROM_HURRAY_COPIES: not asserted here
+        x = mod.from_hurray(source(hb.float32, (5,)))
     assert mod.special_kind(x) is None, "a dense object to_hurray takes has no special kind"
 
 
@@ -327,10 +344,18 @@ def test_fast_hooks_are_absent_or_give_tables_of_raw_forms(name: str) -> None:
     assert (mod.fast_import is None) == (mod.fast_export is None)
     if mod.fast_import is None:
         pytest.skip(f"{name} declares no fast hooks (hb.convert takes the full path)")
-    x = _host_adapter(name).from_hurray(source(hb.float32, (5,)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hb.CopyWarning)  # FROM_HURRAY_COPIES: not asserted here
+        x = _host_adapter(name).from_hurray(source(hb.float32, (5,)))
     imports = mod.fast_import(type(x))
     exports = mod.fast_export()
     for table in (imports, exports):
         assert isinstance(table, dict)
         assert set(table) <= set(_shortcuts.FORMS), sorted(table)
-    assert exports, f"{name} declares a fast export that builds from no raw form"
+    # A shortcut never copies (it could not report it): an adapter whose every import
+    # copies builds from no raw form, and is a source of shortcuts only.
+    assert exports or name in FROM_HURRAY_COPIES, (
+        f"{name} declares a fast export that builds from no raw form")
+    if name in FROM_HURRAY_COPIES:
+        assert not exports, f"{name} copies every import, yet a shortcut would build from one"
+        assert imports, f"{name} declares a fast import that gives no raw form"

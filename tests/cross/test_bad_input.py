@@ -1601,6 +1601,45 @@ CASES += [
          ("changed after it was loaded", "load the file again")),
 ]
 
+def _mlx() -> Any:
+    """The MLX adapter, or this case skips saying mlx is absent (extra 'mlx')."""
+    pytest.importorskip("mlx.core", reason="mlx is not installed (extra 'mlx')")
+    return _adapter("mlx")
+
+
+def _to_mlx(x: Any, **kw: Any) -> Any:
+    _mlx()
+    return hb.convert(x, "mlx", **kw)
+
+
+CASES += [
+    Case("mlx-from-hurray-none", "adapters.mlx.from_hurray(None)",
+         lambda: _mlx().from_hurray(None), hb.UnsupportedError, ("NoneType", "hb.Tensor")),
+    Case("mlx-from-hurray-copy-str", "adapters.mlx.from_hurray(t, copy='no')",
+         lambda: _mlx().from_hurray(_tensor(), copy="no"), hb.UnsupportedError,
+         ("copy", "'no'", "True, False or None")),
+    Case("mlx-to-hurray-ndarray", "adapters.mlx.to_hurray(ndarray)",
+         lambda: _mlx().to_hurray(_array()), hb.UnsupportedError,
+         ("mlx.core.array", "numpy.ndarray")),
+    Case("mlx-from-hurray-device", "adapters.mlx.from_hurray(t, device='gpu')",
+         lambda: _mlx().from_hurray(_tensor(), device="gpu"), hb.UnsupportedError,
+         ("device='gpu'", "CPU only", "mx.cpu")),
+    Case("mlx-copy-false", "hb.convert(ndarray, 'mlx', copy=False)",
+         lambda: _to_mlx(_array(), copy=False), hb.CopyRequiredError,
+         ("MLX copies every import of host memory", "copy=False", "copy=None or True")),
+    Case("mlx-negative-strides-copy-false", "hb.convert(ndarray[::-1], 'mlx', copy=False)",
+         lambda: _to_mlx(_array()[::-1], copy=False), hb.CopyRequiredError,
+         ("strides (-1,)", "negative", "copy=False")),
+    Case("mlx-complex128", "hb.convert(complex128 ndarray, 'mlx')",
+         lambda: _to_mlx(np.ones(3, np.complex128)), hb.UnsupportedError,
+         ("MLX has no dtype for complex128", "cast it to complex64")),
+    Case("mlx-float8", "hb.convert(float8_e4m3fn tensor, 'mlx')",
+         lambda: _to_mlx(hb.Tensor(D([4], hb.float8_e4m3fn), [_B4._replace(nbytes=4)],
+                                   owner=_A)),
+         hb.UnsupportedError, ("MLX has no dtype for float8_e4m3fn", "numpy, torch or jax")),
+]
+
+
 # ----------------------------------------------------------------------- the test
 def _param(c: Case) -> Any:
     pending = c.xfail and c.xfail.split(" ", 1)[0] in PENDING

@@ -6,7 +6,8 @@ import json
 import subprocess
 import sys
 
-FRAMEWORKS = ("numpy", "torch", "jax", "cupy", "pyarrow", "ml_dtypes", "scipy", "tensorflow")
+FRAMEWORKS = ("numpy", "torch", "jax", "cupy", "pyarrow", "ml_dtypes", "scipy", "tensorflow",
+              "mlx")
 
 SCRIPT = """
 import json, sys

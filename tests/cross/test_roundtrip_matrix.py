@@ -1,5 +1,5 @@
-"""The round-trip matrix: producer x consumer x dtype x shape over NumPy, torch, JAX, Arrow
-and TensorFlow.
+"""The round-trip matrix: producer x consumer x dtype x shape over NumPy, torch, JAX, Arrow,
+TensorFlow and MLX.
 
 Every cell hands one tensor over with ``hb.convert`` and checks three things:
 the values are bit-exact; the outcome (zero-copy, reported copy, or refusal)
@@ -31,13 +31,14 @@ torch = optional("torch")
 jax = optional("jax")
 jnp = optional("jax.numpy")
 pa = optional("pyarrow")
+mx = optional("mlx.core")
 ml_dtypes = optional("ml_dtypes")
 
 from hurray_bridge.adapters import numpy as np_adapter  # noqa: E402
 
-FRAMEWORKS = ("numpy", "torch", "jax", "arrow", "tensorflow")
+FRAMEWORKS = ("numpy", "torch", "jax", "arrow", "tensorflow", "mlx")
 SPELT = {"numpy": "NumPy", "torch": "torch", "jax": "JAX", "arrow": "Arrow",
-         "tensorflow": "TensorFlow"}
+         "tensorflow": "TensorFlow", "mlx": "MLX"}
 # TensorFlow's element types (the table has no TensorFlow column); those of TF_BY_VALUE
 # its DLPack refuses, so they reach it through tf.constant, a copy.
 TF_BY_VALUE = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -50,6 +51,11 @@ TF_TYPES = frozenset({"bool8", "int8", "int16", "int32", "int64", "uint8", "uint
 READ_ONLY = {"jax": "JAX arrays are immutable", "arrow": "Arrow arrays are immutable",
              "tensorflow": "TensorFlow's exports are read-only"}
 
+# MLX has no column in the element-type table (its adapter derives its types from their
+# names): the types mlx 0.32.4 holds, which tests/adapters/mlx checks against the adapter.
+MLX_TYPES = frozenset({"bool8", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                       "uint64", "float16", "bfloat16", "float32", "float64", "complex64"})
+
 
 def _tf() -> Any:
     """TensorFlow, imported only by the cells that use it (a 2-3 s import, kept out of the
@@ -57,6 +63,8 @@ def _tf() -> Any:
     import tensorflow
 
     return tensorflow
+
+
 X64 = bool(jax and jax.config.jax_enable_x64)
 
 SHAPES: dict[str, tuple[int, ...]] = {
@@ -140,12 +148,22 @@ def make_tensorflow(dtype: hb.DType, shape_name: str) -> Any:
     return _tf().constant(reference(dtype, SHAPES[shape_name]))
 
 
+def make_mlx(dtype: hb.DType, shape_name: str) -> Any:
+    shape = SHAPES[shape_name]
+    base = shape[::-1] if shape_name.startswith("transposed") else shape
+    # dtype= named: MLX narrows float64 to float32 when left to choose.
+    x = mx.array(reference(dtype, base), dtype=getattr(mx, "bool_" if dtype is hb.bool8
+                                                        else dtype.name))
+    return x.T if shape_name.startswith("transposed") else x  # an MLX strided view
+
+
 MAKERS: dict[str, Callable[[hb.DType, str], Any]] = {
     "numpy": make_numpy,
     "torch": make_torch,
     "jax": make_jax,
     "arrow": make_arrow,
     "tensorflow": make_tensorflow,
+    "mlx": make_mlx,
 }
 
 
@@ -163,6 +181,8 @@ def cannot_hold(fw: str, dtype: hb.DType, shape_name: str) -> str | None:
         if shape_name.startswith("transposed"):
             return "TensorFlow tensors are always compact: a strided view cannot be made"
         return None
+    if fw == "mlx":
+        return None if dtype.name in MLX_TYPES else f"MLX has no {dtype.name}"
     if getattr(dtype, fw) is None:
         return f"{SPELT[fw]} has no {dtype.name}"
     if fw == "torch" and dtype.is_subbyte:
@@ -211,6 +231,8 @@ def logical(x: Any) -> np.ndarray:
         x = np.asarray(x)
     if type(x).__module__.startswith("tensorflow."):
         x = x.numpy()
+    if mx and isinstance(x, mx.array):  # (NumPy reads no bfloat16 from MLX: its bits)
+        x = np.array(x.view(mx.uint16) if x.dtype == mx.bfloat16 else x)
     if pa and isinstance(x, pa.Tensor):
         x = x.to_numpy()
     if pa and isinstance(x, (pa.Array, pa.ChunkedArray)):
@@ -246,6 +268,15 @@ def contract(src: str, dst: str, dtype: hb.DType, shape_name: str, x: Any) -> tu
     empty = 0 in shape
     strided = shape_name.startswith("transposed")
     packed = dtype.is_subbyte and (src == "jax" or dtype.bits == 1)
+    if dst == "mlx":
+        if src == "mlx":
+            return "zero-copy", "a whole view of an MLX array gives the array back"
+        if dtype.bits == 1:
+            return "copy", "MLX has no 1-bit bool: unpacked to bool_"
+        gap = cannot_hold("mlx", dtype, shape_name)
+        if gap:
+            return "refused", gap
+        return "copy", "MLX copies every import of host memory"
     if dst == "jax":
         if dtype in WIDE and not X64:
             return "refused", "jax_enable_x64 is off: JAX would narrow 64-bit types silently"

@@ -150,6 +150,23 @@ def test_text_fits_100_columns_and_groups_reasons(report: matrix.Report) -> None
     assert len(groups) < len(noted) / 2 or len(noted) < 6
 
 
+@pytest.mark.parametrize("count", [4, 5, 6, 7, 9])
+def test_text_fits_100_columns_for_any_number_of_frameworks(count: int) -> None:
+    """Every framework of the registry is a column group: the marks close up, and then the
+    sources wrap into further tables, each with the same heads, never past 100 columns."""
+    names = ["numpy", "torch", "jax", "arrow", "mlx", "tensorflow", "paddle", "fw8", "fw9"]
+    fws = names[:count]
+    cells = [matrix.Cell(s, t, d, "zero-copy" if s == t else "copy", "" if s == t else "why")
+             for d in ("float32", "float8_e4m3fnuz") for s in fws for t in fws]
+    text = matrix.format_report(matrix.Report(cells))
+    assert max(len(ln) for ln in text.splitlines()) <= 100
+    rows = [ln for ln in text.splitlines() if ln.startswith("float8_e4m3fnuz ")]
+    heads = [ln for ln in text.splitlines() if ln.startswith("dtype ")]
+    assert len(rows) == len(heads) >= 1 + (count > 6)  # one row per table
+    assert sum(row.count("Z") for row in rows) == count  # every source's own column
+    assert sum(row.count("C") for row in rows) == count * (count - 1)
+
+
 def test_every_noted_cell_is_covered_exactly_once(report: matrix.Report) -> None:
     covered: list[tuple[str, str, str]] = []
     for g in matrix.reason_groups(report.cells):
