@@ -254,6 +254,9 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
         if not host:
             raise UnsupportedError(f"1-bit bool on {t.device} cannot reach Paddle: the bridge "
                                    "unpacks host memory only")
+        if not t.nbytes:  # nothing to unpack, and no allocation for nothing
+            out = paddle.zeros(list(shape), dtype=paddle.bool)
+            return out.to(place) if move else out
         if not move:
             require_copy(copy, NAME, "1-bit packed bool unpacked to paddle.bool",
                          refusal="1-bit packed bool must be unpacked to paddle.bool (one byte "
