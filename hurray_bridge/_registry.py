@@ -38,6 +38,9 @@ class AdapterSpec(NamedTuple):
     # with why (measured): ((other adapter, why), ...). Read both ways (``conflicts``), so
     # either line of a pair may carry it.
     not_with: tuple[tuple[str, str], ...] = ()
+    # Whether its objects can live in host memory: `hurray matrix` measures, by default,
+    # the installed frameworks that can (a GPU-only one is measured when named).
+    host: bool = True
 
 
 ADAPTERS: dict[str, AdapterSpec] = {
@@ -46,7 +49,7 @@ ADAPTERS: dict[str, AdapterSpec] = {
     "jax": AdapterSpec("jax", "jax", "jax"),
     "arrow": AdapterSpec("arrow", "pyarrow", "arrow"),
     "cupy": AdapterSpec("cupy", "cupy", "cupy", "that extra installs cupy-cuda12x (CUDA 12); "
-                        "for CUDA 13 use 'hurray-bridge[cupy-cuda13]'"),
+                        "for CUDA 13 use 'hurray-bridge[cupy-cuda13]'", host=False),
     "dask": AdapterSpec("dask", "dask", "dask", not_in_matrix=(
         "a Dask array is a lazy collection of NumPy chunks, not one block of memory to hand "
         "off: its chunks are NumPy views (tests/adapters/dask proves it), and the NumPy "

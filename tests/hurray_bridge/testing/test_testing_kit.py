@@ -506,7 +506,10 @@ def test_round_trip_missing_framework_raises_backend_error() -> None:
 
 def test_round_trip_default_via_is_every_installed_framework() -> None:
     _need("torch", "jax", "arrow")
-    assert isinstance(assert_round_trip(_aligned((2, 3)), zero_copy=True), np.ndarray)
+    # Paddle, where it is installed, is last in the chain and copies what JAX and Arrow hand
+    # it (read-only memory; tests/adapters/paddle): the values must survive, not the address.
+    zero_copy = None if importlib.util.find_spec("paddle") else True
+    assert isinstance(assert_round_trip(_aligned((2, 3)), zero_copy=zero_copy), np.ndarray)
 
 
 # ------------------------------------------------------------------------- pytest plugin
