@@ -113,13 +113,11 @@ def native_dtype(dtype: DType) -> Any:
     except KeyError:
         pass
     if dtype.name in _NO_KERNELS:
-        signed = dtype.name.replace("uint", "int")
-        wider = {"uint16": "int32", "uint32": "int64", "uint64": "int64"}[dtype.name]
         raise UnsupportedError(
             f"Paddle {paddle.__version__} cannot hold {dtype.name}: its {dtype.name} has no "
-            f"kernels (no arithmetic, not even paddle.full), and paddle.uint16 is reported as "
-            f"bfloat16. Cast it first ({wider}, or view it as {signed} where the values fit), "
-            "or convert it to numpy or torch instead")
+            "kernels (no arithmetic, not even paddle.full), and paddle.uint16 is reported as "
+            "bfloat16. Cast the values to a signed type wide enough for them first (int64 "
+            "holds every uint32), or convert them to numpy or torch instead")
     if dtype is bool_:
         raise UnsupportedError("Paddle has no 1-bit bool; from_hurray unpacks it to "
                                "paddle.bool (a copy)")
