@@ -311,6 +311,25 @@ def test_not_a_paddle_tensor_is_refused() -> None:
 
 
 # ------------------------------------------------------------------ lifetimes
+@pytest.mark.parametrize("path", ["pointer", "capsule"])
+def test_export_survives_paddle_replacing_the_tensors_memory(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``paddle.assign(bigger, output=x)`` gives ``x`` a new allocation and frees the old
+    one unless someone holds it: the export does (a DenseTensor sharing it, or the
+    capsule where this Paddle lacks the calls the pointer path needs)."""
+    if path == "capsule":
+        monkeypatch.setattr(pd_adapter, "_DenseTensor", None)
+    x = paddle.to_tensor(np.arange(100_000, dtype=np.float32))
+    ptr = _ptr(x)
+    t = hb.asarray(x)
+    assert t.data_ptr == ptr
+    paddle.assign(paddle.zeros([300_000]), output=x)
+    assert _ptr(x) != ptr, "Paddle kept the allocation: the case tests nothing"
+    gc.collect()
+    junk = [paddle.to_tensor(np.full(100_000, 7, np.float32)) for _ in range(20)]
+    assert np.asarray(t)[99_999] == 99_999.0 and len(junk) == 20
+
+
 def test_export_outlives_the_paddle_tensor(frozen_heap: None) -> None:
     x = paddle.to_tensor(np.arange(1000, dtype=np.float32))
     gone = weakref.ref(x)
