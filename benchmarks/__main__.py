@@ -13,7 +13,7 @@ import time
 
 SUITES = ("handoff", "size", "statedict", "codec", "c_decoder", "files", "convert", "peers",
           "shards", "flight", "checkpoint_dir", "arrow_capsule", "jax_restore", "dcp",
-          "many_tensors", "startup", "mlx")
+          "many_tensors", "startup", "mlx", "paddle")
 
 
 def _machine() -> dict[str, object]:

@@ -20,9 +20,10 @@ from typing import Any, NamedTuple
 
 from .errors import BackendNotAvailableError, UnsupportedError
 
-__all__ = ["ADAPTERS", "adapter_for", "adapter_name_for_type", "deferred_save", "get_adapter",
-           "get_adapter_module", "holds", "host_memory_hold", "legacy_exports_mutable",
-           "sparse_adapter_name_for_type", "special_kind"]
+__all__ = ["ADAPTERS", "adapter_for", "adapter_name_for_type", "apart", "conflicts",
+           "deferred_save", "get_adapter", "get_adapter_module", "holds", "host_memory_hold",
+           "kept_apart", "legacy_exports_mutable", "sparse_adapter_name_for_type",
+           "special_kind"]
 
 
 class AdapterSpec(NamedTuple):
@@ -36,6 +37,10 @@ class AdapterSpec(NamedTuple):
     # Why a plain `hurray matrix` leaves it out of its default set, which is the installed
     # frameworks whose arrays live in host memory ("" when in; --frameworks still names it).
     device_only: str = ""
+    # Adapters whose frameworks cannot be imported into one process with this one, each
+    # with why (measured): ((other adapter, why), ...). Read both ways (``conflicts``), so
+    # either line of a pair may carry it.
+    not_with: tuple[tuple[str, str], ...] = ()
 
 
 ADAPTERS: dict[str, AdapterSpec] = {
@@ -53,6 +58,10 @@ ADAPTERS: dict[str, AdapterSpec] = {
     "tensorflow": AdapterSpec("tensorflow", "tensorflow", "tensorflow", "install tensorflow-cpu "
                               "for the CPU-only build (the adapter needs 'import tensorflow')"),
     "mlx": AdapterSpec("mlx", "mlx", "mlx"),
+    "paddle": AdapterSpec("paddle", "paddle", "paddle", not_with=(
+        ("tensorflow", "PaddlePaddle 3.3.1 and TensorFlow 2.21 crash when one process "
+                       "imports both: importing paddle after tensorflow is a segmentation "
+                       "fault (measured)"),)),
 }
 # Top-level module of an object's type -> adapter name.
 _MODULE_TO_ADAPTER = {
@@ -66,6 +75,7 @@ _MODULE_TO_ADAPTER = {
     "dask": "dask",
     "tensorflow": "tensorflow",
     "mlx": "mlx",
+    "paddle": "paddle",
 }
 _ALIASES = {"np": "numpy", "pyarrow": "arrow", "pa": "arrow", "pytorch": "torch"}
 # Sparse types that are not their framework's dense type: module prefix (and, where the
@@ -94,6 +104,9 @@ def get_adapter(name: str) -> ModuleType:
     if spec is None:
         raise UnsupportedError(f"unknown target {name!r}; choose one of {', '.join(ADAPTERS)}")
     modname = f"hurray_bridge.adapters.{spec.name}"
+    apart_why = kept_apart(spec.name)
+    if apart_why is not None:
+        raise UnsupportedError(apart_why)
     try:
         # Not sys.modules directly: while another thread imports the adapter, its module
         # is there half made; import_module waits for that import to finish.
@@ -106,6 +119,61 @@ def get_adapter(name: str) -> ModuleType:
         raise BackendNotAvailableError(spec.framework, spec.extra, detail) from exc
     _LOADED[name] = (modname, mod)
     return mod
+
+
+def _framework(name: str) -> str:
+    """The top-level module of adapter ``name`` (its own name for one not registered here)."""
+    spec = ADAPTERS.get(name)
+    return name if spec is None else spec.framework
+
+
+def conflicts(name: str) -> dict[str, str]:
+    """The adapters whose frameworks cannot share a process with adapter ``name``'s, each
+    with why; read from both lines of a pair (``AdapterSpec.not_with``)."""
+    out: dict[str, str] = {}
+    spec = ADAPTERS.get(name)
+    for other, why in spec.not_with if spec is not None else ():
+        out[other] = why
+    for other, other_spec in ADAPTERS.items():
+        for who, why in other_spec.not_with:
+            if who == name:
+                out.setdefault(other, why)
+    return out
+
+
+def kept_apart(name: str) -> str | None:
+    """Why adapter ``name``'s framework must not be imported into this process, or None.
+
+    It must not when a framework it cannot share a process with (:func:`conflicts`) is
+    imported already; once its own framework is imported, nothing is left to prevent.
+    """
+    if _framework(name) in sys.modules:
+        return None
+    for other, why in conflicts(name).items():
+        if _framework(other) in sys.modules:
+            return (f"{name} cannot be used in this process: {other} is imported already, "
+                    f"and {why}. Use {name} and {other} in separate processes (a subprocess, "
+                    "or two runs)")
+    return None
+
+
+def apart(names: list[str]) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """``names`` split into those that can share this process and those kept out of it:
+    ``(kept, {left_out: (the adapter it conflicts with, why)})``. Of a conflicting pair,
+    a framework imported already is kept; else the one named first."""
+    ranked = sorted(names, key=lambda n: _framework(n) not in sys.modules)  # stable
+    kept: list[str] = []
+    left: dict[str, tuple[str, str]] = {}
+    for name in ranked:
+        clash = next(((k, why) for k, why in conflicts(name).items() if k in kept), None)
+        if clash is None and _framework(name) not in sys.modules:
+            clash = next(((k, why) for k, why in conflicts(name).items()
+                          if _framework(k) in sys.modules), None)
+        if clash is None:
+            kept.append(name)
+        else:
+            left[name] = clash
+    return [n for n in names if n in kept], left
 
 
 def get_adapter_module(name: str, topic: str) -> ModuleType:

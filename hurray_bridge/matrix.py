@@ -21,6 +21,7 @@ import importlib.util
 import json
 import platform
 import re
+import subprocess
 import sys
 import textwrap
 import time
@@ -30,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ._numpy import numpy
-from ._registry import ADAPTERS, get_adapter
+from ._registry import ADAPTERS, apart, conflicts, get_adapter
 from .dtypes import DType, all_dtypes
 from .errors import (
     BackendNotAvailableError,
@@ -60,8 +61,11 @@ OUTCOMES: dict[str, tuple[str, str]] = {
     "copy": ("C", "copy"),
     "refused": ("-", "refused"),
     "wrong": ("!", "WRONG values (a bug)"),
+    "apart": ("x", "the two frameworks cannot share a process: not measured"),
     "n/a": (".", "the source framework cannot hold the type"),
 }
+# How long the child process that measures a framework kept out of this one may take.
+CHILD_TIMEOUT = 1800
 
 # dtype name -> what a reader must know to read that row; shown only when the row is.
 TYPE_NOTES: dict[str, str] = {
@@ -252,11 +256,60 @@ def run_matrix(
     if importlib.util.find_spec("numpy") is None:
         raise BackendNotAvailableError("numpy", "numpy",
                                        "the compatibility report builds its samples with it")
+    kept, left_out = apart(names)
     cells = []
     for dtype in dtypes or all_dtypes():
-        for src in names:
-            for dst in names:
+        for src in kept:
+            for dst in kept:
                 cells.append(_cell(src, dst, dtype, n, repeat))
+    for name, (other, why) in left_out.items():
+        cells += _measured_apart(name, other, why, names, dtypes, n, repeat)
+    if not left_out:
+        return cells
+    # Two frameworks left out both measure their pair: the first measurement stands.
+    unique = {(c.source, c.target, c.dtype): c for c in reversed(cells)}
+    order = {f: i for i, f in enumerate(names)}
+    rank = {d.name: i for i, d in enumerate(dtypes or all_dtypes())}
+    return sorted(unique.values(), key=lambda c: (rank[c.dtype], order[c.source],
+                                                  order[c.target]))
+
+
+def _measured_apart(name: str, other: str, why: str, names: Sequence[str],
+                    dtypes: Sequence[DType] | None, n: int, repeat: int) -> list[Cell]:
+    """The cells of ``name``, which cannot share this process with ``other`` (``why``):
+    its pairs with ``other`` are "apart"; the rest are measured in a child process that
+    imports ``name`` and none of the frameworks it conflicts with."""
+    types = [d.name for d in (dtypes or all_dtypes())]
+    with_it = [f for f in names if f not in conflicts(name)]
+    # The child's run is this report's run with ``name`` among frameworks it can share a
+    # process with; its cells of ``name`` are kept, the others are measured here.
+    argv = [sys.executable, "-m", "hurray_bridge", "matrix", "--format", "json",
+            "--frameworks", *with_it, "--dtypes", *types, "--size", str(n),
+            "--repeat", str(repeat)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+        fields = {f for f in Cell.__dataclass_fields__}
+        child = [Cell(**{k: v for k, v in c.items() if k in fields})
+                 for c in json.loads(done.stdout)["cells"]]
+    except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError) as exc:
+        failure = f"{type(exc).__name__}: {exc}"
+        child = None
+    else:
+        failure = f"exit status {done.returncode}: {done.stderr.strip()[-300:]}"
+    cells = []
+    for d in types:
+        for f in names:
+            pairs = [(name, f)] if f == name else [(name, f), (f, name)]
+            for src, dst in pairs:
+                if f not in with_it:
+                    cells.append(Cell(src, dst, d, "apart",
+                                      f"{name} and {f} cannot share a process: {why}"))
+                    continue
+                got = None if child is None else next(
+                    (c for c in child if (c.source, c.target, c.dtype) == (src, dst, d)), None)
+                cells.append(got if got is not None else Cell(
+                    src, dst, d, "refused", f"the child process that measures {name} apart "
+                    f"from {other} gave no cell ({failure})"))
     return cells
 
 
@@ -274,12 +327,23 @@ def _versions(names: Sequence[str]) -> dict[str, str]:
     for mod in mods:
         version = getattr(sys.modules.get(mod), "__version__", None)
         if not isinstance(version, str):
-            try:
-                version = metadata.version(mod)
-            except metadata.PackageNotFoundError:
+            # A framework measured in a child process is not imported here; its
+            # distribution may be named otherwise (paddle's is paddlepaddle).
+            dists = [mod, *metadata.packages_distributions().get(mod, [])]
+            version = next((v for v in map(_dist_version, dists) if v), None)
+            if version is None:
                 continue
         out[mod] = version
     return out
+
+
+def _dist_version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def build_report(
@@ -456,8 +520,9 @@ def _format_text(report: Report) -> str:
         lines += [""]
         lines += _wrap(f"Hand-off time, {dtype} x {st.get('size', '?')} "
                        f"({st.get('timing', '')}; marked as above):", "  ", "")
-        col = max(10, 1 + max(map(len, targets)))  # a name as wide as a column gets a gap
-        lines.append("from \\ to".ljust(name_w) + "".join(t.rjust(col) for t in targets))
+        col = max([10] + [len(t) + 2 for t in targets])
+        label = max([name_w] + [len(src) + 2 for src in sources])
+        lines.append("from \\ to".ljust(label) + "".join(t.rjust(col) for t in targets))
         for src in sources:
             row = []
             for t in targets:
@@ -466,7 +531,7 @@ def _format_text(report: Report) -> str:
                     row.append((OUTCOMES[c.outcome][0] if c else "").rjust(col))
                 else:
                     row.append(f"{c.microseconds:.1f} {OUTCOMES[c.outcome][0]}".rjust(col))
-            lines.append(src.ljust(name_w) + "".join(row))
+            lines.append(src.ljust(label) + "".join(row))
     groups = reason_groups(cells)
     if groups:
         lines += ["", "Why (one paragraph per reason; <type> stands for each type listed):"]
@@ -536,7 +601,7 @@ def _format_markdown(report: Report) -> str:
 
 
 _COLOURS = {"zero-copy": "#2e9e44", "zero-copy if aligned": "#9bd17a", "copy": "#f0c419",
-            "refused": "#d9d9d9", "wrong": "#d7263d", "n/a": "#ffffff"}
+            "refused": "#d9d9d9", "wrong": "#d7263d", "apart": "#8fb8de", "n/a": "#ffffff"}
 
 
 def _format_html(report: Report) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-ADAPTERS = ("numpy", "torch", "jax", "arrow", "cupy", "dask", "tensorflow", "mlx")
+ADAPTERS = ("numpy", "torch", "jax", "arrow", "cupy", "dask", "tensorflow", "mlx", "paddle")
 # Adapter modules imported by name (not through the adapter's __init__), each its own page.
 ADAPTER_SUBMODULES = (("arrow", "flight"), ("torch", "checkpoint"))
 # hurray_bridge's own submodules that its __all__ exports as modules.

@@ -19,22 +19,39 @@ import pytest
 
 # hb.convert's target name -> the module that provides it.
 MODULES = {"numpy": "numpy", "torch": "torch", "jax": "jax", "arrow": "pyarrow", "cupy": "cupy",
-           "tensorflow": "tensorflow", "mlx": "mlx.core"}
+           "tensorflow": "tensorflow", "mlx": "mlx.core", "paddle": "paddle"}
+# Module -> target name, for the registry's frameworks that cannot share a process.
+_TARGETS = {m: t for t, m in MODULES.items()}
 
 
 def not_installed(module: str) -> str:
     return f"{module} is not installed"
 
 
+def apart(module: str) -> str | None:
+    """Why ``module`` must not be imported into this process (a framework it cannot share
+    one with is imported already: the registry's ``not_with``), or None."""
+    from hurray_bridge._registry import kept_apart
+
+    return kept_apart(_TARGETS.get(module, module))
+
+
 def need(*frameworks: str) -> None:
-    """Skip the calling test unless every framework named (target names) is installed."""
+    """Skip the calling test unless every framework named (target names) is installed and
+    can share this process with the frameworks imported already."""
     for fw in frameworks:
         module = MODULES.get(fw, fw)
+        why = apart(module)
+        if why:
+            pytest.skip(why)
         pytest.importorskip(module, reason=not_installed(module))
 
 
 def optional(module: str) -> Any:
-    """``module`` imported, or None when it is not installed (the tests needing it skip)."""
+    """``module`` imported, or None when it is not installed or cannot share this process
+    with a framework imported already (the tests needing it skip, through ``need``)."""
+    if apart(module):
+        return None
     try:
         return importlib.import_module(module)
     except ImportError:
@@ -110,13 +127,21 @@ def _mlx() -> Backend:
     return Backend("mlx", mx, array, lambda x: np.array(x))
 
 
+def _paddle() -> Backend:
+    np = importlib.import_module("numpy")
+    paddle = importlib.import_module("paddle")
+    return Backend("paddle", paddle, lambda a: paddle.to_tensor(np.ascontiguousarray(a)),
+                   lambda x: x.numpy())
+
+
 _BUILD = {"numpy": _numpy, "torch": _torch, "jax": _jax, "arrow": _arrow, "cupy": _cupy,
-          "tensorflow": _tensorflow, "mlx": _mlx}
+          "tensorflow": _tensorflow, "mlx": _mlx, "paddle": _paddle}
 
 # CuPy only where it is installed: without it there is no GPU for it to use either, and a
-# case that can never run on a CPU machine would be one more skip in every CPU run.
-BACKENDS = ["numpy", "torch", "jax", "arrow", "tensorflow", "mlx"] + (
-    ["cupy"] if importlib.util.find_spec("cupy") is not None else [])
+# case that can never run on a CPU machine would be one more skip in every CPU run. Paddle
+# (a large wheel, not in the test extra) likewise only where it is installed.
+BACKENDS = ["numpy", "torch", "jax", "arrow", "tensorflow", "mlx"] + [
+    fw for fw in ("cupy", "paddle") if importlib.util.find_spec(fw) is not None]
 
 
 def backend(name: str) -> Backend:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .._dlpack import DLPACK_VERSION
-from .._registry import _ALIASES, ADAPTERS, adapter_for
+from .._registry import _ALIASES, ADAPTERS, adapter_for, apart
 from ..conversion import asarray, asarray_one, convert
 from ..dtypes import DType
 from ..errors import CopyRequiredError, CopyWarning, UnsupportedError
@@ -88,7 +88,8 @@ def assert_round_trip(
     Hop 1 converts ``x`` to ``via[0]`` with ``hb.convert``, and so on; the last
     hop returns to ``x``'s own framework (an ``hb.Tensor`` for an hb.Tensor or
     any other DLPack producer). ``"hb"`` in ``via`` means ``hb.asarray``;
-    ``via=None`` means every installed CPU framework. After each hop the dtype,
+    ``via=None`` means every installed CPU framework (less any that cannot share this
+    process with one imported already: the registry's ``not_with``). After each hop the dtype,
     the shape and the bytes (bit-exact, so NaN payloads count) must equal
     ``x``'s. ``zero_copy=True`` also asserts that every hop keeps the data
     pointer (``hb.asarray(obj).data_ptr``); ``zero_copy=False`` converts with
@@ -101,7 +102,9 @@ def assert_round_trip(
     if via is None:
         from ..matrix import available_frameworks
 
-        via = [f for f in available_frameworks() if f != _framework(x)]
+        # Of frameworks that cannot share a process (the registry's not_with), the ones
+        # this process cannot import are left out.
+        via = apart([f for f in available_frameworks() if f != _framework(x)])[0]
     elif isinstance(via, str):
         via = (via,)
     _check_targets(via)

@@ -35,7 +35,7 @@ import pytest
 import hurray_bridge as hb
 from hurray_bridge import _shortcuts
 from hurray_bridge._contract import KINDS
-from hurray_bridge._registry import ADAPTERS, get_adapter
+from hurray_bridge._registry import ADAPTERS, get_adapter, kept_apart
 from hurray_bridge.descriptor import dense_descriptor
 from hurray_bridge.layout import BufferRole
 from hurray_bridge.tensor import canonical_bytes
@@ -85,6 +85,7 @@ COPIES: tuple[tuple[str, Hit, str], ...] = (
     ("torch", lambda d, s, f: d.bits == 1, "torch has no 1-bit bool: unpacked to torch.bool"),
     ("tensorflow", lambda d, s, f: d.is_subbyte or d.name.startswith("float8"),
      "TensorFlow's DLPack has no float8 and sub-byte types: tf.constant builds the tensor"),
+    ("paddle", lambda d, s, f: d.bits == 1, "Paddle has no 1-bit bool: unpacked to paddle.bool"),
 )
 
 # A source that needs a copy, per adapter that has one: what the refusal of copy=False
@@ -118,9 +119,13 @@ def _copies(name: str, dtype: hb.DType, shape: tuple[int, ...], form: str) -> st
 
 
 def _installed(name: str) -> str | None:
-    """Why adapter ``name`` cannot run here, or None."""
+    """Why adapter ``name`` cannot run here, or None: its framework is not installed, or
+    it cannot share this process with a framework imported already (the registry's
+    ``not_with``: the first of such a pair runs, the second skips naming why)."""
     framework = ADAPTERS[name].framework
-    return None if importlib.util.find_spec(framework) else f"{framework} is not installed"
+    if not importlib.util.find_spec(framework):
+        return f"{framework} is not installed"
+    return kept_apart(name)
 
 
 def _adapter(name: str) -> ModuleType:

@@ -1647,6 +1647,74 @@ def _param(c: Case) -> Any:
     return pytest.param(c, id=c.id, marks=marks)
 
 
+# ------------------------------------------------------------------ Paddle
+def _to_paddle(a: Any, **kw: Any) -> Any:
+    from tests.frameworks import need
+
+    need("paddle")  # a skip naming why where Paddle is absent or cannot share the process
+    return hb.convert(a, "paddle", **kw)
+
+
+def _readonly_f32() -> Any:
+    a = np.arange(4, dtype=np.float32)
+    a.flags.writeable = False
+    return a
+
+
+def _paddle_device_bogus() -> Any:
+    from tests.frameworks import need
+
+    need("paddle")
+    from hurray_bridge.adapters import paddle as pd_adapter
+
+    return pd_adapter.from_hurray(hb.asarray(_array()), device="tpu:0")
+
+
+def _kept_apart() -> Any:
+    """get_adapter of a stand-in framework that cannot share a process with one imported
+    already (the registry's not_with); the registry and sys.modules are restored."""
+    import types
+
+    from hurray_bridge import _registry
+
+    spec = _registry.AdapterSpec("hb_beta", "hb_test_beta", "beta",
+                                 not_with=(("numpy", "the two crash together"),))
+    _registry.ADAPTERS["hb_beta"] = spec
+    had_numpy = "numpy" in sys.modules
+    sys.modules.setdefault("numpy", types.ModuleType("numpy"))
+    try:
+        return _registry.get_adapter("hb_beta")
+    finally:
+        del _registry.ADAPTERS["hb_beta"]
+        if not had_numpy:
+            del sys.modules["numpy"]
+
+
+CASES += [
+    Case("registry-kept-apart", "get_adapter(x) once a framework x cannot share a process "
+         "with is imported", _kept_apart, hb.UnsupportedError,
+         ("numpy is imported already", "the two crash together", "separate processes")),
+    Case("paddle-uint32", "hb.convert(np.arange(3, dtype=np.uint32), 'paddle')",
+         lambda: _to_paddle(np.arange(3, dtype=np.uint32)), hb.UnsupportedError,
+         ("cannot hold uint32", "no kernels", "Cast the values")),
+    Case("paddle-read-only-copy-false", "hb.convert(read-only array, 'paddle', copy=False)",
+         lambda: _to_paddle(_readonly_f32(), copy=False), hb.CopyRequiredError,
+         ("READ_ONLY", "copy=False")),
+    Case("paddle-negative-strides-copy-false", "hb.convert(a[::-1], 'paddle', copy=False)",
+         lambda: _to_paddle(np.arange(4, dtype=np.float32)[::-1], copy=False),
+         hb.CopyRequiredError, ("negative strides", "copy=False")),
+    Case("paddle-bool8-other-bytes-copy-false",
+         "hb.convert(bool8 bytes [0, 1, 2, 255], 'paddle', copy=False)",
+         lambda: _to_paddle(np.array([0, 1, 2, 255], np.uint8).view(np.bool_), copy=False),
+         hb.CopyRequiredError, ("0x00 and 0x01", "copy=False")),
+    Case("paddle-rank-10", "hb.convert(np.zeros((1,) * 10), 'paddle')",
+         lambda: _to_paddle(np.zeros((1,) * 10, np.float32)), hb.UnsupportedError,
+         ("at most 9 dimensions", "has 10", "reshape")),
+    Case("paddle-device-bogus", "adapters.paddle.from_hurray(t, device='tpu:0')",
+         _paddle_device_bogus, hb.UnsupportedError, ("device must be", "'tpu:0'")),
+]
+
+
 def test_case_ids_are_unique() -> None:
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids)), [i for i in ids if ids.count(i) > 1]

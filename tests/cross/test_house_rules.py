@@ -412,7 +412,8 @@ def test_every_adapter_satisfies_the_contract(name: str) -> None:
 # Names the core must not spell: adapters' target names, their aliases and their
 # frameworks' top-level modules.
 FRAMEWORK_NAMES = frozenset({"numpy", "np", "torch", "pytorch", "jax", "jaxlib", "arrow",
-                             "pyarrow", "pa", "cupy", "cupyx", "scipy", "mlx"})
+                             "pyarrow", "pa", "cupy", "cupyx", "scipy", "mlx",
+                             "paddle"})
 # The two modules allowed to spell them (see rule 6).
 NAMING_MODULES = frozenset({"hurray_bridge/_registry.py", "hurray_bridge/_numpy.py"})
 # file -> (how many literals, why): public API named after a framework, and the reports

@@ -1,5 +1,5 @@
 """The round-trip matrix: producer x consumer x dtype x shape over NumPy, torch, JAX, Arrow,
-TensorFlow and MLX.
+TensorFlow, MLX and, where it is installed, Paddle.
 
 Every cell hands one tensor over with ``hb.convert`` and checks three things:
 the values are bit-exact; the outcome (zero-copy, reported copy, or refusal)
@@ -16,6 +16,7 @@ JAX without ``jax_enable_x64``) is a skip that says so.
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -33,12 +34,16 @@ jnp = optional("jax.numpy")
 pa = optional("pyarrow")
 mx = optional("mlx.core")
 ml_dtypes = optional("ml_dtypes")
+# Paddle only where it is installed (a large wheel, outside the test extra), as CuPy in
+# tests/frameworks.py; None also where it cannot share this process (its cells then skip).
+paddle = optional("paddle")
 
 from hurray_bridge.adapters import numpy as np_adapter  # noqa: E402
 
-FRAMEWORKS = ("numpy", "torch", "jax", "arrow", "tensorflow", "mlx")
+FRAMEWORKS = ("numpy", "torch", "jax", "arrow", "tensorflow", "mlx") + (
+    ("paddle",) if importlib.util.find_spec("paddle") is not None else ())
 SPELT = {"numpy": "NumPy", "torch": "torch", "jax": "JAX", "arrow": "Arrow",
-         "tensorflow": "TensorFlow", "mlx": "MLX"}
+         "tensorflow": "TensorFlow", "mlx": "MLX", "paddle": "Paddle"}
 # TensorFlow's element types (the table has no TensorFlow column); those of TF_BY_VALUE
 # its DLPack refuses, so they reach it through tf.constant, a copy.
 TF_BY_VALUE = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
@@ -56,6 +61,12 @@ READ_ONLY = {"jax": "JAX arrays are immutable", "arrow": "Arrow arrays are immut
 MLX_TYPES = frozenset({"bool8", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                        "uint64", "float16", "bfloat16", "float32", "float64", "complex64"})
 
+# The types Paddle 3.3.1 holds (measured: tests/adapters/paddle). The element-type table has
+# no Paddle column; Paddle's uint16/32/64 have no kernels and are refused.
+PADDLE_TYPES = frozenset({"bool8", "int8", "int16", "int32", "int64", "uint8", "float16",
+                          "bfloat16", "float32", "float64", "complex64", "complex128",
+                          "float8_e4m3fn", "float8_e5m2"})
+PADDLE_MAX_RANK = 9
 
 def _tf() -> Any:
     """TensorFlow, imported only by the cells that use it (a 2-3 s import, kept out of the
@@ -130,6 +141,21 @@ def make_jax(dtype: hb.DType, shape_name: str) -> Any:
     return jnp.asarray(reference(dtype, SHAPES[shape_name]))
 
 
+def make_paddle(dtype: hb.DType, shape_name: str) -> Any:
+    shape = SHAPES[shape_name]
+    transposed = shape_name.startswith("transposed")
+    ref = _c(reference(dtype, shape[::-1] if transposed else shape))
+    pdt = getattr(paddle, "bool" if dtype is hb.bool8 else dtype.name)
+    if ml_dtypes is not None and ref.dtype.name in vars(ml_dtypes):
+        # paddle.to_tensor reads neither ml_dtypes nor uint16 (it makes bfloat16 of it):
+        # the codes as signed integers, re-typed by Paddle's own view.
+        x = paddle.to_tensor(ref.view(f"i{ref.dtype.itemsize}")).view(pdt)
+    else:
+        x = paddle.to_tensor(ref)
+    assert x.dtype == pdt, (x.dtype, pdt)
+    return x.T if transposed else x
+
+
 def make_arrow(dtype: hb.DType, shape_name: str) -> Any:
     shape = SHAPES[shape_name]
     if dtype.bits == 1:
@@ -164,6 +190,7 @@ MAKERS: dict[str, Callable[[hb.DType, str], Any]] = {
     "arrow": make_arrow,
     "tensorflow": make_tensorflow,
     "mlx": make_mlx,
+    "paddle": make_paddle,
 }
 
 
@@ -183,6 +210,12 @@ def cannot_hold(fw: str, dtype: hb.DType, shape_name: str) -> str | None:
         return None
     if fw == "mlx":
         return None if dtype.name in MLX_TYPES else f"MLX has no {dtype.name}"
+    if fw == "paddle":
+        if dtype.name not in PADDLE_TYPES:
+            return f"Paddle has no {dtype.name}"
+        if len(SHAPES[shape_name]) > PADDLE_MAX_RANK:
+            return f"Paddle holds at most {PADDLE_MAX_RANK} dimensions"
+        return None
     if getattr(dtype, fw) is None:
         return f"{SPELT[fw]} has no {dtype.name}"
     if fw == "torch" and dtype.is_subbyte:
@@ -213,6 +246,8 @@ def pointer(x: Any) -> int:
         return x.data_ptr()
     if jax and isinstance(x, jax.Array):
         return x.unsafe_buffer_pointer() if x.size else 0
+    if paddle and isinstance(x, paddle.Tensor):
+        return int(x.data_ptr())
     return hb.asarray(x).data_ptr  # pyarrow and TensorFlow expose no address
 
 
@@ -233,6 +268,8 @@ def logical(x: Any) -> np.ndarray:
         x = x.numpy()
     if mx and isinstance(x, mx.array):  # (NumPy reads no bfloat16 from MLX: its bits)
         x = np.array(x.view(mx.uint16) if x.dtype == mx.bfloat16 else x)
+    if paddle and isinstance(x, paddle.Tensor):
+        x = x.numpy()  # bfloat16 as uint16 codes, float8 as int8 codes: still the bytes
     if pa and isinstance(x, pa.Tensor):
         x = x.to_numpy()
     if pa and isinstance(x, (pa.Array, pa.ChunkedArray)):
@@ -320,6 +357,15 @@ def contract(src: str, dst: str, dtype: hb.DType, shape_name: str, x: Any) -> tu
             return "copy", "TensorFlow imports compact memory only"
         if not empty and pointer(x) % 64:
             return "copy", "TensorFlow's kernels abort on memory not 64-byte aligned"
+        return "zero-copy", ""
+    if dst == "paddle":
+        if dtype.bits == 1:
+            return "copy", "Paddle has no 1-bit bool: unpacked to paddle.bool"
+        gap = cannot_hold("paddle", dtype, shape_name)
+        if gap:
+            return "refused", gap
+        if hb.asarray(x).readonly:  # JAX arrays, Arrow arrays' buffers
+            return "copy", f"{SPELT[src]} memory is read-only, and Paddle ignores READ_ONLY"
         return "zero-copy", ""
     raise AssertionError(dst)
 

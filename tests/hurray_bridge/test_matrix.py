@@ -306,3 +306,67 @@ def test_cli_html(tmp_path: Any) -> None:
               "--repeat", "1")
     assert res.returncode == 0 and res.stdout.startswith("<!DOCTYPE html>")
     assert res.stdout.rstrip().endswith("</html>") and res.stderr == ""
+
+
+# ------------------------------------------- frameworks that cannot share a process
+STAND_IN = "they crash together (a stand-in declaration for this test)"
+
+
+def test_a_pair_that_cannot_share_a_process_is_reported_apart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of a declared pair, one is measured here and the other in a child process; their
+    own cells say why they were not measured, and no cell of either is lost."""
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    from hurray_bridge import _registry
+
+    spec = _registry.ADAPTERS["jax"]
+    monkeypatch.setitem(_registry.ADAPTERS, "jax", spec._replace(
+        not_with=(("torch", STAND_IN),)))
+    names = ["numpy", "torch", "jax"]
+    cells = matrix.run_matrix(names, [hb.float32], n=16, repeat=1)
+    by = {(c.source, c.target): c for c in cells}
+    assert sorted(by) == sorted((s, t) for s in names for t in names)
+    for pair in (("torch", "jax"), ("jax", "torch")):
+        assert by[pair].outcome == "apart" and STAND_IN in by[pair].detail, by[pair]
+    for pair, c in by.items():
+        if "torch" not in pair or "jax" not in pair:
+            assert c.outcome in ("zero-copy", "zero-copy if aligned"), c
+    text = matrix.format_report(matrix.Report(cells))
+    assert "x the two frameworks cannot share a process" in " ".join(text.split())
+    assert "apart 2" in text
+
+
+def test_matrix_finishes_where_paddle_and_tensorflow_are_both_installed() -> None:
+    """PaddlePaddle 3.3.1 and TensorFlow 2.21 crash in one process (the registry's
+    ``not_with``): the report, run where both are installed, finishes and says so. Runs in
+    the Python HURRAY_PAIR_PYTHON names, else this one, where both are installed."""
+    import os
+    from pathlib import Path
+
+    python = os.environ.get("HURRAY_PAIR_PYTHON") or sys.executable
+    probe = subprocess.run([python, "-c", "import importlib.util as u; print(all(u.find_spec(m) "
+                            "for m in ('paddle', 'tensorflow', 'numpy')))"],
+                           capture_output=True, text=True, timeout=60)
+    if probe.stdout.strip() != "True":
+        pytest.skip("paddle and tensorflow are not installed in one Python "
+                    "(HURRAY_PAIR_PYTHON may name one)")
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    res = subprocess.run([python, "-m", "hurray_bridge", "matrix", "--format", "json",
+                          "--dtypes", "float32", "int32", "--repeat", "1", "--size", "64"],
+                         capture_output=True, text=True, timeout=900, env=env, cwd=root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    cells = json.loads(res.stdout)["cells"]
+    frameworks = {c["source"] for c in cells}
+    assert "paddle" in frameworks
+    assert not [c for c in cells if c["outcome"] == "wrong"]
+    if "tensorflow" not in frameworks:
+        pytest.skip("no tensorflow adapter is registered in this tree: paddle's cells were "
+                    "measured, the pair's were not")
+    for c in cells:
+        pair = {c["source"], c["target"]}
+        if pair == {"paddle", "tensorflow"}:
+            assert c["outcome"] == "apart" and "segmentation fault" in c["detail"], c
+        else:
+            assert c["outcome"] != "apart" and "child process" not in c["detail"], c

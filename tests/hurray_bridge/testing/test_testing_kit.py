@@ -517,8 +517,10 @@ def test_round_trip_default_via_is_every_installed_framework() -> None:
         # hop and MLX's reason.
         with pytest.raises(AssertionError, match=r"-> mlx: data pointer changed .*MLX copies"):
             assert_round_trip(_aligned((2, 3)), zero_copy=True)
-    else:
+    elif importlib.util.find_spec("paddle") is None:
         assert isinstance(assert_round_trip(_aligned((2, 3)), zero_copy=True), np.ndarray)
+    # else Paddle is last in the chain and copies what JAX and Arrow hand it (read-only
+    # memory; tests/adapters/paddle): the values must survive, not the address.
     with warnings.catch_warnings():  # the values survive every hop, copied or not
         warnings.simplefilter("ignore", hb.CopyWarning)
         assert isinstance(assert_round_trip(_aligned((2, 3))), np.ndarray)
