@@ -471,82 +471,26 @@ _CHECKPOINT_STOPPED = "the output folder has no index yet: run the conversion ag
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
-    from . import container, safetensors_io
     from .checkpoint_dir import is_checkpoint_path
 
     if is_checkpoint_path(args.input):
         return _cmd_convert_checkpoint(args)
-    try:
-        src_fmt = args.from_format or _sniff(args.input)
-    except (HurrayError, OSError) as exc:
-        return _fail(args.input, exc)
-    dst_fmt = args.to_format or _suffix_format(args.output)
-    if dst_fmt is None:
-        return _fail(args.output, FormatError(
-            "cannot tell the output format from the file name; use --to "
-            f"{{{','.join(f for f in _FORMATS if f in ('hurray', 'safetensors'))}}}"))
-    if args.alignment is not None and dst_fmt != "hurray":
-        return _fail(args.output, FormatError(
-            f"--alignment {args.alignment} applies to a Hurray output; {dst_fmt} has no "
-            "buffer alignment to set (it stores tensors back to back): drop --alignment"))
-    alignment = args.alignment or container.BUFFER_ALIGNMENT
-    try:
-        container.check_suffix(args.output, dst_fmt)  # a name never claims another format
-    except FormatError as exc:
-        return _fail(args.output, exc)
-    verify = not args.no_verify  # what is read is checked, checksums included
-    fsync = not args.no_fsync  # durable unless asked: atomic either way
+    formats = _convert_formats(args)
+    if isinstance(formats, int):
+        return formats
+    src_fmt, dst_fmt, alignment = formats
     bar = _ProgressBar(f"converting {args.input}", not args.quiet)
     signals, restore_signals = _signals_flag()
     try:
-        if src_fmt == "safetensors" and dst_fmt == "hurray":
-            n = safetensors_io.safetensors_to_hurray(args.input, args.output,
-                                                     checksums=not args.no_checksums,
-                                                     fsync=fsync, progress=bar,
-                                                     alignment=alignment)
-        elif src_fmt == "hurray" and dst_fmt == "safetensors":
-            n = safetensors_io.hurray_to_safetensors(args.input, args.output, fsync=fsync,
-                                                     progress=bar, verify=verify)
-        elif src_fmt == "hurray" and dst_fmt == "hurray":
-            n = container.rewrite(args.input, args.output, alignment=alignment,
-                                  checksums=not args.no_checksums, fsync=fsync,
-                                  verify=verify, progress=bar)
-        elif dst_fmt == "hurray" and src_fmt in ("npy", "npz"):
-            tensors = _numpy_tensors(args.input, src_fmt, args.name)
-            with _file_regions(args.input, tensors) as regions:
-                if regions is None:
-                    plan = container._plan_tensors(tensors, None, alignment,
-                                                   not args.no_checksums)
-                    container._write_plan(args.output, plan, fsync=fsync, progress=bar)
-                else:
-                    items, check = regions
-                    plan = container._plan(items, None, alignment, not args.no_checksums,
-                                           list(tensors.values()))
-                    container._write_plan(args.output, plan, fsync=fsync, progress=bar,
-                                          check=check, sums=True)
-            n = len(tensors)
-        else:
+        n = _convert_file(args, src_fmt, dst_fmt, alignment, bar)
+        if n is None:
             bar.close()
             return _fail(args.input, FormatError(
                 f"converting {src_fmt} to {dst_fmt} is not supported (supported: safetensors "
                 "<-> hurray, npy/npz/hurray -> hurray)"))
     except (HurrayError, OSError) as exc:
         bar.close()
-        if signals:  # stopped first: what the user asked for is what is reported
-            replaced = getattr(exc, "output_replaced", False)
-            return _convert_interrupted(args.output, signals[0],
-                                        _WRITTEN_UNFLUSHED if replaced
-                                        else _not_written(args.output))
-        where = getattr(exc, "filename", None) or args.input
-        if getattr(exc, "output_replaced", False):
-            return _fail(args.output, _Annotated(exc, _WRITTEN_UNFLUSHED))
-        if where == args.output:
-            return _fail(where, _Annotated(exc, _not_written(args.output)))
-        if src_fmt == "hurray" and ("checksum" in str(getattr(exc, "field", "")) or
-                                    "padding" in str(exc)):
-            return _fail(where, _Annotated(exc, "nothing was written (hurray convert "
-                                                "--no-verify converts a damaged file as it is)"))
-        return _fail(where, exc)
+        return _convert_failed(args, src_fmt, exc, signals)
     except (KeyboardInterrupt, _Stopped) as exc:
         import signal
 
@@ -566,6 +510,88 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         print(f"{_shown(args.input)} ({src_fmt}) -> {_shown(args.output)} ({dst_fmt}): "
               f"{_count(n, 'tensor')}")
     return 0
+
+
+def _convert_formats(args: argparse.Namespace) -> tuple[str, str, int] | int:
+    """The formats a file conversion reads and writes, and the output's buffer alignment;
+    or the exit status where they cannot be told, or the options contradict them."""
+    from . import container
+
+    try:
+        src_fmt = args.from_format or _sniff(args.input)
+    except (HurrayError, OSError) as exc:
+        return _fail(args.input, exc)
+    dst_fmt = args.to_format or _suffix_format(args.output)
+    if dst_fmt is None:
+        return _fail(args.output, FormatError(
+            "cannot tell the output format from the file name; use --to "
+            f"{{{','.join(f for f in _FORMATS if f in ('hurray', 'safetensors'))}}}"))
+    if args.alignment is not None and dst_fmt != "hurray":
+        return _fail(args.output, FormatError(
+            f"--alignment {args.alignment} applies to a Hurray output; {dst_fmt} has no "
+            "buffer alignment to set (it stores tensors back to back): drop --alignment"))
+    try:
+        container.check_suffix(args.output, dst_fmt)  # a name never claims another format
+    except FormatError as exc:
+        return _fail(args.output, exc)
+    return src_fmt, dst_fmt, args.alignment or container.BUFFER_ALIGNMENT
+
+
+def _convert_file(args: argparse.Namespace, src_fmt: str, dst_fmt: str, alignment: int,
+                  bar: _ProgressBar) -> int | None:
+    """Write the conversion of one file by the pair of formats: the number of tensors, or
+    None for a pair the command does not convert."""
+    from . import container, safetensors_io
+
+    verify = not args.no_verify  # what is read is checked, checksums included
+    fsync = not args.no_fsync  # durable unless asked: atomic either way
+    if src_fmt == "safetensors" and dst_fmt == "hurray":
+        return safetensors_io.safetensors_to_hurray(args.input, args.output,
+                                                    checksums=not args.no_checksums,
+                                                    fsync=fsync, progress=bar,
+                                                    alignment=alignment)
+    if src_fmt == "hurray" and dst_fmt == "safetensors":
+        return safetensors_io.hurray_to_safetensors(args.input, args.output, fsync=fsync,
+                                                    progress=bar, verify=verify)
+    if src_fmt == "hurray" and dst_fmt == "hurray":
+        return container.rewrite(args.input, args.output, alignment=alignment,
+                                 checksums=not args.no_checksums, fsync=fsync,
+                                 verify=verify, progress=bar)
+    if dst_fmt != "hurray" or src_fmt not in ("npy", "npz"):
+        return None
+    tensors = _numpy_tensors(args.input, src_fmt, args.name)
+    with _file_regions(args.input, tensors) as regions:
+        if regions is None:
+            plan = container._plan_tensors(tensors, None, alignment, not args.no_checksums)
+            container._write_plan(args.output, plan, fsync=fsync, progress=bar)
+        else:
+            items, check = regions
+            plan = container._plan(items, None, alignment, not args.no_checksums,
+                                   list(tensors.values()))
+            container._write_plan(args.output, plan, fsync=fsync, progress=bar,
+                                  check=check, sums=True)
+    return len(tensors)
+
+
+def _convert_failed(args: argparse.Namespace, src_fmt: str, exc: HurrayError | OSError,
+                    signals: list[int]) -> int:
+    """The exit status of a file conversion that failed, and what its message says was
+    written: a stop asked for first is what is reported."""
+    if signals:
+        replaced = getattr(exc, "output_replaced", False)
+        return _convert_interrupted(args.output, signals[0],
+                                    _WRITTEN_UNFLUSHED if replaced
+                                    else _not_written(args.output))
+    where = getattr(exc, "filename", None) or args.input
+    if getattr(exc, "output_replaced", False):
+        return _fail(args.output, _Annotated(exc, _WRITTEN_UNFLUSHED))
+    if where == args.output:
+        return _fail(where, _Annotated(exc, _not_written(args.output)))
+    if src_fmt == "hurray" and ("checksum" in str(getattr(exc, "field", "")) or
+                                "padding" in str(exc)):
+        return _fail(where, _Annotated(exc, "nothing was written (hurray convert "
+                                            "--no-verify converts a damaged file as it is)"))
+    return _fail(where, exc)
 
 
 def _add_file_commands(sub: argparse._SubParsersAction) -> None:

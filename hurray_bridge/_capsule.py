@@ -45,7 +45,7 @@ from ._dlpack import (
     USED_DLTENSOR_NAME,
     USED_DLTENSOR_VERSIONED_NAME,
 )
-from .errors import FormatError, UnsupportedError
+from .errors import FormatError, HurrayError, UnsupportedError
 
 __all__ = ["DLView", "capsule_name", "consume_capsule", "live_exports", "make_capsule",
            "request_capsule"]
@@ -516,6 +516,8 @@ def consume_capsule(capsule: object) -> DLView:
     The capsule is renamed to its ``used_`` name. On every failure after that
     point the producer's deleter has already run when the error is raised.
     """
+    # The refusals' texts live in functions of their own (below) so that this hand-off
+    # path reads in one screen; the path itself makes no call of the bridge's but these.
     if type(capsule) is not _CAPSULE_TYPE:
         raise FormatError(
             f"expected a DLPack capsule, got a {type(capsule).__name__} object", field="capsule"
@@ -525,18 +527,8 @@ def consume_capsule(capsule: object) -> DLView:
         versioned = True
     elif name == _NAME_L:
         versioned = False
-    elif name == _USED_V or name == _USED_L:
-        raise FormatError(
-            f"DLPack capsule already consumed (name {name.decode()!r}); "
-            "a capsule can be consumed only once",
-            field="capsule",
-        )
     else:
-        raise FormatError(
-            f"not a DLPack tensor capsule: name {name!r}, expected 'dltensor_versioned' "
-            "or 'dltensor'",
-            field="capsule",
-        )
+        raise _not_a_fresh_capsule(name)
     p: int = _PyCapsule_GetPointer(capsule, name)
     _PyCapsule_SetName(capsule, _USED_V if versioned else _USED_L)
     # From here on the struct is ours: every way out must run its deleter once.
@@ -546,11 +538,10 @@ def consume_capsule(capsule: object) -> DLView:
         managed = _ManagedTensor(p, deleter or 0)
         if major != DLPACK_VERSION[0]:
             # Another major may lay out everything after `flags` differently: read nothing more.
-            managed.release()
-            raise UnsupportedError(
+            raise _released(managed, UnsupportedError(
                 f"DLPack {major}.{minor} tensors are not supported "
                 f"(this build reads major version {DLPACK_VERSION[0]})"
-            )
+            ))
         data, dev_type, dev_id, ndim, code, bits, lanes, shape_p, strides_p, offset = (
             _unpack_tensor(_at_tensor(p + _V_HEAD_SIZE))
         )
@@ -561,32 +552,30 @@ def consume_capsule(capsule: object) -> DLView:
         flags = 0
 
     if not 0 <= ndim <= MAX_NDIM:
-        managed.release()
-        raise FormatError(
+        raise _released(managed, FormatError(
             f"DLPack tensor has rank {ndim}, outside 0..{MAX_NDIM} "
             f"(the Hurray rank limit is {MAX_NDIM})",
             field="ndim",
-        )
+        ))
     if ndim == 0:
         shape: tuple[int, ...] = ()
         strides: tuple[int, ...] | None = ()
     else:
         if not shape_p:
-            managed.release()
-            raise FormatError(f"DLPack tensor of rank {ndim} has a NULL shape", field="shape")
+            raise _released(managed, FormatError(
+                f"DLPack tensor of rank {ndim} has a NULL shape", field="shape"))
         unpack, at = _dims_readers[ndim] or _dims_reader(ndim)
         shape = unpack(at(shape_p))
         if min(shape) < 0:
-            managed.release()
-            raise FormatError(f"DLPack tensor has a negative dimension: {shape}", field="shape")
+            raise _released(managed, FormatError(
+                f"DLPack tensor has a negative dimension: {shape}", field="shape"))
         # NULL strides: compact row-major, as producers before DLPack 1.2 may send.
         strides = unpack(at(strides_p)) if strides_p else None
     if lanes != 1:
-        managed.release()
-        raise UnsupportedError(
+        raise _released(managed, UnsupportedError(
             f"DLPack vector types are not supported (dtype code {code}, bits {bits}, "
             f"lanes {lanes}; lanes must be 1)"
-        )
+        ))
     if 0 in shape:
         data = 0  # no elements: never hand on a pointer nobody may dereference
     else:
@@ -594,6 +583,27 @@ def consume_capsule(capsule: object) -> DLView:
     return DLView(
         data, shape, strides, code, bits, lanes, dev_type, dev_id, flags, versioned, managed
     )
+
+
+def _not_a_fresh_capsule(name: bytes | None) -> FormatError:
+    """The refusal of a capsule that is not an unconsumed DLPack tensor, before it is touched."""
+    if name == _USED_V or name == _USED_L:
+        return FormatError(
+            f"DLPack capsule already consumed (name {name.decode()!r}); "
+            "a capsule can be consumed only once",
+            field="capsule",
+        )
+    return FormatError(
+        f"not a DLPack tensor capsule: name {name!r}, expected 'dltensor_versioned' "
+        "or 'dltensor'",
+        field="capsule",
+    )
+
+
+def _released(managed: _ManagedTensor, exc: HurrayError) -> HurrayError:
+    """``exc``, once the producer's deleter has run: a refusal after the capsule is ours."""
+    managed.release()
+    return exc
 
 
 _I64_MAX = (1 << 63) - 1

@@ -444,44 +444,13 @@ def convert_checkpoint(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     index, paths, src_dir = _resolve(src)
     _check_files_exist(index, paths)
     formats = {p: _sniff(p) for p in paths}
-    src_fmt = index.format if index is not None and index.format else None
-    if src_fmt is None:
-        kinds = set(formats.values())
-        src_fmt = kinds.pop() if len(kinds) == 1 else None
-    dst_fmt = to or {"safetensors": "hurray", "hurray": "safetensors"}.get(src_fmt or "")
-    if dst_fmt not in FORMATS:
-        raise UnsupportedError(
-            f"cannot tell which format to convert {src} to (its files are "
-            f"{', '.join(sorted(set(formats.values())))}); say it: to='hurray' or "
-            "to='safetensors' (hurray convert --to)")
-    same = [p for p in paths if formats[p] == dst_fmt]
-    if same:
-        raise UnsupportedError(f"{same[0]} is {dst_fmt} already; a checkpoint converts from "
-                               "one format to the other (convert its files one by one to "
-                               "re-lay out Hurray files)")
+    dst_fmt = _target_format(src, index, paths, formats, to)
     names = {}
     for p in paths:
         with _in_shard(p, index):
             names[p] = _names_in(p, formats[p])
     _check_names(index, names)
-    out_dir = _fspath(dst, "dst")
-    os.makedirs(out_dir, exist_ok=True)
-    if os.path.samefile(out_dir, src_dir):
-        raise UnsupportedError(
-            f"{out_dir} is the input's own folder: the converted checkpoint would sit beside "
-            "the input, a folder of two checkpoints; write it to another folder")
-    index_name = index and _renamed(os.path.basename(index.path), index.format, dst_fmt)
-    others = [n for n in sorted(os.listdir(out_dir)) if n != index_name
-              and n.endswith(_INDEX) and _format_of(n) is not None]
-    if others:
-        raise UnsupportedError(
-            f"{out_dir} holds another checkpoint's index ({', '.join(others)}): a folder of "
-            "two checkpoints is refused by the reader; write to an empty folder, or remove it")
-    outputs = {p: os.path.join(out_dir, _renamed(os.path.basename(p), formats[p], dst_fmt))
-               for p in paths}
-    if len(set(outputs.values())) != len(outputs):
-        raise UnsupportedError(f"two shard files of {src} convert to one name ({dst_fmt} "
-                               "suffix): rename one")
+    out_dir, index_name, outputs = _outputs(src, dst, src_dir, index, paths, formats, dst_fmt)
     sizes = {p: os.stat(p).st_size for p in paths}
     total, base = sum(sizes.values()), 0
     tensors = 0
@@ -499,15 +468,64 @@ def convert_checkpoint(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         if progress is not None:
             progress(base, total)
     written = len(paths)
-    if index is not None:
+    if index is not None and index_name is not None:
         doc = dict(index.document)
         doc["weight_map"] = {k: os.path.basename(outputs[os.path.join(src_dir, v)])
                              for k, v in index.weight_map.items()}
-        assert index_name is not None
         with atomic_output(os.path.join(out_dir, index_name), fsync=fsync) as fd:
             _write_all(fd, _index_text(doc).encode("utf-8"))
         written += 1
     return written, tensors
+
+
+def _target_format(src: object, index: CheckpointIndex | None, paths: list[str],
+                   formats: dict[str, str], to: str | None) -> str:
+    """The format a checkpoint converts to: ``to``, or the one its files are not; refused
+    where that cannot be told or a file is in it already."""
+    src_fmt = index.format if index is not None and index.format else None
+    if src_fmt is None:
+        kinds = set(formats.values())
+        src_fmt = kinds.pop() if len(kinds) == 1 else None
+    dst_fmt = to or {"safetensors": "hurray", "hurray": "safetensors"}.get(src_fmt or "")
+    if dst_fmt not in FORMATS:
+        raise UnsupportedError(
+            f"cannot tell which format to convert {src} to (its files are "
+            f"{', '.join(sorted(set(formats.values())))}); say it: to='hurray' or "
+            "to='safetensors' (hurray convert --to)")
+    same = [p for p in paths if formats[p] == dst_fmt]
+    if same:
+        raise UnsupportedError(f"{same[0]} is {dst_fmt} already; a checkpoint converts from "
+                               "one format to the other (convert its files one by one to "
+                               "re-lay out Hurray files)")
+    return dst_fmt
+
+
+def _outputs(src: object, dst: str | os.PathLike[str], src_dir: str,
+             index: CheckpointIndex | None, paths: list[str], formats: dict[str, str],
+             dst_fmt: str) -> tuple[str, str | None, dict[str, str]]:
+    """Where a converted checkpoint goes: (its folder, made if need be; its index's name,
+    None without an index; each input file's output path). Refused where the folder
+    would hold two checkpoints or two files would get one name."""
+    out_dir = _fspath(dst, "dst")
+    os.makedirs(out_dir, exist_ok=True)
+    if os.path.samefile(out_dir, src_dir):
+        raise UnsupportedError(
+            f"{out_dir} is the input's own folder: the converted checkpoint would sit beside "
+            "the input, a folder of two checkpoints; write it to another folder")
+    index_name = (None if index is None
+                  else _renamed(os.path.basename(index.path), index.format, dst_fmt))
+    others = [n for n in sorted(os.listdir(out_dir)) if n != index_name
+              and n.endswith(_INDEX) and _format_of(n) is not None]
+    if others:
+        raise UnsupportedError(
+            f"{out_dir} holds another checkpoint's index ({', '.join(others)}): a folder of "
+            "two checkpoints is refused by the reader; write to an empty folder, or remove it")
+    outputs = {p: os.path.join(out_dir, _renamed(os.path.basename(p), formats[p], dst_fmt))
+               for p in paths}
+    if len(set(outputs.values())) != len(outputs):
+        raise UnsupportedError(f"two shard files of {src} convert to one name ({dst_fmt} "
+                               "suffix): rename one")
+    return out_dir, index_name, outputs
 
 
 def _share(progress: _Progress | None, base: int, size: int, total: int) -> _Progress | None:

@@ -613,7 +613,42 @@ def _format_html(report: Report) -> str:
     dtypes = list(dict.fromkeys(c.dtype for c in cells))
     by = {(c.source, c.target, c.dtype): c for c in cells}
     cls = {k: "o-" + re.sub(r"[^a-z]+", "-", k).strip("-") for k in OUTCOMES}
-    style = "\n".join(
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           "<title>Hurray hand-off matrix</title>", f"<style>\n{_html_style(cls)}\n</style>",
+           "</head>", "<body>", "<h1>Hurray hand-off matrix</h1>",
+           f"<p>{e(_version_line(report))}</p>", f"<p>{e(_settings_line(report))}</p>",
+           "<p>"]
+    for k, (mark, text) in OUTCOMES.items():
+        out.append(f'<span class="sw {cls[k]}"></span>{e(mark)} {e(text)}&nbsp; ')
+    out.append("</p>")
+    out += [f'<p class="note">{e(note)}</p>' for note in _type_notes(dtypes).values()]
+    out += _html_matrix(sources, targets, dtypes, by, cls)
+    dtype, timed = _timed(cells)
+    if any(c.microseconds is not None for c in timed):
+        out += [f"<h2>Hand-off time, {e(dtype)} x {e(str(report.settings.get('size', '?')))}"
+                "</h2>", f"<p>{e(str(report.settings.get('timing', '')))}</p>",
+                '<table id="timing">', "<tr><th>from \\ to</th>"
+                + "".join(f"<th>{e(t)}</th>" for t in targets) + "</tr>"]
+        for s in sources:
+            row = [f"<tr><th>{e(s)}</th>"]
+            for t in targets:
+                c = by.get((s, t, dtype))
+                if c is None or c.microseconds is None:
+                    row.append("<td></td>")
+                else:
+                    row.append(f'<td class="num {cls[c.outcome]}">{c.microseconds:.1f}</td>')
+            out.append("".join(row) + "</tr>")
+        out.append("</table>")
+    out += _html_reasons(cells, cls)
+    counts = report.to_dict()["totals"]
+    out += ["<p>Totals: " + e(", ".join(f"{k} {v}" for k, v in counts.items())) + "</p>",
+            "</body>", "</html>"]
+    return "\n".join(out)
+
+
+def _html_style(cls: dict[str, str]) -> str:
+    """The page's style sheet: the tables, and one background colour per outcome class."""
+    return "\n".join(
         ["body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}",
          "table{border-collapse:collapse;margin:1em 0}",
          "th,td{border:1px solid #999;padding:2px 6px;text-align:center}",
@@ -623,16 +658,14 @@ def _format_html(report: Report) -> str:
          ".sw{display:inline-block;width:1em;height:1em;border:1px solid #999;"
          "vertical-align:middle;margin-right:.3em}"]
         + [f".{cls[k]}{{background:{v}}}" for k, v in _COLOURS.items()])
-    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-           "<title>Hurray hand-off matrix</title>", f"<style>\n{style}\n</style>", "</head>",
-           "<body>", "<h1>Hurray hand-off matrix</h1>",
-           f"<p>{e(_version_line(report))}</p>", f"<p>{e(_settings_line(report))}</p>",
-           "<p>"]
-    for k, (mark, text) in OUTCOMES.items():
-        out.append(f'<span class="sw {cls[k]}"></span>{e(mark)} {e(text)}&nbsp; ')
-    out.append("</p>")
-    out += [f'<p class="note">{e(note)}</p>' for note in _type_notes(dtypes).values()]
-    out += ['<table id="matrix">', "<thead>", '<tr><th rowspan="2">dtype</th>']
+
+
+def _html_matrix(sources: list[str], targets: list[str], dtypes: list[str],
+                 by: dict[tuple[str, str, str], Cell], cls: dict[str, str]) -> list[str]:
+    """The matrix table's lines: a row per type, a column group per source, each cell its
+    outcome's mark and colour, with the pair, outcome and detail as data and tooltip."""
+    e = html.escape
+    out = ['<table id="matrix">', "<thead>", '<tr><th rowspan="2">dtype</th>']
     out += [f'<th class="g" colspan="{len(targets)}">from {e(s)}</th>' for s in sources]
     out += ["</tr>", "<tr>"]
     for _ in sources:
@@ -655,37 +688,26 @@ def _format_html(report: Report) -> str:
                            f"{e(OUTCOMES[c.outcome][0])}</td>")
         out.append("".join(row) + "</tr>")
     out += ["</tbody>", "</table>"]
-    dtype, timed = _timed(cells)
-    if any(c.microseconds is not None for c in timed):
-        out += [f"<h2>Hand-off time, {e(dtype)} x {e(str(report.settings.get('size', '?')))}"
-                "</h2>", f"<p>{e(str(report.settings.get('timing', '')))}</p>",
-                '<table id="timing">', "<tr><th>from \\ to</th>"
-                + "".join(f"<th>{e(t)}</th>" for t in targets) + "</tr>"]
-        for s in sources:
-            row = [f"<tr><th>{e(s)}</th>"]
-            for t in targets:
-                c = by.get((s, t, dtype))
-                if c is None or c.microseconds is None:
-                    row.append("<td></td>")
-                else:
-                    row.append(f'<td class="num {cls[c.outcome]}">{c.microseconds:.1f}</td>')
-            out.append("".join(row) + "</tr>")
-        out.append("</table>")
+    return out
+
+
+def _html_reasons(cells: Sequence[Cell], cls: dict[str, str]) -> list[str]:
+    """The "Why" list's lines: one item per reason, the pairs and types it covers under it
+    (none where no cell has a reason)."""
+    e = html.escape
     groups = reason_groups(cells)
-    if groups:
-        out += ["<h2>Why</h2>", '<ul id="reasons">']
-        for g in groups:
-            out.append(f'<li><span class="sw {cls[g["outcome"]]}"></span><b>{e(g["outcome"])}'
-                       f"</b>: {e(g['reason'])}<ul>")
-            for cover in g["covers"]:
-                out.append(f"<li>{e(_pairs_text(cover['pairs']))}: "
-                           f"{e(', '.join(cover['dtypes']))}</li>")
-            out.append("</ul></li>")
-        out.append("</ul>")
-    counts = report.to_dict()["totals"]
-    out += ["<p>Totals: " + e(", ".join(f"{k} {v}" for k, v in counts.items())) + "</p>",
-            "</body>", "</html>"]
-    return "\n".join(out)
+    if not groups:
+        return []
+    out = ["<h2>Why</h2>", '<ul id="reasons">']
+    for g in groups:
+        out.append(f'<li><span class="sw {cls[g["outcome"]]}"></span><b>{e(g["outcome"])}'
+                   f"</b>: {e(g['reason'])}<ul>")
+        for cover in g["covers"]:
+            out.append(f"<li>{e(_pairs_text(cover['pairs']))}: "
+                       f"{e(', '.join(cover['dtypes']))}</li>")
+        out.append("</ul></li>")
+    out.append("</ul>")
+    return out
 
 
 def format_report(report: Report | Sequence[Cell], fmt: str = "text") -> str:

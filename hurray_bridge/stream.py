@@ -33,7 +33,7 @@ from typing import Any
 
 from ._memory import alloc_aligned, host_view
 from ._trailing import written_pieces
-from .descriptor import DYNAMIC, Descriptor
+from .descriptor import DYNAMIC, BufferSpec, Descriptor
 from .errors import DynamicShapeError, FormatError, UnsupportedError
 from .layout import Layout
 from .tensor import CPU, Buffer, Tensor
@@ -591,35 +591,12 @@ class StreamReader:
             self._fail(f"sequence number {seq}, expected {self._seq} (a message was lost, "
                        "repeated or reordered)", "sequence")
         if kind == KIND_END:
-            if n_buf or rank or payload:
-                self._fail("an end-of-stream message carries no shape and no buffers", "kind")
-            self._next_unit(self._gather_padding(_MESSAGE_HEADER.size, "end-of-stream message"))
-            self._done = True
-            if self._socket_file is not None:
-                self._socket_file.close()
+            self._end_of_stream(n_buf, rank, payload)
             return False
         if kind != KIND_TENSOR:
             self._fail(f"unknown message kind {kind}", "kind")
-        schema = self._schema
-        assert schema is not None
-        if rank != schema.rank:
-            self._fail(f"message has rank {rank}, the schema {schema!r} has rank {schema.rank}",
-                       "rank")
         lead = _MESSAGE_HEADER.size + 8 * rank
-        self._gather(lead, _MESSAGE_HEADER.size, "message shape")
-        shape = struct.unpack_from(f"<{rank}Q", self._lead, _MESSAGE_HEADER.size)
-        for axis, (got, want) in enumerate(zip(shape, schema.shape)):
-            if want != DYNAMIC and got != want:
-                self._fail(f"axis {axis} has size {got}, the schema fixes it at {want}", "shape")
-            if want == DYNAMIC and got == DYNAMIC:
-                self._fail(f"axis {axis} is sent as DYNAMIC; a message must give it a size "
-                           "(0 is a valid size)", "shape")
-        try:
-            resolved = schema.resolve([shape[a] for a in self._dynamic])
-            specs = resolved.buffer_layout()
-        except (FormatError, DynamicShapeError) as exc:
-            self._fail(f"sizes {list(shape)} do not resolve the schema: {exc}", "shape")
-            raise  # unreachable: _fail raises
+        resolved, specs = self._message_descriptor(rank, lead)
         offsets, pos = [], 0
         for s in specs:
             offsets.append(pos)
@@ -637,6 +614,49 @@ class StreamReader:
                 f"{self._max}; raise the limit if such tensors are expected", "payload_size",
             )
         full = self._gather_padding(lead, "message shape")
+        owner, base, room = self._payload_memory(pos, resolved)
+        self._payload = _Payload(resolved, list(specs), offsets, pos, owner, base, room)
+        self._next_unit(full)
+        return True
+
+    def _end_of_stream(self, n_buf: int, rank: int, payload: int) -> None:
+        """Check the end-of-stream message (no shape, no buffers) and end the stream."""
+        if n_buf or rank or payload:
+            self._fail("an end-of-stream message carries no shape and no buffers", "kind")
+        self._next_unit(self._gather_padding(_MESSAGE_HEADER.size, "end-of-stream message"))
+        self._done = True
+        if self._socket_file is not None:
+            self._socket_file.close()
+
+    def _message_descriptor(self, rank: int, lead: int
+                            ) -> tuple[Descriptor, tuple[BufferSpec, ...]]:
+        """Read a message's shape and resolve the schema by it: (the message's descriptor,
+        its buffers' layout). The shape must agree with the schema's rank and fixed axes."""
+        schema = self._schema
+        assert schema is not None
+        if rank != schema.rank:
+            self._fail(f"message has rank {rank}, the schema {schema!r} has rank {schema.rank}",
+                       "rank")
+        self._gather(lead, _MESSAGE_HEADER.size, "message shape")
+        shape = struct.unpack_from(f"<{rank}Q", self._lead, _MESSAGE_HEADER.size)
+        for axis, (got, want) in enumerate(zip(shape, schema.shape)):
+            if want != DYNAMIC and got != want:
+                self._fail(f"axis {axis} has size {got}, the schema fixes it at {want}", "shape")
+            if want == DYNAMIC and got == DYNAMIC:
+                self._fail(f"axis {axis} is sent as DYNAMIC; a message must give it a size "
+                           "(0 is a valid size)", "shape")
+        try:
+            resolved = schema.resolve([shape[a] for a in self._dynamic])
+            specs = resolved.buffer_layout()
+        except (FormatError, DynamicShapeError) as exc:
+            self._fail(f"sizes {list(shape)} do not resolve the schema: {exc}", "shape")
+            raise  # unreachable: _fail raises
+        return resolved, specs
+
+    def _payload_memory(self, pos: int, resolved: Descriptor) -> tuple[object, int, int]:
+        """Where a payload of ``pos`` bytes is read to: (owner, address, room). A stream of
+        unknown length stages mid-sized payloads in one reused block; a file refuses a
+        payload longer than what is left of it."""
         left = self._available()
         if left is not None and pos > left:
             self._fail(f"message needs {pos} bytes but only {left} remain in the file",
@@ -644,14 +664,9 @@ class StreamReader:
         if left is None and _STAGE_BYTES <= pos < _LAZY_BYTES:
             stage = alloc_aligned(_STAGE_BYTES)
             assert stage is not None
-            owner: object = stage
-            base, room = stage.ptr, _STAGE_BYTES
-        else:
-            owner, base = self._message_memory(pos, resolved)
-            room = pos
-        self._payload = _Payload(resolved, list(specs), offsets, pos, owner, base, room)
-        self._next_unit(full)
-        return True
+            return stage, stage.ptr, _STAGE_BYTES
+        owner, base = self._message_memory(pos, resolved)
+        return owner, base, pos
 
     def _message_memory(self, n: int, resolved: Descriptor) -> tuple[object, int]:
         """Fresh 64-byte aligned memory for ``n`` bytes of buffers: (owner, address)."""

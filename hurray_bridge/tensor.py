@@ -498,6 +498,8 @@ class Tensor:
         """``__dlpack__``; ``immutable``: the consumer never writes what it imports (JAX,
         through :func:`for_immutable_consumer`), so a legacy capsule may carry read-only
         memory."""
+        # The refusals' texts live in functions of their own (below the class) so that this
+        # hand-off path reads in one screen; the path itself makes no call but the capsule.
         try:
             versioned = max_version is not None and max_version[0] >= 1
         except (TypeError, IndexError, KeyError):
@@ -507,17 +509,9 @@ class Tensor:
             raise UnsupportedError(f"copy must be True, False or None, got {copy!r}")
         d = self._desc
         if d is not None and (d.layout not in _DENSE_LAYOUTS or d.quantization is not None):
-            what = form_name(d)
-            raise UnsupportedError(
-                f"a {what} tensor has no DLPack form (DLPack carries dense tensors only); "
-                "convert it with hb.convert() to a framework that supports it"
-            )
+            raise _no_dlpack_form(d)
         device = self._device
-        try:
-            target = Device(*dl_device) if dl_device is not None else device
-        except TypeError:
-            raise UnsupportedError(f"dl_device must be a (device_type, device_id) pair or None, "
-                                   f"got {dl_device!r}") from None
+        target = device if dl_device is None else _dl_target(dl_device)
         if self._source is not None and device.type not in _HOST_ACCESSIBLE:
             return _forward(self._source, stream, max_version, dl_device, copy)
         if (
@@ -525,22 +519,12 @@ class Tensor:
             and target != device
             and not (target == CPU and device.type in _HOST_ACCESSIBLE)
         ):
-            if copy is False:
-                raise CopyRequiredError(
-                    f"export to {target} needs a copy from {self._device} but copy=False"
-                )
-            raise UnsupportedError(
-                f"cannot export a {self._device} tensor to {target}: the bridge does not move "
-                "data between devices itself; convert with the framework's adapter"
-            )
+            raise _no_move(device, target, copy)
         if stream is not None and stream != -1 and device.type not in _STREAMED:
             raise UnsupportedError(f"stream must be None on {self._device}, got {stream!r}")
         dl = self._dtype.dlpack
         if dl is None:
-            raise UnsupportedError(
-                f"{self._dtype.name} has no DLPack type code; convert it with hb.convert() "
-                "(for 1-bit bool: to arrow, or unpack to bool8)"
-            )
+            raise _no_dlpack_code(self._dtype)
         src = self
         flags = 0
         if copy:
@@ -552,26 +536,18 @@ class Tensor:
             flags |= FLAG_READ_ONLY
         if src._padded:
             if not versioned:
-                raise UnsupportedError(
-                    f"padded {self._dtype.name} needs a versioned DLPack capsule to say it is "
-                    "padded; the consumer asked for a legacy one"
-                )
+                raise _legacy_padded(self._dtype)
             flags |= FLAG_IS_SUBBYTE_TYPE_PADDED
         code, bits = dl
         shape = src._shape
         if shape and max(shape) > _I64_MAX:
-            raise UnsupportedError(
-                f"shape {list(self._shape)} has a dimension above 2**63 - 1, which DLPack's "
-                "int64 shape cannot hold"
-            )
+            raise _beyond_int64("a dimension", shape, None)
         strides = src._strides
         if strides is None:
             strides = _COMPACT.get(shape) or _compact(shape)
             if not src._nbytes and strides and max(strides) > _I64_MAX:
                 # Only an empty shape can get there ([0, 2**40, 2**40]): sizes, not memory.
-                raise UnsupportedError(
-                    f"shape {list(shape)} has compact strides {list(strides)}, beyond DLPack's "
-                    "int64 strides (2**63 - 1); no DLPack consumer can take it")
+                raise _beyond_int64("compact strides", shape, strides)
         return _capsule.make_capsule(
             data=src._data,
             shape=shape,
@@ -585,6 +561,62 @@ class Tensor:
             owner=src,
             versioned=versioned,
         )
+
+
+def _no_dlpack_form(d: Descriptor) -> UnsupportedError:
+    """The refusal of a sparse or quantized tensor's export: DLPack carries dense ones only."""
+    return UnsupportedError(
+        f"a {form_name(d)} tensor has no DLPack form (DLPack carries dense tensors only); "
+        "convert it with hb.convert() to a framework that supports it"
+    )
+
+
+def _dl_target(dl_device: Any) -> Device:
+    """The device a consumer asked the export for (``dl_device``), as a Device."""
+    try:
+        return Device(*dl_device)
+    except TypeError:
+        raise UnsupportedError(f"dl_device must be a (device_type, device_id) pair or None, "
+                               f"got {dl_device!r}") from None
+
+
+def _no_move(device: Device, target: Device, copy: Any) -> UnsupportedError | CopyRequiredError:
+    """The refusal of an export to another device: the bridge moves no data itself."""
+    if copy is False:
+        return CopyRequiredError(f"export to {target} needs a copy from {device} but copy=False")
+    return UnsupportedError(
+        f"cannot export a {device} tensor to {target}: the bridge does not move "
+        "data between devices itself; convert with the framework's adapter"
+    )
+
+
+def _no_dlpack_code(dtype: DType) -> UnsupportedError:
+    """The refusal of a type DLPack has no code for."""
+    return UnsupportedError(
+        f"{dtype.name} has no DLPack type code; convert it with hb.convert() "
+        "(for 1-bit bool: to arrow, or unpack to bool8)"
+    )
+
+
+def _legacy_padded(dtype: DType) -> UnsupportedError:
+    """The refusal of padded sub-byte data in a legacy capsule, which has no flag for it."""
+    return UnsupportedError(
+        f"padded {dtype.name} needs a versioned DLPack capsule to say it is "
+        "padded; the consumer asked for a legacy one"
+    )
+
+
+def _beyond_int64(what: str, shape: tuple[int, ...], strides: tuple[int, ...] | None
+                  ) -> UnsupportedError:
+    """The refusal of a shape (or its compact strides) beyond DLPack's int64 fields."""
+    if strides is None:
+        return UnsupportedError(
+            f"shape {list(shape)} has {what} above 2**63 - 1, which DLPack's "
+            "int64 shape cannot hold"
+        )
+    return UnsupportedError(
+        f"shape {list(shape)} has {what} {list(strides)}, beyond DLPack's "
+        "int64 strides (2**63 - 1); no DLPack consumer can take it")
 
 
 def _legacy_read_only(copy: Any) -> UnsupportedError | CopyRequiredError:

@@ -671,24 +671,9 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
     target = None if device is None else _target_device(device)
     owner = t.owner
     if type(owner) is _JaxOwner and not copy and _is_whole_view(t, owner.array):
-        # t is one of our own exports: hand back the original array (no x64 question
-        # either: that array exists already).
-        x = owner.array
-        if target is None or target in x.devices():
-            return x
-        why = f"moving the array to {target}"
-        require_copy(copy, NAME, why, refusal=f"JAX would have to copy: {why}; copy=False")
-        return jax.device_put(x, target)
-
-    if name in _X64 and not _x64_enabled():
-        raise UnsupportedError(
-            f"{name} needs 64-bit JAX: with jax_enable_x64 off JAX narrows it to 32 bits "
-            "silently. Enable it first: jax.config.update('jax_enable_x64', True) (or "
-            "JAX_ENABLE_X64=1), or cast the data to a 32-bit type before converting"
-        )
-    if dtype.jax is None and name != "bool":
-        raise UnsupportedError(f"JAX has no dtype for {name}")
-
+        return _own_export(owner.array, target, copy)
+    if (name in _X64 and not _x64_enabled()) or (dtype.jax is None and name != "bool"):
+        raise _dtype_refusal(name)
     home = None
     if target is not None:
         home = _home_device(t.device)
@@ -703,34 +688,11 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
         return _by_copy(t, target if target is not None else home, copy)
 
     src: Any = t
-    reasons = []
-    where = ""
-    if target is not None:
-        reasons.append(f"moving from {t.device} to {target}")
+    # (The common hand-off meets no obstacle and no move: no call beyond this test.)
     obstacle = (import_obstacle(t.shape, t.strides, t.device.type, t.data_ptr) if t.nbytes
                 else None)
-    if obstacle == STRIDES:
-        if not t.device.is_host_accessible:
-            raise UnsupportedError(
-                f"JAX imports only compact (or transposed) strides and cannot take strides "
-                f"{t.strides} for shape {t.shape} on {t.device}; the bridge cannot copy device "
-                "memory: make it contiguous in the producing framework first"
-            )
-        reasons.append(f"strides {t.strides} for shape {t.shape} are not compact nor a "
-                       "permutation of compact (JAX rejects gaps, broadcast and negative strides)")
+    if (obstacle is not None or target is not None) and _needs_copy(t, obstacle, target, copy):
         src = None
-    elif obstacle == ALIGNMENT:
-        align = _cpu_alignment()
-        # The warning names the reason only: an address (or its remainder) in the text
-        # would make each copy a new warning and defeat the once-per-line filter. The
-        # error, raised once, says where the pointer is.
-        reasons.append(f"the data pointer is not {align}-byte aligned; JAX aliases CPU "
-                       f"memory only when it is{alignment_note(t)}")
-        where = f" (pointer 0x{t.data_ptr:x}, pointer % {align} = {t.data_ptr % align})"
-        src = None
-    if reasons and not copy:
-        why = "; ".join(reasons)
-        require_copy(copy, NAME, why, refusal=f"JAX would have to copy: {why}{where}; copy=False")
     if src is None or (copy and t.device.is_host_accessible and target is None):
         # A compact, 64-byte aligned host copy, which JAX then aliases: the one copy.
         # (copy=True cannot be left to JAX: jax 0.10.2's from_dlpack(copy=True) aliases
@@ -744,6 +706,59 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> j
     if copy and src is t:
         y = y.copy()  # a device copy made by XLA, for the reason above
     return y
+
+
+def _own_export(x: jax.Array, target: Any, copy: bool | None) -> jax.Array:
+    """The original array behind one of our own exports (no x64 question either: that
+    array exists already), moved to ``target`` if it is elsewhere (a copy)."""
+    if target is None or target in x.devices():
+        return x
+    why = f"moving the array to {target}"
+    require_copy(copy, NAME, why, refusal=f"JAX would have to copy: {why}; copy=False")
+    return jax.device_put(x, target)
+
+
+def _dtype_refusal(name: str) -> UnsupportedError:
+    """Why JAX cannot hold a type: 64-bit with x64 off (JAX would narrow it silently), or
+    no JAX dtype at all."""
+    if name in _X64 and not _x64_enabled():
+        return UnsupportedError(
+            f"{name} needs 64-bit JAX: with jax_enable_x64 off JAX narrows it to 32 bits "
+            "silently. Enable it first: jax.config.update('jax_enable_x64', True) (or "
+            "JAX_ENABLE_X64=1), or cast the data to a 32-bit type before converting"
+        )
+    return UnsupportedError(f"JAX has no dtype for {name}")
+
+
+def _needs_copy(t: Tensor, obstacle: object, target: Any, copy: bool | None) -> bool:
+    """Whether JAX must be handed a copy rather than t's memory (strides it rejects, a
+    misaligned pointer), after warning or refusing by ``copy`` for every reason to copy,
+    a move to ``target`` included (which XLA makes, not the bridge)."""
+    reasons = []
+    where = ""
+    if target is not None:
+        reasons.append(f"moving from {t.device} to {target}")
+    if obstacle == STRIDES:
+        if not t.device.is_host_accessible:
+            raise UnsupportedError(
+                f"JAX imports only compact (or transposed) strides and cannot take strides "
+                f"{t.strides} for shape {t.shape} on {t.device}; the bridge cannot copy device "
+                "memory: make it contiguous in the producing framework first"
+            )
+        reasons.append(f"strides {t.strides} for shape {t.shape} are not compact nor a "
+                       "permutation of compact (JAX rejects gaps, broadcast and negative strides)")
+    elif obstacle == ALIGNMENT:
+        align = _cpu_alignment()
+        # The warning names the reason only: an address (or its remainder) in the text
+        # would make each copy a new warning and defeat the once-per-line filter. The
+        # error, raised once, says where the pointer is.
+        reasons.append(f"the data pointer is not {align}-byte aligned; JAX aliases CPU "
+                       f"memory only when it is{alignment_note(t)}")
+        where = f" (pointer 0x{t.data_ptr:x}, pointer % {align} = {t.data_ptr % align})"
+    if reasons and not copy:
+        why = "; ".join(reasons)
+        require_copy(copy, NAME, why, refusal=f"JAX would have to copy: {why}{where}; copy=False")
+    return obstacle is not None
 
 
 _BOOL8_TAG = bool8.tag

@@ -8,6 +8,7 @@ Host arrays are checked with NumPy, device arrays with jax.numpy on their device
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -54,6 +55,21 @@ def _oob_rows(xp: Any, coords: Any, shape: tuple[int, ...]) -> Any:
     return out
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """What both layouts' readers share: the matrix shape, whether JAX vouches for sorted
+    unique indices, where the arrays live, and the array library (NumPy on the host,
+    jax.numpy on a device) with its checks and its converter to hb.Tensor."""
+
+    shape: tuple[int, ...]
+    trust: bool
+    host: bool
+    xp: Any
+    ops: ArrayOps
+    comp: Callable[[Any], Tensor]
+    copy: bool | None
+
+
 def to_hurray(x: Any, *, copy: bool | None) -> Tensor:
     """A BCOO or BCSR without batch or dense dimensions as a sparse hb.Tensor."""
     name = type(x).__name__
@@ -72,48 +88,61 @@ def to_hurray(x: Any, *, copy: bool | None) -> Tensor:
     host = data_t.device.is_host_accessible
     # Host memory is read through NumPy views, device memory with jax.numpy where it is;
     # arrays made on the way are of the same library, and converted by its adapter.
-    xp: Any
-    comp: Callable[[Any], Tensor]
     if host:
-        xp, ops, comp = np, host_ops(), host_to_hurray
+        r = _Reading(shape, trust, host, np, host_ops(), host_to_hurray, copy)
         data = host_from_hurray(data_t, copy=False)
         indices = host_from_hurray(idx_t, copy=False)
     else:
-        xp, ops, comp = jnp, _OPS, dense_to_hurray
+        r = _Reading(shape, trust, host, jnp, _OPS, dense_to_hurray, copy)
         data, indices = x.data, x.indices
     # JAX pads with out-of-range entries (index == shape: BCOO.fromdense(nse=...),
     # sum_duplicates, BCSR padding past indptr[-1]); its todense() drops every
     # out-of-range entry, so none of them is data. They are stripped, never passed on.
+    xp = r.xp
     if xp.issubdtype(indices.dtype, xp.signedinteger) and indices.size and \
             bool((indices < 0).any()):
         raise FormatError(f"this {name} has a negative index, which is no stored entry",
                           field="indices")
-    copied = False
     if name == "BCOO":
-        nse, rank = int(data.shape[0]), len(shape)
-        oob = _oob_rows(xp, indices, shape) if nse and rank else None
-        if oob is not None and bool(oob.any()):
-            require_copy(copy, None, "this BCOO holds out-of-range padding entries, which are "
-                                     "not data and must be stripped")
-            keep = ~oob
-            data, indices, copied = data[keep], indices[keep], True
-            data_t = comp(data)
-        nnz = int(data.shape[0])
-        if rank == 1 or nnz <= 1:
-            coo = indices.reshape(rank, nnz)  # the same memory: no transposition needed
-            idx_t = (prefix_view(idx_t, (rank, nnz))
-                     if host and not copied and idx_t.strides is None else comp(coo))
-        else:
-            require_copy(copy, None, "BCOO stores coordinates as (nnz, rank) and Hurray COO as "
-                                     "(rank, nnz), so they must be transposed")
-            coo = xp.ascontiguousarray(indices.T) if host else xp.transpose(indices)
-            idx_t, copied = comp(coo), True
-        canonical = check(ops, _COO, shape, nnz, coo, None, trust)
-        return assemble(_COO, shape, data_t, idx_t, None, canonical, copy=copy,
-                        copied=copied)
+        return _bcoo(r, data, indices, data_t, idx_t)
+    return _bcsr(r, x, data, indices, data_t, idx_t)
 
+
+def _bcoo(r: _Reading, data: Any, indices: Any, data_t: Tensor, idx_t: Tensor) -> Tensor:
+    """A BCOO as COO: its padding stripped (a copy), its (nnz, rank) coordinates
+    transposed to Hurray's (rank, nnz) (a copy unless one of them is 1)."""
+    shape, copy, xp, comp = r.shape, r.copy, r.xp, r.comp
+    copied = False
+    nse, rank = int(data.shape[0]), len(shape)
+    oob = _oob_rows(xp, indices, shape) if nse and rank else None
+    if oob is not None and bool(oob.any()):
+        require_copy(copy, None, "this BCOO holds out-of-range padding entries, which are "
+                                 "not data and must be stripped")
+        keep = ~oob
+        data, indices, copied = data[keep], indices[keep], True
+        data_t = comp(data)
+    nnz = int(data.shape[0])
+    if rank == 1 or nnz <= 1:
+        coo = indices.reshape(rank, nnz)  # the same memory: no transposition needed
+        idx_t = (prefix_view(idx_t, (rank, nnz))
+                 if r.host and not copied and idx_t.strides is None else comp(coo))
+    else:
+        require_copy(copy, None, "BCOO stores coordinates as (nnz, rank) and Hurray COO as "
+                                 "(rank, nnz), so they must be transposed")
+        coo = xp.ascontiguousarray(indices.T) if r.host else xp.transpose(indices)
+        idx_t, copied = comp(coo), True
+    canonical = check(r.ops, _COO, shape, nnz, coo, None, r.trust)
+    return assemble(_COO, shape, data_t, idx_t, None, canonical, copy=copy, copied=copied)
+
+
+def _bcsr(r: _Reading, x: Any, data: Any, indices: Any, data_t: Tensor, idx_t: Tensor
+          ) -> Tensor:
+    """A BCSR as CSR: entries past indptr[-1] sliced off (a view on the host), out-of-range
+    padding inside it stripped and indptr recounted (a copy), one index type for both."""
+    shape, copy, xp, comp = r.shape, r.copy, r.xp, r.comp
+    copied = False
     ptr_t = dense_to_hurray(x.indptr, copy=copy)
-    indptr = host_from_hurray(ptr_t, copy=False) if host else x.indptr
+    indptr = host_from_hurray(ptr_t, copy=False) if r.host else x.indptr
     nnz, nse = int(indptr[-1]), int(data.shape[0])
     if not 0 <= nnz <= nse:
         raise FormatError(f"BCSR indptr ends at {nnz}, outside its {nse} stored entries",
@@ -123,7 +152,7 @@ def to_hurray(x: Any, *, copy: bool | None) -> Tensor:
     if bad is not None and bool(bad.any()):
         require_copy(copy, None, "this BCSR holds out-of-range padding entries inside indptr, "
                                  "which must be stripped")
-        check_indptr(ops, _CSR, indptr, nnz)  # before searchsorted relies on it
+        check_indptr(r.ops, _CSR, indptr, nnz)  # before searchsorted relies on it
         keep = ~bad
         major = xp.searchsorted(indptr, xp.arange(nnz, dtype=indptr.dtype), side="right") - 1
         counts = xp.bincount(major[keep], minlength=shape[0]).astype(indptr.dtype)
@@ -134,13 +163,13 @@ def to_hurray(x: Any, *, copy: bool | None) -> Tensor:
     elif nnz < nse:
         # Padding past indptr[-1] only: the stored prefix is the matrix (a view on the host;
         # JAX slices on a device are new arrays).
-        if host and data_t.strides is None and idx_t.strides is None:
+        if r.host and data_t.strides is None and idx_t.strides is None:
             data_t, idx_t = prefix_view(data_t, (nnz,)), prefix_view(idx_t, (nnz,))
         else:
             require_copy(copy, None, "this BCSR holds padding entries past indptr[-1], which "
                                      "must be sliced off")
             data_t, idx_t, copied = comp(data[:nnz]), comp(inner), True
-    canonical = check(ops, _CSR, shape, nnz, inner, indptr, trust)
+    canonical = check(r.ops, _CSR, shape, nnz, inner, indptr, r.trust)
     if idx_t.dtype != ptr_t.dtype:
         require_copy(copy, None, f"BCSR indices ({idx_t.dtype.name}) and indptr "
                                  f"({ptr_t.dtype.name}) differ and Hurray has one index type")

@@ -220,6 +220,96 @@ def _freeze(x: torch.Tensor, storage: Any) -> None:
             raise
 
 
+def _refusal(x: torch.Tensor) -> UnsupportedError:
+    """Why a torch tensor has no Hurray form: its layout, dtype (quantized or not) or nesting.
+
+    Checked in that order, so that a tensor wrong in several ways is named by the first.
+    """
+    if x.layout is not _STRIDED:
+        return UnsupportedError(f"torch layout {x.layout}: {_LATER}")
+    if _FROM_TORCH.get(x.dtype) is None:
+        if x.is_quantized:
+            return UnsupportedError(
+                f"quantized torch tensor ({x.dtype}, qscheme {x.qscheme()}): {_LATER}"
+            )
+        return _unsupported_dtype(x.dtype)
+    return UnsupportedError("nested (ragged) torch tensors have no Hurray form")
+
+
+def _materialised(x: torch.Tensor, copy: bool | None) -> torch.Tensor:
+    """The values behind a lazy conj/neg bit, resolved into new memory (a copy), if allowed."""
+    bit = "conj" if x.is_conj() else "neg"
+    # No warning here: hb.convert reports a source that was copied (t.copied).
+    require_copy(copy, None, f"torch tensor has its {bit} bit set", refusal=(
+        f"torch tensor has its {bit} bit set: its values must be materialised (a copy) "
+        "but copy=False; call x.resolve_conj() first"))
+    return x.resolve_conj().resolve_neg()
+
+
+def _other_device(x: torch.Tensor, copy: bool | None, copied: bool, tracked: bool) -> Tensor:
+    """A tensor neither on the CPU nor CUDA (xpu, mps...): through torch's own DLPack export,
+    which knows those devices' mapping; a meta tensor is refused (no data)."""
+    if x.is_meta:
+        raise UnsupportedError("a torch meta tensor has no data to convert")
+    if copy and not copied:
+        x = x.clone(memory_format=torch.contiguous_format)
+    t = from_dlpack(x)
+    if copied or copy:
+        t._copied = True
+    elif tracked:
+        _share_tracked(t)
+    return t
+
+
+def _fp4_unpacked(x: torch.Tensor, ndim: int, copy: bool | None
+                  ) -> tuple[torch.Tensor, tuple[int, ...], bool]:
+    """float4_e2m1fn_x2 as packed float4_e2m1fn: (the tensor, its fp4 shape, whether copied).
+
+    Hurray packs sub-byte types across the whole tensor, so a strided x2 tensor is made
+    contiguous (a copy) first, and a rank-0 one has no dimension to double.
+    """
+    if ndim == 0:
+        raise UnsupportedError(
+            "a rank-0 torch.float4_e2m1fn_x2 tensor holds two fp4 values but has no "
+            "dimension to double; reshape it to (1,) first"
+        )
+    copied = False
+    if not x.is_contiguous():
+        require_copy(copy, None, "non-contiguous torch.float4_e2m1fn_x2", refusal=(
+            f"non-contiguous torch.float4_e2m1fn_x2 (strides {x.stride()}) must be made "
+            "contiguous (a copy) to become packed float4_e2m1fn, but copy=False"))
+        x = x.contiguous()
+        copied = True
+    shape = x.shape
+    return x, (*shape[:-1], shape[-1] * 2), copied
+
+
+def _data_ptr(x: torch.Tensor, obj: Any) -> int:
+    """The address of x's memory; refused where there is none to share (fake and wrapper
+    tensors)."""
+    try:
+        ptr = x.data_ptr()
+    except RuntimeError as exc:  # FakeTensor, functional wrappers: no real storage
+        raise UnsupportedError(f"torch tensor has no accessible storage: {exc}") from exc
+    if not ptr and x.numel():
+        # A wrapper subclass (a DTensor: its memory is its local shard) has no data at 0.
+        raise UnsupportedError(_no_memory(obj))
+    return ptr
+
+
+def _asked_copy(x: torch.Tensor, ptr: int, shape_t: tuple[int, ...], dtype: DType,
+                strides: Any, device: Device, on_gpu: bool, source: Any) -> Tensor:
+    """copy=True of memory not yet copied: a clone on the GPU, hb's own copy on the host."""
+    if on_gpu:
+        x = x.clone(memory_format=torch.contiguous_format)
+        return Tensor._dense(x.data_ptr(), shape_t, dtype, strides=None, padded=False,
+                             device=device, owner=x, readonly=False, copied=True,
+                             source=None if source is None else x)
+    t = Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
+                      owner=x, readonly=False, copied=False)
+    return t.copy()
+
+
 def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     """A torch tensor as an hb.Tensor over the same memory; zero-copy unless ``copy=True``.
 
@@ -233,17 +323,9 @@ def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
             f"expected a torch.Tensor, got {type(obj).__module__}.{type(obj).__qualname__}"
         )
     x = obj
-    if x.layout is not _STRIDED:
-        raise UnsupportedError(f"torch layout {x.layout}: {_LATER}")
     dtype = _FROM_TORCH.get(x.dtype)
-    if dtype is None:
-        if x.is_quantized:
-            raise UnsupportedError(
-                f"quantized torch tensor ({x.dtype}, qscheme {x.qscheme()}): {_LATER}"
-            )
-        raise _unsupported_dtype(x.dtype)
-    if x.is_nested:
-        raise UnsupportedError("nested (ragged) torch tensors have no Hurray form")
+    if x.layout is not _STRIDED or dtype is None or x.is_nested:
+        raise _refusal(x)
     tracked = x.requires_grad
     if tracked:
         x = x.detach()  # same memory, no autograd history
@@ -252,12 +334,7 @@ def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     # of those alone, a third of the checks' cost for every other tensor.
     if (dtype.kind is _COMPLEX and x.is_conj()) or x.is_neg():
         # The lazy conjugate/negation bits describe values that are not in memory.
-        bit = "conj" if x.is_conj() else "neg"
-        # No warning here: hb.convert reports a source that was copied (t.copied).
-        require_copy(copy, None, f"torch tensor has its {bit} bit set", refusal=(
-            f"torch tensor has its {bit} bit set: its values must be materialised (a copy) "
-            "but copy=False; call x.resolve_conj() first"))
-        x = x.resolve_conj().resolve_neg()
+        x = _materialised(x, copy)
         copied = True
     shape_t = tuple(x.shape)
     ndim = len(shape_t)
@@ -277,54 +354,18 @@ def _to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
         on_gpu = True
         device = Device(GPU_DEVICE_TYPE, x.get_device())
         source = x  # exports forward to torch, which synchronises with the consumer's stream
-    elif x.is_meta:
-        raise UnsupportedError("a torch meta tensor has no data to convert")
     else:
-        # xpu, mps, privateuse1 ...: torch's own DLPack export knows their device mapping.
-        if copy and not copied:
-            x = x.clone(memory_format=torch.contiguous_format)
-        t = from_dlpack(x)
-        if copied or copy:
-            t._copied = True
-        elif tracked:
-            _share_tracked(t)
-        return t
-
+        return _other_device(x, copy, copied, tracked)
     if dtype is float4_e2m1fn:
-        if ndim == 0:
-            raise UnsupportedError(
-                "a rank-0 torch.float4_e2m1fn_x2 tensor holds two fp4 values but has no "
-                "dimension to double; reshape it to (1,) first"
-            )
-        if not x.is_contiguous():
-            # Hurray packs sub-byte types across the whole tensor: no strided packed form.
-            require_copy(copy, None, "non-contiguous torch.float4_e2m1fn_x2", refusal=(
-                f"non-contiguous torch.float4_e2m1fn_x2 (strides {x.stride()}) must be made "
-                "contiguous (a copy) to become packed float4_e2m1fn, but copy=False"))
-            x = x.contiguous()
-            copied = True
-        shape = x.shape
-        shape_t = (*shape[:-1], shape[-1] * 2)
+        x, shape_t, fp4_copied = _fp4_unpacked(x, ndim, copy)
+        copied = copied or fp4_copied
         strides = None
         source = None  # torch would export the x2 container, not this float4 view
     else:
         strides = None if x.is_contiguous() else x.stride()
-    try:
-        ptr = x.data_ptr()
-    except RuntimeError as exc:  # FakeTensor, functional wrappers: no real storage
-        raise UnsupportedError(f"torch tensor has no accessible storage: {exc}") from exc
-    if not ptr and x.numel():
-        # A wrapper subclass (a DTensor: its memory is its local shard) has no data at 0.
-        raise UnsupportedError(_no_memory(obj))
+    ptr = _data_ptr(x, obj)
     if copy and not copied:
-        if on_gpu:
-            x = x.clone(memory_format=torch.contiguous_format)
-            return Tensor._dense(x.data_ptr(), shape_t, dtype, strides=None, padded=False,
-                                 device=device, owner=x, readonly=False, copied=True,
-                                 source=None if source is None else x)
-        t = Tensor._dense(ptr, shape_t, dtype, strides=strides, padded=False, device=device,
-                          owner=x, readonly=False, copied=False)
-        return t.copy()
+        return _asked_copy(x, ptr, shape_t, dtype, strides, device, on_gpu, source)
     owner: Any = x
     if not (on_gpu or copied):
         # host memory shared from here on: resize_ must not free it, nor set_ drop it
@@ -646,7 +687,8 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
         # Rank 1: torch.frombuffer. Other ranks: torch.from_numpy over a NumPy view of
         # that shape (frombuffer + view costs 1.6x that, and leaves a view tensor);
         # types NumPy lacks (bfloat16, float8) take frombuffer + view.
-        # (Tensor's slots are read directly here: a property costs 2-3x a slot read.)
+        # (Tensor's slots are read directly here, and this path is inline rather than a
+        # function of its own: a property costs 2-3x a slot read, a call as much again.)
         nbytes = t._nbytes
         dtype = t._dtype
         if nbytes and dtype.bits >= 8:
@@ -667,6 +709,12 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
             if t._readonly:
                 warn_readonly()
             return out
+    return _general_from_hurray(t, device, copy)
+
+
+def _general_from_hurray(t: Tensor, device: Any, copy: bool | None) -> torch.Tensor:
+    """Every hand-off but the compact host one: choose the device, route the dtype (packed,
+    sub-byte, bool or whole-byte), then decide between view, copy and move."""
     if not t.is_dense:
         raise UnsupportedError(
             f"a {t.descriptor.layout.name} / quantized hb.Tensor cannot become a torch tensor "
@@ -674,6 +722,28 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
         )
     if copy is not None and copy is not True and copy is not False:
         check_copy(copy)
+    want, here, move = _target_device(t, device, copy)
+    host = t.device.is_host_accessible  # torch sees it as CPU memory
+    _check_sizes(t.shape)
+    if t.dtype.is_subbyte:
+        out, t, copied = _subbyte_tensor(t, host, here, copy)
+    else:
+        out, t, copied = _whole_byte_tensor(t, host, here, copy)
+    if move:
+        return out.to(want)
+    if copy and not copied:
+        return out.clone()
+    if t.readonly and not copied and out.numel():
+        warn_readonly()
+    return out
+
+
+def _target_device(t: Tensor, device: Any, copy: bool | None
+                   ) -> tuple[torch.device | None, torch.device | None, bool]:
+    """(the device asked for, the tensor's own torch device, whether the result moves).
+
+    A move is a copy, so it is refused under copy=False.
+    """
     want = _parse_device(device)
     here = _torch_device_of(t)
     _require_device(want, here, t, device)
@@ -682,96 +752,104 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> t
         raise CopyRequiredError(
             f"moving a {t.device} tensor to torch device {want} is a copy, but copy=False"
         )
-    host = t.device.is_host_accessible  # torch sees it as CPU memory
+    return want, here, move
+
+
+def _subbyte_tensor(t: Tensor, host: bool, here: torch.device | None, copy: bool | None
+                    ) -> tuple[torch.Tensor, Tensor, bool]:
+    """A sub-byte type in torch: 1-bit bool unpacked (a copy), packed float4 as
+    float4_e2m1fn_x2 (a view), the rest refused. Returns (out, t, whether out is new)."""
     dtype = t.dtype
     shape = t.shape
-    _check_sizes(shape)
     strides = t.strides
-    copied = False  # the result is already a fresh tensor
+    padded = t.descriptor.padded
+    if dtype is bool_:
+        require_copy(copy, NAME, "1-bit packed bool unpacked to torch.bool (one byte each)",
+                     refusal="1-bit packed bool must be unpacked to torch.bool (one byte "
+                             "per element), which is a copy, but copy=False")
+        return _unpack_bits(t, host), t, True
+    if dtype is not float4_e2m1fn or padded or _FP4_X2 is None:
+        form = "padded (one element per byte)" if padded else "packed"
+        raise UnsupportedError(
+            f"torch has no dtype for {form} {dtype.name}: torch {torch.__version__} holds "
+            "sub-byte data only as packed float4_e2m1fn_x2 (two fp4 per byte); "
+            "convert to numpy (ml_dtypes) or jax instead"
+        )
+    # Packed float4: each row of an even length is whole bytes, two values each.
+    if strides is not None or not shape or shape[-1] % 2:
+        why = ("it is strided" if strides is not None else
+               "it is rank 0" if not shape else f"its last dimension ({shape[-1]}) is odd")
+        raise UnsupportedError(
+            f"packed float4_e2m1fn of shape {list(shape)} cannot become "
+            f"torch.float4_e2m1fn_x2: {why}, so its rows do not start on whole bytes "
+            "(x2 holds two values per byte along the last dimension)"
+        )
+    shape = (*shape[:-1], shape[-1] // 2)
+    if _numel(shape) == 0 and here is not None:
+        return torch.empty(shape, dtype=_FP4_X2, device=here), t, False
+    return _byte_view(t, host, shape, None, _FP4_X2), t, False
 
-    if dtype.is_subbyte:
-        padded = t.descriptor.padded
-        if dtype is bool_:
-            require_copy(copy, NAME, "1-bit packed bool unpacked to torch.bool (one byte each)",
-                         refusal="1-bit packed bool must be unpacked to torch.bool (one byte "
-                                 "per element), which is a copy, but copy=False")
-            out = _unpack_bits(t, host)
-            return out.to(want) if move else out
-        if dtype is not float4_e2m1fn or padded or _FP4_X2 is None:
-            form = "padded (one element per byte)" if padded else "packed"
-            raise UnsupportedError(
-                f"torch has no dtype for {form} {dtype.name}: torch {torch.__version__} holds "
-                "sub-byte data only as packed float4_e2m1fn_x2 (two fp4 per byte); "
-                "convert to numpy (ml_dtypes) or jax instead"
+
+def _whole_byte_tensor(t: Tensor, host: bool, here: torch.device | None, copy: bool | None
+                       ) -> tuple[torch.Tensor, Tensor, bool]:
+    """A whole-byte type in torch: through DLPack, or as bytes re-typed where torch's DLPack
+    import refuses the type. Returns (out, t, whether out is new)."""
+    dtype = t.dtype
+    shape = t.shape
+    target = _TO_TORCH.get(dtype)
+    if target is None:
+        raise UnsupportedError(f"torch {torch.__version__} has no dtype for {dtype.name}")
+    if _numel(shape) == 0 and here is not None:
+        # No allocation: torch's empty storage has a NULL data pointer, as the hb side.
+        return torch.empty(shape, dtype=target, device=here), t, False
+    copied = False
+    strides = t.strides
+    if strides is not None and any(s < 0 for s in strides):
+        t, copied = _without_negative_strides(t, strides, host, copy)
+    if dtype in _BYTE_VIEW:
+        return _byte_view(t, host, shape, t.strides, target), t, copied
+    try:
+        return _import(t, host), t, copied
+    except BufferError:
+        if dtype.itemsize != 1 or dtype in _BYTE_VIEW:
+            raise
+        # This torch refuses the type's DLPack code (float8 before it was
+        # supported): hand over the bytes and re-type them.
+        _BYTE_VIEW.add(dtype)
+        return _byte_view(t, host, shape, t.strides, target), t, copied
+
+
+def _without_negative_strides(t: Tensor, strides: tuple[int, ...], host: bool,
+                              copy: bool | None) -> tuple[Tensor, bool]:
+    """t without the negative strides torch cannot hold: (t, whether it is a copy).
+
+    A negative stride on a size-1 dimension means nothing and is dropped (a view); any
+    other is a compact copy of host memory, refused under copy=False and on devices.
+    """
+    shape = t.shape
+    if any(s < 0 and d > 1 for d, s in zip(shape, strides, strict=True)):
+        # torch cannot hold negative strides; its DLPack import aborts the process
+        # on them (SIGABRT, pytorch/pytorch#188023, still so in 2.13.0).
+        if copy is False:
+            raise CopyRequiredError(
+                f"torch cannot represent negative strides {list(strides)}: a "
+                "compact copy is needed, but copy=False"
             )
-        # Packed float4: each row of an even length is whole bytes, two values each.
-        if strides is not None or not shape or shape[-1] % 2:
-            why = ("it is strided" if strides is not None else
-                   "it is rank 0" if not shape else f"its last dimension ({shape[-1]}) is odd")
+        if not host:
             raise UnsupportedError(
-                f"packed float4_e2m1fn of shape {list(shape)} cannot become "
-                f"torch.float4_e2m1fn_x2: {why}, so its rows do not start on whole bytes "
-                "(x2 holds two values per byte along the last dimension)"
+                f"negative strides {list(strides)} on {t.device}: torch cannot "
+                "hold them and the bridge copies host memory only; make the "
+                "array contiguous in its own framework first"
             )
-        shape = (*shape[:-1], shape[-1] // 2)
-        if _numel(shape) == 0 and here is not None:
-            out = torch.empty(shape, dtype=_FP4_X2, device=here)
-        else:
-            out = _byte_view(t, host, shape, None, _FP4_X2)
-    else:
-        target = _TO_TORCH.get(dtype)
-        if target is None:
-            raise UnsupportedError(f"torch {torch.__version__} has no dtype for {dtype.name}")
-        if _numel(shape) == 0 and here is not None:
-            # No allocation: torch's empty storage has a NULL data pointer, as the hb side.
-            out = torch.empty(shape, dtype=target, device=here)
-        else:
-            if strides is not None and any(s < 0 for s in strides):
-                if any(s < 0 and d > 1 for d, s in zip(shape, strides, strict=True)):
-                    # torch cannot hold negative strides; its DLPack import aborts the process
-                    # on them (SIGABRT, pytorch/pytorch#188023, still so in 2.13.0).
-                    if copy is False:
-                        raise CopyRequiredError(
-                            f"torch cannot represent negative strides {list(strides)}: a "
-                            "compact copy is needed, but copy=False"
-                        )
-                    if not host:
-                        raise UnsupportedError(
-                            f"negative strides {list(strides)} on {t.device}: torch cannot "
-                            "hold them and the bridge copies host memory only; make the "
-                            "array contiguous in its own framework first"
-                        )
-                    if copy is None:
-                        warn_copy(NAME, f"torch cannot represent negative strides "
-                                        f"{list(strides)}; made a compact copy")
-                    t = t.copy()
-                    copied = True
-                else:
-                    # A negative stride on a size-1 dimension means nothing; drop it
-                    # rather than let torch's storage-size check see it.
-                    strides = tuple(1 if s < 0 else s for s in strides)
-                    if not host:
-                        _sync_stream(t)  # the rewrapped view has no producer to forward to
-                    t = _rewrap(t, shape, dtype, strides, t.device)
-            if dtype in _BYTE_VIEW:
-                out = _byte_view(t, host, shape, t.strides, target)
-            else:
-                try:
-                    out = _import(t, host)
-                except BufferError:
-                    if dtype.itemsize != 1 or dtype in _BYTE_VIEW:
-                        raise
-                    # This torch refuses the type's DLPack code (float8 before it was
-                    # supported): hand over the bytes and re-type them.
-                    _BYTE_VIEW.add(dtype)
-                    out = _byte_view(t, host, shape, t.strides, target)
-    if move:
-        return out.to(want)
-    if copy and not copied:
-        return out.clone()
-    if t.readonly and not copied and out.numel():
-        warn_readonly()
-    return out
+        if copy is None:
+            warn_copy(NAME, f"torch cannot represent negative strides "
+                            f"{list(strides)}; made a compact copy")
+        return t.copy(), True
+    # Rather than let torch's storage-size check see them.
+    strides = tuple(1 if s < 0 else s for s in strides)
+    if not host:
+        _sync_stream(t)  # the rewrapped view has no producer to forward to
+    return _rewrap(t, shape, t.dtype, strides, t.device), False
 
 
 def warn_readonly() -> None:

@@ -330,6 +330,22 @@ def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex
 def _parse(prefix: bytes | memoryview,
            file_size: int) -> tuple[SafetensorsIndex, list[Descriptor]]:
     """:func:`parse_header`, and the descriptor of each entry it checked them by."""
+    raw = _header_bytes(prefix, file_size)
+    data_start = LENGTH.size + len(raw)
+    data_size = file_size - data_start
+    r = _Reader(raw, data_size)
+    entries, descriptors, metadata_at = _members(r, raw, data_size)
+    _check_coverage(entries, data_size)
+    metadata: dict[str, str] = {}
+    if metadata_at >= 0:  # checked already: now held, once the tensors are known good
+        r.pos = metadata_at
+        metadata = r.metadata(build=True)
+    return SafetensorsIndex(tuple(entries), metadata, data_start, file_size), descriptors
+
+
+def _header_bytes(prefix: bytes | memoryview, file_size: int) -> memoryview:
+    """The JSON header's bytes in ``prefix``, once its length, its place in the file, its
+    first byte and its UTF-8 are checked."""
     try:
         view = memoryview(prefix).cast("B")
     except TypeError:
@@ -352,9 +368,14 @@ def _parse(prefix: bytes | memoryview,
     if bytes(raw[:1]) != b"{":
         raise FormatError("the JSON header must start with '{'", field="header")
     _check_utf8(raw)
-    data_start = LENGTH.size + n
-    data_size = file_size - data_start
-    r = _Reader(raw, data_size)
+    return raw
+
+
+def _members(r: _Reader, raw: memoryview, data_size: int
+             ) -> tuple[list[SafetensorsEntry], list[Descriptor], int]:
+    """The header's members read and checked, in order: (the entries, their descriptors,
+    where ``__metadata__``'s value starts, -1 without one). A member in the form
+    safetensors writes takes the fast path; any other is read by the full JSON reader."""
     r.pos = 1
     metadata_at = -1
     names: set[str] = set()
@@ -410,8 +431,11 @@ def _parse(prefix: bytes | memoryview,
             descriptors.append(d)
     if r.skip() != len(raw):
         raise _syntax("extra data after the closing '}' (only spaces may follow)", r.pos)
-    del names
-    # Like safetensors: sorted by offset, the tensors cover the data exactly.
+    return entries, descriptors, metadata_at
+
+
+def _check_coverage(entries: list[SafetensorsEntry], data_size: int) -> None:
+    """Like safetensors: sorted by offset, the tensors cover the data exactly."""
     pos = 0
     for e in sorted(entries, key=lambda e: (e.begin, e.end)):
         if e.begin != pos:
@@ -422,11 +446,6 @@ def _parse(prefix: bytes | memoryview,
     if pos != data_size:
         raise FormatError(f"the tensors cover {pos} bytes of data, the file holds {data_size}",
                           field="data")
-    metadata: dict[str, str] = {}
-    if metadata_at >= 0:  # checked already: now held, once the tensors are known good
-        r.pos = metadata_at
-        metadata = r.metadata(build=True)
-    return SafetensorsIndex(tuple(entries), metadata, data_start, file_size), descriptors
 
 
 def _short(name: str) -> str:

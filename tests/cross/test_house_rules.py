@@ -42,6 +42,11 @@
    library module and any other tool.
 10. no module of ``hurray_bridge/files/`` imports a private name (``_name``) of another
    module: what one module of the file code needs from another is public there.
+11. no library function (``hurray_bridge/``, ``adapters/``) runs over 80 lines (``def`` to
+    its last line) or a cyclomatic complexity of 25 (as mccabe, ruff's C901, counts it:
+    counted here so that no linter need be installed); one that would is split by what
+    it decides. The few allowed past the limits are in ``LONG_FUNCTIONS_ALLOWED``, each
+    with its reason.
 
 Each rule prints every offence it finds, with file and line, so a failure says what
 to move where.
@@ -833,3 +838,124 @@ def test_the_checker_sees_a_private_name_imported(tmp_path: Path, source: str,
     path = tmp_path / "mod.py"
     path.write_text(source)
     assert sorted(private_imports("hurray_bridge.files.mod", path)) == found
+
+
+# Rule 11: functions a reader can hold in their head.
+MAX_FUNCTION_LINES = 80
+MAX_COMPLEXITY = 25
+# Functions allowed past the limits, each with its reason. Nothing else belongs here: a
+# function past them is split by what it decides, each piece a named function.
+LONG_FUNCTIONS_ALLOWED: dict[str, str] = {}
+
+
+def _decisions(body: list[ast.stmt]) -> int:
+    """The decision points of a block, counted as mccabe (ruff's C901) counts them: each
+    if/elif, loop, except clause, try's else, match case (less an irrefutable last one)
+    and nested function adds one; boolean operators and comprehensions add none."""
+    n = 0
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            n += 1 + _decisions(stmt.body)
+            orelse = stmt.orelse
+            # an elif is an If alone in the else block
+            n += _decisions(orelse)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+            n += 1 + _decisions(stmt.body) + _decisions(stmt.orelse)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            n += _decisions(stmt.body)
+        elif isinstance(stmt, (ast.Try, ast.TryStar)):
+            n += _decisions(stmt.body) + (1 if stmt.orelse else 0) + _decisions(stmt.orelse)
+            n += _decisions(stmt.finalbody)
+            n += sum(1 + _decisions(h.body) for h in stmt.handlers)
+        elif isinstance(stmt, ast.Match):
+            n += sum(1 + _decisions(c.body) for c in stmt.cases)
+            last = stmt.cases[-1] if stmt.cases else None
+            if last is not None and last.guard is None and (
+                    isinstance(last.pattern, ast.MatchAs) and last.pattern.pattern is None):
+                n -= 1
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n += 1 + _decisions(stmt.body)
+        elif isinstance(stmt, ast.ClassDef):
+            n += _decisions(stmt.body)
+    return n
+
+
+def complexity(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's cyclomatic complexity, as mccabe (ruff's C901) measures it."""
+    return 1 + _decisions(fn.body)
+
+
+def oversized_functions(path: Path, rel: str) -> Iterator[tuple[str, int, int]]:
+    """(``rel::Class.function``, lines, complexity) of each function in ``path`` longer than
+    MAX_FUNCTION_LINES lines (its ``def`` to its last line) or more complex than
+    MAX_COMPLEXITY."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+
+    def visit(node: ast.AST, prefix: str) -> Iterator[tuple[str, int, int]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = prefix + child.name
+                lines = (child.end_lineno or child.lineno) - child.lineno + 1
+                cc = complexity(child)
+                if lines > MAX_FUNCTION_LINES or cc > MAX_COMPLEXITY:
+                    yield f"{rel}::{name}", lines, cc
+                yield from visit(child, name + ".")
+            elif isinstance(child, ast.ClassDef):
+                yield from visit(child, prefix + child.name + ".")
+            else:
+                yield from visit(child, prefix)
+
+    yield from visit(tree, "")
+
+
+def test_no_library_function_is_too_long_or_too_complex() -> None:
+    found = {name: (lines, cc) for root in (CORE, ADAPTERS)
+             for path in sorted(root.rglob("*.py"))
+             for name, lines, cc in oversized_functions(path, path.relative_to(ROOT).as_posix())}
+    offences = [f"{name}: {lines} lines, complexity {cc}"
+                for name, (lines, cc) in found.items() if name not in LONG_FUNCTIONS_ALLOWED]
+    assert not offences, (
+        f"a library function has at most {MAX_FUNCTION_LINES} lines and a cyclomatic "
+        f"complexity of at most {MAX_COMPLEXITY}: split it by what it decides, each piece a "
+        "named function (inline only where a hot path measures the call):\n"
+        + "\n".join(offences))
+    stale = sorted(set(LONG_FUNCTIONS_ALLOWED) - set(found))
+    assert not stale, f"within the limits now: take them out of LONG_FUNCTIONS_ALLOWED: {stale}"
+
+
+def _branches(n: int, indent: str) -> str:
+    return "".join(f"{indent}if x == {i}:\n{indent}    y = {i}\n" for i in range(n))
+
+
+@pytest.mark.parametrize("source, found", [
+    # 81 lines: def, 79 statements, return
+    ("def f(x):\n" + "    x += 1\n" * 79 + "    return x\n", [("m.py::f", 81, 1)]),
+    ("def f(x):\n" + "    x += 1\n" * 78 + "    return x\n", []),
+    # 25 ifs: complexity 26, in 52 lines; inside a class the method is named by it
+    ("class A:\n    def f(self, x):\n" + _branches(25, "        ") + "        return x\n",
+     [("m.py::A.f", 52, 26)]),
+    ("def f(x):\n" + _branches(24, "    ") + "    return x\n", []),
+    # elif, loops, except, try's else, a nested function count; and/or do not
+    ("def f(x):\n    if x:\n        pass\n    elif x and x or x:\n        pass\n"
+     "    for i in x:\n        pass\n    while x:\n        pass\n"
+     "    try:\n        pass\n    except E:\n        pass\n    else:\n        pass\n"
+     "    def g():\n        if x:\n            pass\n", []),
+])
+def test_the_checker_sees_a_long_or_complex_function(tmp_path: Path, source: str,
+                                                     found: list[tuple[str, int, int]]) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert list(oversized_functions(path, "m.py")) == found
+
+
+def test_the_complexity_counter_counts_as_mccabe() -> None:
+    fn = ast.parse(
+        "def f(x):\n    if x:\n        pass\n    elif x and x or x:\n        pass\n"
+        "    for i in x:\n        pass\n    while x:\n        pass\n"
+        "    try:\n        pass\n    except E:\n        pass\n    else:\n        pass\n"
+        "    def g():\n        if x:\n            pass\n"
+        "    with x:\n        if x:\n            pass\n"
+        "    y = [i for i in x if i]\n").body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    # 1 + if + elif + for + while + except + else + def g + its if + the if under with
+    assert complexity(fn) == 10
