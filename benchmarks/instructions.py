@@ -10,6 +10,12 @@ the imports and warm-up are not. It prints instructions per call less those of a
 empty ``op`` (the loop and the Python frame, the same on both sides), and the
 functions with the most own instructions per call (``callgrind_annotate``).
 
+``python -m benchmarks.instructions --against TREE [PAIR ...]`` measures the hand-off
+table's ``hb.convert`` pairs (``HANDOFFS``: the torch -> JAX shortcut among them) in this
+checkout and in another one (``TREE``, a git worktree of an earlier commit with its
+compiled module built), the same way, and prints the ratio this / that: how a change
+moved the hand-offs, read where wall time is noise.
+
 Instruction counts are deterministic where wall time on a shared machine is not:
 this is how small differences between the two sides are read. Not a suite: it
 prints, it measures no goal (the ratios of goals are wall time, ``peers``). Needs
@@ -35,12 +41,24 @@ OPS = {
     "empty": ("None", "None"),
 }
 
+# pair -> (the source, the bridge's hand-off), as in benchmarks/handoff.py
+HANDOFFS = {
+    "numpy->torch": ("np.ones(1000, np.float32)", 'hb.convert(x, "torch")'),
+    "torch->numpy": ("torch.ones(1000)", 'hb.convert(x, "numpy")'),
+    "torch->jax": ("torch.ones(1000)", 'hb.convert(x, "jax")'),
+    "jax->torch": ("jax.numpy.ones(1000, np.float32)", 'hb.convert(x, "torch")'),
+    "arrow->torch": ("pa.array(np.ones(1000, np.float32))", 'hb.convert(x, "torch")'),
+    "numpy->jax": ("np.ones(1000, np.float32)", 'hb.convert(x, "jax")'),
+    "asarray torch": ("torch.ones(1000)", "hb.asarray(x)"),
+}
+
 _CHILD = """
 import collections, itertools, warnings
 import numpy as np, torch, tvm_ffi
+{more_imports}
 import hurray_bridge as hb
 warnings.simplefilter("ignore")
-x = torch.ones(1000, dtype=torch.float32)
+x = {source}
 # The bridges' tensors of x only for the export: alive, they change what torch does for
 # every import of x (benchmarks/peers.py times the fresh hand-offs without them).
 t_hb, t_tvm = (hb.asarray(x), tvm_ffi.from_dlpack(x)) if {held} else (None, None)
@@ -52,15 +70,20 @@ collections.deque(itertools.starmap(op, itertools.repeat((x,), {n})), maxlen=0)
 """
 
 
-def _run(expr: str, n: int, top: int, keep: str | None = None
+def _run(expr: str, n: int, top: int, keep: str | None = None, *,
+         source: str = "torch.ones(1000, dtype=torch.float32)", tree: str | None = None
          ) -> tuple[float, list[tuple[float, str]]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = keep or os.path.join(tmp, "cg.out")
         held = re.search(r"\bt_(?:hb|tvm)\b", expr) is not None  # the export's tensors
         cmd = ["valgrind", "--tool=callgrind", "--collect-atstart=no",
                "--toggle-collect=starmap_next", f"--callgrind-out-file={out}",
-               sys.executable, "-c", _CHILD.format(expr=expr, n=n, held=held)]
+               sys.executable, "-c", _CHILD.format(
+                   expr=expr, n=n, held=held, source=source,
+                   more_imports="import jax, jax.numpy, pyarrow as pa" if tree else "")]
         env = dict(os.environ, PYTHONHASHSEED="0")
+        if tree:  # the other checkout first on the path: its package is the one imported
+            env["PYTHONPATH"] = os.pathsep.join([tree, env.get("PYTHONPATH", "")])
         subprocess.run(cmd, check=True, capture_output=True, env=env)
         with open(out) as f:
             total = next(int(ln.split()[1]) for ln in f if ln.startswith(("summary:", "totals:")))
@@ -82,7 +105,12 @@ def main() -> None:
     p.add_argument("--n", type=int, default=20000)
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--keep", metavar="DIR", help="keep the callgrind files in DIR")
+    p.add_argument("--against", metavar="TREE",
+                   help="measure the hand-off pairs here and in TREE (another checkout)")
     args = p.parse_args()
+    if args.against:
+        _against(args.against, args.ops or list(HANDOFFS), args.n)
+        return
     ops = args.ops or [k for k in OPS if k != "empty"]
     base, _ = _run(OPS["empty"][0], args.n, 0)
     print(f"loop and frame: {base:.0f} instructions per call (subtracted below)")
@@ -99,6 +127,19 @@ def main() -> None:
             for own, name in rows:
                 print(f"    {own:8.1f}  {name}")
         print(f"\n{op}: ratio hurray / tvm-ffi {counts[0] / counts[1]:.3f}")
+
+
+def _against(tree: str, pairs: list[str], n: int) -> None:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sides = {"this": here, "that": os.path.abspath(tree)}
+    empty = {k: _run("None", n, 0, tree=v)[0] for k, v in sides.items()}
+    print(f"| pair | this | that ({tree}) | this / that |\n|---|---:|---:|---:|")
+    for pair in pairs:
+        source, expr = HANDOFFS[pair]
+        per = {k: _run(expr, n, 0, source=source, tree=v)[0] - empty[k]
+               for k, v in sides.items()}
+        print(f"| {pair} | {per['this']:.0f} | {per['that']:.0f} | "
+              f"{per['this'] / per['that']:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _subbyte
 from ._copy_policy import check_copy, warn_copy
-from ._memory import _byte_array, _byte_arrays
+from ._memory import _byte_array, _byte_arrays, host_array
 from ._numpy import ml_dtypes, numpy
 from .dtypes import DType, bool8, native_types
 from .errors import (
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 else:
     np = numpy()
 
-__all__ = ["check_sizes", "dense_bytes", "dtype_of", "from_hurray", "native_dtype",
-           "native_dtypes", "tensor_view", "to_hurray"]
+__all__ = ["bool8_dirty", "check_sizes", "clean_bool8", "dense_bytes", "dtype_of",
+           "from_hurray", "native_dtype", "native_dtypes", "tensor_view", "to_hurray"]
 
 # The element-type table's column, the kernel's own module name, and the name that
 # copies and refusals on this path report.
@@ -304,3 +304,24 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> n
     if copy:
         return out.copy()
     return out
+
+
+def bool8_dirty(data: int, nbytes: int, owner: object) -> bool:
+    """Whether the ``nbytes`` bool8 bytes at host address ``data`` (elements only, no
+    gaps) hold a byte other than 0x00 and 0x01: one NumPy pass. The spec lets a reader
+    not look; a framework known to misread such bytes (JAX, TensorFlow, Paddle, MLX read
+    2 or 255 as neither false nor true) is handed a :func:`clean_bool8` copy instead."""
+    return nbytes > 0 and int(_np_max(np.frombuffer(host_array(data, nbytes, owner),
+                                                     np.uint8))) > 1
+
+
+def clean_bool8(t: Tensor) -> Tensor:
+    """Make every byte of compact host bool8 ``t`` other than 0x00 into 0x01 (the truth value
+    NumPy's ``a != 0`` gives), in place: ``t`` is the caller's own copy. Returns ``t``."""
+    if t.nbytes:
+        view = np.frombuffer(host_array(t.data_ptr, t.nbytes, t), np.uint8)
+        np.not_equal(view, 0, out=view.view(np.bool_))
+    return t
+
+
+_np_max = np.max

@@ -106,6 +106,8 @@ def get_adapter(name: str) -> ModuleType:
     modname = f"hurray_bridge.adapters.{spec.name}"
     apart_why = kept_apart(spec.name)
     if apart_why is not None:
+        if importlib.util.find_spec(spec.framework) is None:  # not installed says more
+            raise BackendNotAvailableError(spec.framework, spec.extra, spec.note)
         raise UnsupportedError(apart_why)
     try:
         # Not sys.modules directly: while another thread imports the adapter, its module

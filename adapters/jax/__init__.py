@@ -54,8 +54,8 @@ import numpy as np
 from hurray_bridge import _capsule
 from hurray_bridge._copy_policy import alignment_note, check_copy, require_copy, warn_copy
 from hurray_bridge._dlpack import DLDeviceType
+from hurray_bridge._host import bool8_dirty, clean_bool8
 from hurray_bridge._host import check_sizes as check_numpy_sizes
-from hurray_bridge._memory import host_array
 from hurray_bridge._subbyte import pack as pack_subbyte
 from hurray_bridge._subbyte import unpack as unpack_subbyte
 from hurray_bridge.descriptor import MAX_RANK
@@ -766,31 +766,18 @@ _BOOL8_WHY = ("bool8 bytes other than 0x00 and 0x01, which JAX reads as neither 
               "true (its sum of [0, 1, 2, 255] is 2), are made 0x01 in a copy")
 
 
-def bool8_needs_normalising(data: int, nbytes: int, owner: object) -> bool:
-    """Whether the ``nbytes`` bool8 bytes at host address ``data`` (elements only, no gaps)
-    hold a byte other than 0x00 and 0x01: one NumPy pass (the spec lets a reader not look;
-    JAX, which misreads them, is handed none)."""
-    return nbytes > 0 and int(_np_max(np.frombuffer(host_array(data, nbytes, owner),
-                                                     np.uint8))) > 1
-
-
-_np_max = np.max
-
-
 def _normalised_bool8(t: Tensor, src: Tensor, copy: bool | None) -> Tensor:
     """``src`` (``t`` itself, or a host copy of it made here) as JAX may import it: when a
     byte is neither 0x00 nor 0x01, a copy with every such byte made 0x01 (the truth value
     NumPy's ``a != 0`` gives), reported under the copy policy when ``t`` was to be shared.
     ``src`` has no gaps: JAX takes no other strides, and copies are compact."""
-    if not bool8_needs_normalising(src.data_ptr, src._nbytes, src):
+    if not bool8_dirty(src.data_ptr, src._nbytes, src):
         return src
     if src is t:
         require_copy(copy, NAME, _BOOL8_WHY,
                      refusal=f"JAX would have to copy: {_BOOL8_WHY}; copy=False")
         src = t.copy()
-    view = np.frombuffer(host_array(src.data_ptr, src._nbytes, src), np.uint8)
-    np.not_equal(view, 0, out=view.view(np.bool_))
-    return src
+    return clean_bool8(src)
 
 
 def _import(src: Tensor) -> jax.Array:

@@ -7,11 +7,12 @@ from typing import Any
 import numpy as np
 
 from hurray_bridge._capsule import make_capsule
+from hurray_bridge._host import bool8_dirty
 from hurray_bridge._shortcuts import NDARRAY, RAW, READONLY_CAPSULE, Entry, entry
 from hurray_bridge.dtypes import DLPACK_CODE
 from hurray_bridge.tensor import _COMPACT, _compact
 
-from . import _CPU, bool8_needs_normalising, import_obstacle, raw_import_types, raw_route
+from . import _CPU, import_obstacle, raw_import_types, raw_route
 
 __all__ = ["fast_export", "fast_import"]
 
@@ -73,7 +74,7 @@ def _from_raw() -> Entry | None:
                 n *= d
             if n and import_obstacle(shape, strides, _CPU, data) is not None:
                 return NotImplemented
-            if (code, bits) == bool_code and bool8_needs_normalising(data, n, owner):
+            if (code, bits) == bool_code and bool8_dirty(data, n, owner):
                 return NotImplemented  # JAX misreads such bytes: the full path normalises
             route = raw_route(_CPU, 0)
             if route is None:

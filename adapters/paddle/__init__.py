@@ -41,8 +41,8 @@ import paddle
 from hurray_bridge import _capsule
 from hurray_bridge._copy_policy import check_copy, require_copy
 from hurray_bridge._dlpack import DLDeviceType
+from hurray_bridge._host import clean_bool8
 from hurray_bridge._host import from_hurray as host_from_hurray
-from hurray_bridge._memory import host_array
 from hurray_bridge.descriptor import form_name
 from hurray_bridge.dtypes import DType, all_dtypes, bool8, bool_, dtype_from_name
 from hurray_bridge.errors import UnsupportedError, not_a_tensor
@@ -312,8 +312,7 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
         require_copy(copy, NAME, why, refusal=f"Paddle would need a copy: {why}; copy=False")
     src = t.copy() if (reasons or copy) and t.nbytes else t
     if _BOOL8_WHY in reasons:
-        view = np.frombuffer(host_array(src.data_ptr, src.nbytes, src), np.uint8)
-        np.minimum(view, 1, out=view)  # src is a compact copy: every nonzero byte is true
+        clean_bool8(src)  # src is a compact copy of its own
     # Only an empty tensor, which has no memory to write, reaches here read-only.
     out = paddle.from_dlpack(src.__dlpack__(max_version=(1, 0)))
     return out.to(place) if move else out

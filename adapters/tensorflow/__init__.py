@@ -50,9 +50,9 @@ import tensorflow as tf
 from hurray_bridge import _capsule, _subbyte
 from hurray_bridge._copy_policy import alignment_note, check_copy, require_copy
 from hurray_bridge._dlpack import DLDeviceType
+from hurray_bridge._host import bool8_dirty, clean_bool8
 from hurray_bridge._host import from_hurray as host_from_hurray
 from hurray_bridge._host import native_dtype as host_native_dtype
-from hurray_bridge._memory import host_array
 from hurray_bridge.descriptor import compact_strides, form_name
 from hurray_bridge.dtypes import DLPACK_CODE, DType, all_dtypes, bfloat16, bool8
 from hurray_bridge.errors import (
@@ -326,17 +326,14 @@ def _copy_reasons(t: Tensor) -> list[str]:
 def _normalise_bool8(t: Tensor, src: Tensor, copy: bool | None) -> Tensor:
     """``src`` (compact host bool8) with every byte other than 0x00 and 0x01 made 0x01,
     in a copy when ``src`` is ``t`` itself (TensorFlow misreads such bytes)."""
-    view = np.frombuffer(host_array(src.data_ptr, src.nbytes, src), np.uint8)
-    if int(view.max()) <= 1:
+    if not bool8_dirty(src.data_ptr, src.nbytes, src):
         return src
     if src is t:
         why = ("bool bytes other than 0x00 and 0x01, which TensorFlow reads inconsistently "
                "(count_nonzero counts the byte, Where fails), are made 0x01 in a copy")
         require_copy(copy, NAME, why, refusal=f"{why}, but copy=False")
         src = t.copy()
-        view = np.frombuffer(host_array(src.data_ptr, src.nbytes, src), np.uint8)
-    np.not_equal(view, 0, out=view.view(np.bool_))
-    return src
+    return clean_bool8(src)
 
 
 def _built_from_values(t: Tensor, copy: bool | None) -> Any:

@@ -426,7 +426,7 @@ def test_adapters_declare_whether_their_legacy_exports_are_mutable() -> None:
     # JAX and Arrow memory is immutable; TensorFlow exports a constant's own buffer; MLX
     # writes its own memory in place (tests/adapters/mlx measures it).
     expected = {"numpy": True, "torch": True, "jax": False, "arrow": False, "cupy": True,
-                "dask": False, "tensorflow": False, "mlx": True}
+                "dask": False, "tensorflow": False, "mlx": True, "paddle": True}
     assert declared == {k: v for k, v in expected.items() if k in declared}
     assert "numpy" in declared
 
