@@ -169,24 +169,29 @@ def write_protected(owner: object) -> bool:
     """
     o = owner
     for _ in range(32):  # views of views; a cycle cannot occur, the bound is a guard
-        tp = type(o)
-        if tp is bytes:
+        if isinstance(o, bytes):
             return True
-        if tp is _mmap.mmap:
+        if isinstance(o, _mmap.mmap):
             try:
-                with memoryview(o) as view:  # type: ignore[arg-type]
+                with memoryview(o) as view:
                     return view.readonly
             except ValueError:  # closed: nothing left to write
                 return False
-        if tp is memoryview:
-            o = o.obj  # type: ignore[attr-defined]
+        if isinstance(o, memoryview):
+            o = o.obj
             continue
         if getattr(o, "is_mutable", True) is False:
             return True
-        nxt = getattr(o, "base", None)
-        if nxt is None:
-            nxt = getattr(o, "_owner", None)
-            if nxt is None:
-                return False
+        for link in _OWNER_LINKS:  # the first link this object has
+            nxt = getattr(o, link, None)
+            if nxt is not None:
+                break
+        else:
+            return False
         o = nxt
     return False
+
+
+# What a view keeps its memory's owner in: an ndarray's base, an hb.Tensor's owner, and
+# the attribute this module's own ctypes arrays keep theirs in (host_array, host_view).
+_OWNER_LINKS = ("base", "_owner", "_hb_owner")

@@ -27,7 +27,11 @@ from .files.format import (
     FileIndex,
     read_index,
 )
+from .files.format import FLAG_DATA_CHECKSUMS as FLAG_DATA_CHECKSUMS
 from .files.format import MAX_BUFFER_ALIGNMENT as MAX_BUFFER_ALIGNMENT
+from .files.format import MAX_KEY_BYTES as MAX_KEY_BYTES
+from .files.format import MAX_METADATA_BYTES as MAX_METADATA_BYTES
+from .files.format import MAX_NAME_BYTES as MAX_NAME_BYTES
 from .files.format import load_metadata as load_metadata
 from .files.mapping import file_stamp as file_stamp
 from .files.mapping import mapped_file_origin as mapped_file_origin

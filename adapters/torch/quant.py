@@ -101,7 +101,10 @@ def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> A
     c = components(t)
     q = c.quantization
     axis = -1 if q.axis is None else q.axis
-    ir = dense_from_hurray(c.data, copy=False)  # the storage, zero-copy (strides kept)
+    # The storage, zero-copy (strides kept) unless the dense path must copy it (memory
+    # mapped read-only), which it reports under copy=None and refuses under copy=False;
+    # copy=True copies once, at the end.
+    ir = dense_from_hurray(c.data, copy=None if copy is None else False)
     scales = dense_from_hurray(c.scales).to(torch.float64).reshape(-1)
     zps = (torch.zeros(scales.shape, dtype=torch.int64) if c.zero_points is None
            else dense_from_hurray(c.zero_points).to(torch.int64).reshape(-1))

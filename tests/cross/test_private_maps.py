@@ -235,6 +235,10 @@ PROTECTED = {
     "hb.asarray of one": "hb.asarray(np.memmap(P, dtype=np.float32, mode='r'))",
     "mmap ACCESS_READ": "np.frombuffer(mmap.mmap(os.open(P, os.O_RDONLY), 0, "
                         "access=mmap.ACCESS_READ), np.float32)",
+    "the bridge's own ndarray of one": "hb.convert(np.memmap(P, dtype=np.float32, mode='r'), "
+                                       "'numpy')",
+    "an mmap subclass": "np.frombuffer(M(os.open(P, os.O_RDONLY), 0, access=mmap.ACCESS_READ), "
+                        "np.float32)",
     "np.frombuffer(bytes)": "np.frombuffer(RAW, np.float32)",
     "through a memoryview": "np.frombuffer(memoryview(RAW), np.float32)",
 }
@@ -251,6 +255,8 @@ def test_torch_gets_a_copy_of_protected_memory(tmp_path: pathlib.Path, source: s
         import numpy as np, torch, hurray_bridge as hb
         P = {str(p)!r}
         RAW = bytes(np.arange(16, dtype=np.float32))
+        class M(mmap.mmap):
+            pass
         x = {PROTECTED[source]}
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
@@ -268,6 +274,38 @@ def test_torch_gets_a_copy_of_protected_memory(tmp_path: pathlib.Path, source: s
     """))
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
     assert "RAW intact: True" in r.stdout, r.stdout
+    assert _digest(p) == before
+
+
+def test_a_quantized_tensor_over_protected_memory_reaches_torch_as_a_copy(
+        tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("torch")
+    p = tmp_path / "q.i8"
+    np.arange(64, dtype=np.int8).tofile(p)
+    before = _digest(p)
+    r = child(dedent(f"""
+        import warnings
+        import numpy as np, torch, hurray_bridge as hb
+        q = hb.quant.quantized(np.memmap({str(p)!r}, np.int8, mode="r"),
+                               np.array([0.5], np.float32),
+                               quantization=hb.Quantization(scheme=hb.QuantScheme.PER_TENSOR))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            y = hb.convert(q, "torch")
+        assert any(issubclass(w.category, hb.CopyWarning) for w in seen), seen
+        assert y.int_repr().tolist() == list(range(64))
+        try:
+            hb.convert(q, "torch", copy=False)
+        except hb.CopyRequiredError:
+            pass
+        else:
+            raise AssertionError("copy=False shared protected memory")
+        y.int_repr()  # the copy is torch's own
+        y.copy_(torch.quantize_per_tensor(torch.zeros(64), 0.5, 0, torch.qint8))
+        print("done")
+    """))
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    assert "done" in r.stdout
     assert _digest(p) == before
 
 

@@ -720,7 +720,8 @@ def test_container_and_safetensors_io_reexport_the_files_modules_names() -> None
              "SUFFIX_FORMATS": disk}  # and the format's constants and index types
     for name in container.__all__:
         assert getattr(container, name) is getattr(homes.get(name, fmt), name), name
-    for name in ("load_metadata", "MAX_BUFFER_ALIGNMENT"):
+    for name in ("load_metadata", "MAX_BUFFER_ALIGNMENT", "MAX_NAME_BYTES", "MAX_KEY_BYTES",
+                 "MAX_METADATA_BYTES", "FLAG_DATA_CHECKSUMS"):
         assert getattr(container, name) is getattr(fmt, name)
     for name in ("file_stamp", "mapped_file_origin"):
         assert getattr(container, name) is getattr(mapping, name)
