@@ -124,12 +124,18 @@ def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:
     return t
 
 
+def _chunk_bounds(chunks: tuple[tuple[int, ...], ...]) -> list[list[int]]:
+    """Per axis, where each chunk starts, and the axis's end: a chunk's index ``i`` spans
+    ``bounds[axis][i]`` to ``bounds[axis][i + 1]``."""
+    return [np.cumsum((0, *c)).tolist() for c in chunks]
+
+
 # ------------------------------------------------------------------- from Hurray
 def _view_chunks(arr: np.ndarray, chunks: Any = "auto") -> da.Array:
     """A Dask array whose chunks are views of ``arr`` (the graph holds the views)."""
     grid = da.core.normalize_chunks(chunks, arr.shape, dtype=arr.dtype)
     name = f"hurray-view-{secrets.token_hex(8)}"
-    bounds = [np.cumsum((0, *c)).tolist() for c in grid]
+    bounds = _chunk_bounds(grid)
     layer: dict[Any, Any] = {}
     for idx in np.ndindex(*(len(c) for c in grid)):
         box = tuple(slice(b[i], b[i + 1]) for b, i in zip(bounds, idx, strict=True))
@@ -219,7 +225,7 @@ class _DeferredSave:
         write = dask.delayed(_write_chunk, pure=False)
         for job in jobs:
             x = job.value
-            bounds = [np.cumsum((0, *c)).tolist() for c in x.chunks]
+            bounds = _chunk_bounds(x.chunks)
             blocks = x.to_delayed()
             name = f"hurray-write-{x.name}"
             # What travels with each task: the job without the array (the task has its chunk).

@@ -23,6 +23,9 @@ from hurray_bridge import _host
 from hurray_bridge.shards import Box, ShardedTensor, split
 from hurray_bridge.tensor import Tensor
 
+from . import _chunk_bounds
+from . import to_hurray as dense_to_hurray
+
 __all__ = ["from_hurray", "to_hurray"]
 
 
@@ -61,7 +64,7 @@ def from_hurray(st: ShardedTensor, *, device: Any = None, copy: bool | None = No
     if grid is None:
         return NotImplemented
     to_numpy = _host.from_hurray
-    starts = [np.cumsum((0, *c)).tolist()[:-1] for c in grid]
+    starts = [b[:-1] for b in _chunk_bounds(grid)]
     name = f"hurray-shards-{secrets.token_hex(8)}"
     layer: dict[Any, Any] = {}
     meta = None
@@ -82,10 +85,8 @@ def to_hurray(x: Any, *, copy: bool | None = None) -> ShardedTensor:
     ``copy=False`` refuses), and each shard is a view of its chunk's box there, so the
     chunk layout travels with the tensor (a sharded save records it).
     """
-    from . import to_hurray as dense_to_hurray
-
     t = dense_to_hurray(x, copy=copy)
-    starts = [np.cumsum((0, *c)).tolist()[:-1] for c in x.chunks]
+    starts = [b[:-1] for b in _chunk_bounds(x.chunks)]
     boxes = [Box(tuple(s[i] for s, i in zip(starts, idx, strict=True)),
                  tuple(c[i] for c, i in zip(x.chunks, idx, strict=True)))
              for idx in np.ndindex(*(len(c) for c in x.chunks))]
