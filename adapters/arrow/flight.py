@@ -137,10 +137,10 @@ def _conforming(schema: Descriptor, raw: bytes) -> tuple[Descriptor, list[int], 
         text = str(exc)[len(inner) + 2:] if exc.field else str(exc)
         raise FormatError(text, field=f"descriptor.{inner}") from None
     tail = raw[size:]
-    if len(tail) >= 32 or tail.strip(b"\0"):
-        raise FormatError(f"{len(tail)} bytes after the descriptor; at most 31 zero bytes "
-                          "(the sender's alignment padding) may follow it",
-                          field="app_metadata")
+    if len(tail) >= 2 * _BODY_ALIGN or tail.strip(b"\0"):
+        raise FormatError(f"{len(tail)} bytes after the descriptor; at most "
+                          f"{2 * _BODY_ALIGN - 1} zero bytes (the sender's alignment padding) "
+                          "may follow it", field="app_metadata")
     if d.rank != schema.rank:
         raise FormatError(f"rank {d.rank}, the schema {schema!r} has rank {schema.rank}",
                           field="rank")
@@ -253,6 +253,11 @@ def _tensor(msg: _Message) -> Tensor:
 
 
 # ------------------------------------------------------------------ sending
+# Where a body starts in its FlightData message, modulo _BODY_ALIGN (see _body_padding).
+_BODY_ALIGN = 64
+_BODY_AT = 32
+
+
 def _varint_size(n: int) -> int:
     return max(1, -(-n.bit_length() // 7))
 
@@ -267,19 +272,23 @@ def _header_size(arrow_schema: pa.Schema) -> int:
 
 
 def _body_padding(header: int, md: int, body: int) -> int:
-    """Zero bytes to append to ``md`` bytes of app_metadata so the body starts 16-aligned.
+    """Zero bytes to append to ``md`` bytes of app_metadata so the body starts at
+    ``_BODY_AT`` modulo ``_BODY_ALIGN`` from the start of the FlightData message.
 
     A FlightData message is a protobuf: the IPC header (field 2), app_metadata
     (field 3), then the body (field 1000, a 2-byte tag), each after its varint
-    length; a receiver reassembles it at a 16-byte aligned address (malloc's). An
-    element needs at most 8, so a body at a 16-byte offset is read in place.
+    length. A message that arrives in several pieces is reassembled by gRPC into one
+    allocation whose bytes start 16 past malloc's pointer (the slice's reference count
+    comes first); glibc maps a large allocation at 16 past a page. A body at 32 modulo
+    64 is then 64-aligned there, and 16-aligned wherever malloc is (docs/spec §10.2).
     """
     before = 1 + _varint_size(header) + header + 1 + 2 + _varint_size(body)
     # The padding is counted in app_metadata's own varint length: find a pad whose
-    # length has the varint size it was computed for (near 128 one may not exist below 16).
+    # length has the varint size it was computed for (near 128 one may not exist below
+    # 64, hence the bound of 2 * _BODY_ALIGN the receiver allows).
     for v in (_varint_size(md), _varint_size(md) + 1):
-        pad = -(before + v + md) % 16
-        for p in (pad, pad + 16):
+        pad = (_BODY_AT - (before + v + md)) % _BODY_ALIGN
+        for p in (pad, pad + _BODY_ALIGN):
             if _varint_size(md + p) == v:
                 return p
     return 0  # unreachable for app_metadata under 16 KiB
@@ -289,7 +298,7 @@ def _body_padding(header: int, md: int, body: int) -> int:
 def _layout(d: Descriptor, header: int) -> tuple[tuple[int, ...], int, bytes, bool]:
     """Per resolved descriptor, what every message of it sends alike: its buffers'
     offsets, where they end, the app_metadata after the message header (the encoded
-    descriptor and the padding that puts the body 16-aligned) and whether its one
+    descriptor and the padding that places the body, §10.2) and whether its one
     buffer goes to Flight as it is. Descriptors are immutable (and shared per shape)."""
     lengths = [s.nbytes for s in d.buffer_layout()]
     offsets = canonical_offsets(lengths)

@@ -1330,7 +1330,20 @@ def _get_unknown_name() -> None:
         th.join(30)
 
 
+def _padding_past_bound() -> None:
+    import pyarrow as pa
+
+    F = _flight()
+    d = hb.Descriptor([6], hb.float32)
+    head = F._MESSAGE_HEADER.pack(F.MESSAGE_MAGIC, F.KIND_TENSOR, 1, 1, 0, 24, 0)
+    batch, _ = F._batch(hb.asarray(_array()), 0, F._arrow_schema(d), 0)
+    F._check(d, 0, batch, pa.py_buffer(head + d.to_bytes() + bytes(128)))
+
+
 CASES += [
+    Case("flight-padding-past-bound", "Flight message: descriptor + 128 zero bytes",
+         _padding_past_bound, hb.FormatError,
+         ("message[0].app_metadata", "128 bytes after the descriptor", "at most 127")),
     Case("flight-name-empty", "flight.put(uri, '', [x])",
          lambda: _flight().put(_NO_SERVER, "", [_array()]), hb.UnsupportedError,
          ("stream name", "non-empty str", "''")),

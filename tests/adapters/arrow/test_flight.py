@@ -7,6 +7,7 @@ proven by addresses: a received tensor's buffers lie inside the record batch's b
 
 from __future__ import annotations
 
+import platform
 import re
 import shutil
 import subprocess
@@ -193,7 +194,8 @@ def test_received_tensors_share_the_record_batch(server: F.FlightTensorServer,
     assert isinstance(buf, pa.Buffer)  # the record batch's own buffer, not a copy of it
     assert buf.address <= t.data_ptr and t.data_ptr + t.nbytes <= buf.address + buf.size
     assert not t.copied and t.readonly
-    # the sender placed the body at a 16-byte offset, so every element type is aligned
+    # the sender placed the body 32 past a 64-byte offset of a message gRPC reassembled
+    # at 16 past malloc's (16-aligned) pointer, so every element type is aligned
     assert t.data_ptr % 16 == 0
     assert bytes(t.memoryview()) == a.tobytes()
 
@@ -208,7 +210,7 @@ def test_a_sent_tensor_is_handed_to_flight_without_a_copy() -> None:
 
 
 @pytest.mark.parametrize("header", [136, 200, 20000])
-def test_the_padding_puts_the_body_at_a_16_byte_offset(header: int) -> None:
+def test_the_padding_puts_the_body_32_past_a_64_byte_offset(header: int) -> None:
     # The FlightData protobuf: IPC header (tag, varint length), app_metadata (tag, varint
     # length, which counts the padding), then the body's 2-byte tag and varint length.
     def varint(n: int) -> int:
@@ -219,7 +221,40 @@ def test_the_padding_puts_the_body_at_a_16_byte_offset(header: int) -> None:
             pad = F._body_padding(header, md, body)
             at = (1 + varint(header) + header + 1 + varint(md + pad) + md + pad
                   + 2 + varint(body))
-            assert at % 16 == 0 and 0 <= pad < 32, (md, body, pad)
+            assert at % 64 == 32 and 0 <= pad < 128, (md, body, pad)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc",
+                    reason="the placement is glibc malloc's (large blocks mapped 16 past a page)")
+def test_a_large_received_tensor_is_64_byte_aligned_and_shared(
+        server: F.FlightTensorServer) -> None:
+    # Above glibc's largest mmap threshold (32 MiB) gRPC's reassembled message starts 32
+    # past a 64-byte boundary, where the padding puts the body's offset: both the server
+    # (put) and the client (get) find it 64-aligned, in the message's own memory.
+    a = np.arange((40 << 20) // 4, dtype=np.float32)
+    assert F.put(server.location, "big", [a], timeout=TIMEOUT) == 1
+    (batch, _), _end = server._streams[b"big"][1]
+    assert batch.column(0).buffers()[1].address % 64 == 0
+    with F.get(server.location, "big", timeout=TIMEOUT) as reader:
+        (t,) = list(reader)
+        assert reader.copies == 0
+    buf = t.owner
+    assert isinstance(buf, pa.Buffer) and not t.copied
+    assert buf.address <= t.data_ptr and t.data_ptr + t.nbytes <= buf.address + buf.size
+    assert t.data_ptr % 64 == 0
+    assert np.array_equal(np.asarray(t), a)
+
+
+def test_a_sender_may_pad_up_to_the_bound() -> None:
+    # Another sender may place its body differently: up to 127 zero bytes (twice the
+    # 64-byte period, for the varint corner) are its business, one more is refused.
+    schema = Descriptor([DYNAMIC, 3], hb.float32)
+    _, batch, md = _good(schema, np.ones((2, 3), np.float32))
+    end = 32 + len(Descriptor([2, 3], hb.float32).to_bytes())
+    msg = F._check(schema, 0, batch, pa.py_buffer(md[:end] + bytes(127)))
+    assert msg.resolved == Descriptor([2, 3], hb.float32)
+    with pytest.raises(hb.FormatError, match=r"message\[0\]\.app_metadata: 128 bytes"):
+        F._check(schema, 0, batch, pa.py_buffer(md[:end] + bytes(128)))
 
 
 def test_unaligned_memory_is_copied_and_reported() -> None:
@@ -299,6 +334,7 @@ CORRUPTIONS = {
     "sequence": (lambda md: md[:8] + (7).to_bytes(8, "little") + md[16:], "sequence"),
     "payload size": (lambda md: md[:16] + (1).to_bytes(8, "little") + md[24:], "payload_size"),
     "trailing junk": (lambda md: md + b"\1", "app_metadata"),
+    "padding past the bound": (lambda md: md + bytes(128), "app_metadata"),
 }
 
 
