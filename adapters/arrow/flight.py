@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any
+from itertools import chain
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -37,6 +38,7 @@ from hurray_bridge.errors import (
     TransportError,
     UnsupportedError,
 )
+from hurray_bridge.layout import BufferRole
 from hurray_bridge.stream import (
     _MESSAGE_HEADER,
     _STREAM_HEADER,
@@ -63,9 +65,10 @@ SCHEMA_KEY = b"hurray.stream"
 """Key of the Flight schema's metadata entry that holds the stream header and schema."""
 COLUMN = "hurray"
 """Name of the one ``uint8`` column whose bytes are a message's buffers."""
+_UINT8 = pa.uint8()
 
 def _arrow_schema(schema: Descriptor) -> pa.Schema:
-    return pa.schema([pa.field(COLUMN, pa.uint8(), nullable=False)],
+    return pa.schema([pa.field(COLUMN, _UINT8, nullable=False)],
                      metadata={SCHEMA_KEY: stream_head(schema)})
 
 
@@ -86,7 +89,7 @@ def _stream_schema(arrow_schema: pa.Schema) -> Descriptor:
                           "not a Hurray tensor stream (put it with hurray_bridge's put())",
                           field="flight.schema")
     if (len(arrow_schema) != 1 or arrow_schema[0].name != COLUMN
-            or arrow_schema[0].type != pa.uint8()):
+            or arrow_schema[0].type != _UINT8):
         raise FormatError(f"the Flight schema must be one uint8 column named {COLUMN!r}, got "
                           f"{arrow_schema.to_string(show_schema_metadata=False)!r}",
                           field="flight.schema")
@@ -111,6 +114,13 @@ def _end_metadata(count: int) -> bytes:
     return _MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_END, 0, 0, count, 0, 0)
 
 
+@lru_cache(maxsize=64)
+def _end_buffer(count: int) -> pa.Buffer:
+    """The end message's app_metadata as Flight takes it (immutable; puts of a few
+    tensors each share one)."""
+    return pa.py_buffer(_end_metadata(count))
+
+
 # ------------------------------------------------------------------ checking
 class _Message:
     """One checked message: ``resolved`` and its buffers' offsets in ``data`` (None at the end)."""
@@ -121,6 +131,9 @@ class _Message:
         self.resolved = resolved
         self.offsets = offsets
         self.data = data
+
+
+_END = _Message(None, [], None)
 
 
 @lru_cache(maxsize=256)
@@ -162,11 +175,20 @@ def _conforming(schema: Descriptor, raw: bytes) -> tuple[Descriptor, list[int], 
     return d, offsets, end, len(entries)
 
 
-def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch,
+def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch | None,
            md: pa.Buffer | None) -> _Message:
     """Check one Flight message against the schema (interchange.md §3 and §10)."""
-    field = f"message[{seq}]"
     raw = b"" if md is None else md.to_pybytes()
+    if batch is None:  # a metadata-only FlightData message (another writer's)
+        raise FormatError("a message with app_metadata but no record batch; every message, "
+                          "the end one too, is a record batch of the stream's schema",
+                          field=f"message[{seq}].data")
+    if len(raw) == _MESSAGE_HEADER.size and raw == _end_metadata(seq) and not batch.num_rows:
+        # The one end message that passes every check below (its header is fixed but
+        # for the sequence number, and 0 rows have no nulls): the last message of every
+        # put, on the path between the client's close() and its return.
+        return _END
+    field = f"message[{seq}]"
     if len(raw) < _MESSAGE_HEADER.size:
         raise FormatError(f"app_metadata of {len(raw)} bytes; a message header needs "
                           f"{_MESSAGE_HEADER.size}", field=f"{field}.app_metadata")
@@ -187,7 +209,7 @@ def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch,
         if n_buf or rank or payload or len(raw) != _MESSAGE_HEADER.size or len(column):
             raise FormatError("an end-of-stream message carries no descriptor and no bytes",
                               field=f"{field}.kind")
-        return _Message(None, [], None)
+        return _END
     if kind != KIND_TENSOR:
         raise FormatError(f"unknown message kind {kind}", field=f"{field}.kind")
     try:
@@ -294,55 +316,73 @@ def _body_padding(header: int, md: int, body: int) -> int:
     return 0  # unreachable for app_metadata under 16 KiB
 
 
+class _Layout(NamedTuple):
+    """What every message of one resolved descriptor sends alike."""
+
+    offsets: tuple[int, ...]  # the buffers' canonical offsets
+    end: int  # where the buffers end: the column's length and payload_size
+    n_buffers: int
+    tail: bytes  # app_metadata after the message header: descriptor, padding (§10.2)
+    whole: bool  # one buffer that goes to Flight as it is
+    role: BufferRole  # the first buffer's
+
+
 @lru_cache(maxsize=256)
-def _layout(d: Descriptor, header: int) -> tuple[tuple[int, ...], int, bytes, bool]:
-    """Per resolved descriptor, what every message of it sends alike: its buffers'
-    offsets, where they end, the app_metadata after the message header (the encoded
-    descriptor and the padding that places the body, §10.2) and whether its one
-    buffer goes to Flight as it is. Descriptors are immutable (and shared per shape)."""
-    lengths = [s.nbytes for s in d.buffer_layout()]
+def _layout(d: Descriptor, header: int) -> _Layout:
+    """The :class:`_Layout` of ``d`` (remembered: descriptors are immutable and shared
+    per shape, and a put runs this between two blocking Flight calls, on cold caches)."""
+    specs = d.buffer_layout()
+    lengths = [s.nbytes for s in specs]
     offsets = canonical_offsets(lengths)
     end = max((o + n for o, n in zip(offsets, lengths) if n), default=0)
     tail = encode(d, offsets)
     if end:  # IPC pads the body to 8 bytes
         tail += bytes(_body_padding(header, _MESSAGE_HEADER.size + len(tail), -(-end // 8) * 8))
-    # A tuple: the cache hands the same object to every message.
-    return tuple(offsets), end, tail, len(lengths) == 1 and verbatim(d)
+    return _Layout(tuple(offsets), end, len(specs), tail, len(lengths) == 1 and verbatim(d),
+                   specs[0].role if specs else BufferRole.DATA)
+
+
+_EMPTY = pa.py_buffer(b"")
 
 
 def _batch(t: Tensor, seq: int, arrow_schema: pa.Schema,
            header: int) -> tuple[pa.RecordBatch, bytes]:
     """One tensor as a record batch and its app_metadata; no copy for one plain buffer."""
     d = t.descriptor
-    offsets, end, tail, whole = _layout(d, header)
-    specs = d.buffer_layout()
+    lay = _layout(d, header)
+    end, whole = lay.end, lay.whole
     if not whole and end:
         # bool8 bytes are checked, sub-byte ones may need masking (then copied).
-        views = [t.memoryview(s.role) for s in specs]
+        views = [t.memoryview(s.role) for s in d.buffer_layout()]
         pieces = written_pieces(d, views)
         whole = len(pieces) == 1 and len(pieces[0]) == 1 and pieces[0][0] is views[0]
     if end == 0:
-        data = pa.py_buffer(b"")
+        data = _EMPTY
     elif whole:
         # The tensor's own memory goes to Flight, which sends it without copying;
         # ``base`` keeps the tensor (and its owner) alive while Flight holds the buffer.
-        data = pa.foreign_buffer(t.buffer(specs[0].role).ptr, end, base=t)
+        data = pa.foreign_buffer(t.buffer(lay.role).ptr, end, base=t)
     else:
-        # Several buffers (or masked sub-byte bytes) must sit in one column: gather them
-        # at their 64-byte offsets into fresh (zeroed) memory.
-        alloc = alloc_aligned(end)
-        assert alloc is not None
-        dst = host_view(alloc.ptr, end, alloc)
-        for off, parts in zip(offsets, pieces):
-            for part in parts:
-                dst[off:off + len(part)] = part
-                off += len(part)
-        dst.release()
-        data = pa.foreign_buffer(alloc.ptr, end, base=alloc)
-    column = pa.Array.from_buffers(pa.uint8(), end, [None, data], null_count=0)
+        data = _gathered(lay.offsets, end, pieces)
+    column = pa.Array.from_buffers(_UINT8, end, [None, data], null_count=0)
     batch = pa.RecordBatch.from_arrays([column], schema=arrow_schema)
-    md = _MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_TENSOR, len(specs), d.rank, seq, end, 0) + tail
+    md = _MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_TENSOR, lay.n_buffers, d.rank, seq, end,
+                              0) + lay.tail
     return batch, md
+
+
+def _gathered(offsets: tuple[int, ...], end: int, pieces: Any) -> pa.Buffer:
+    """Several buffers (or masked sub-byte bytes) in one column: gathered at their
+    64-byte offsets into fresh (zeroed) memory."""
+    alloc = alloc_aligned(end)
+    assert alloc is not None
+    dst = host_view(alloc.ptr, end, alloc)
+    for off, parts in zip(offsets, pieces):
+        for part in parts:
+            dst[off:off + len(part)] = part
+            off += len(part)
+    dst.release()
+    return pa.foreign_buffer(alloc.ptr, end, base=alloc)
 
 
 def _name_bytes(name: object) -> bytes:
@@ -371,7 +411,15 @@ def _options(timeout: float | None) -> Any:
                                 or not timeout > 0):
         raise FormatError(f"timeout must be a positive number of seconds or None, got "
                           f"{timeout!r}", field="timeout")
-    return flight.FlightCallOptions(timeout=timeout)
+    return _NO_TIMEOUT if timeout is None else flight.FlightCallOptions(timeout=timeout)
+
+
+_NO_TIMEOUT = flight.FlightCallOptions()
+
+
+@lru_cache(maxsize=256)
+def _put_descriptor(key: bytes) -> Any:
+    return flight.FlightDescriptor.for_path(key)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -411,7 +459,7 @@ def put(location: Any, name: str, tensors: Iterable[Any], *, schema: Descriptor 
         # A strided view's schema is its compact descriptor (conform() compacts the view).
         t = conform(t, Descriptor(d.shape, d.dtype, padded=d.padded) if d.strides else d)
         schema = t.descriptor
-        first.append(t)
+        first.append(t)  # conforms: conform() hands it back as it is
     elif not isinstance(schema, Descriptor):
         raise UnsupportedError(f"schema must be an hb.Descriptor, got {type(schema).__name__} "
                                f"{schema!r:.60}")
@@ -420,18 +468,20 @@ def put(location: Any, name: str, tensors: Iterable[Any], *, schema: Descriptor 
     sent = 0
     try:
         try:
-            writer, _ = client.do_put(flight.FlightDescriptor.for_path(key), arrow_schema,
-                                      options=options)
+            writer, _ = client.do_put(_put_descriptor(key), arrow_schema, options=options)
         except (flight.FlightError, pa.ArrowException, OSError) as exc:
             raise TransportError(f"put({name!r}) could not open the stream at {location!r}: "
                                  f"{_first_line(exc)}") from exc
         try:
-            for obj in _chain(first, items):
-                t = obj if sent == 0 and first else conform(obj, schema)
-                batch, md = _batch(t, sent, arrow_schema, header)
-                writer.write_with_metadata(batch, pa.py_buffer(md))
+            for obj in chain(first, items):
+                batch, md = _batch(conform(obj, schema), sent, arrow_schema, header)
+                # Held here until the next message, or the end: the last reference to a
+                # Python-backed buffer is then dropped on this thread, not on one of
+                # gRPC's, which would wait for the GIL.
+                held = pa.py_buffer(md)
+                writer.write_with_metadata(batch, held)
                 sent += 1
-            writer.write_with_metadata(end, pa.py_buffer(_end_metadata(sent)))
+            writer.write_with_metadata(end, _end_buffer(sent))
             writer.close()
         except (flight.FlightError, pa.ArrowException, OSError) as exc:
             raise TransportError(f"put({name!r}) failed after {sent} tensors were sent (the "
@@ -450,11 +500,6 @@ def put(location: Any, name: str, tensors: Iterable[Any], *, schema: Descriptor 
 
 
 _NOTHING = object()
-
-
-def _chain(first: list[Tensor], rest: Iterator[Any]) -> Iterator[Any]:
-    yield from first
-    yield from rest
 
 
 def _empty(arrow_schema: pa.Schema) -> pa.RecordBatch:
@@ -625,9 +670,9 @@ class FlightTensorServer(flight.FlightServerBase):
             if ended:
                 raise FormatError("a message after the end-of-stream message",
                                   field=f"message[{len(kept)}]")
-            msg = _check(schema, len(kept), chunk.data, chunk.app_metadata)
-            kept.append((chunk.data, chunk.app_metadata))
-            ended = msg.resolved is None
+            data, md = chunk
+            ended = _check(schema, len(kept), data, md) is _END
+            kept.append((data, md))
         if not ended:
             raise FormatError(f"the stream {key!r} ended after {len(kept)} tensors without an "
                               "end-of-stream message; nothing was kept", field="stream")

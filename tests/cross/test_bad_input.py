@@ -1340,7 +1340,16 @@ def _padding_past_bound() -> None:
     F._check(d, 0, batch, pa.py_buffer(head + d.to_bytes() + bytes(128)))
 
 
+def _metadata_only() -> None:
+    import pyarrow as pa
+
+    F = _flight()
+    F._check(hb.Descriptor([6], hb.float32), 0, None, pa.py_buffer(F._end_metadata(0)))
+
+
 CASES += [
+    Case("flight-metadata-only-message", "Flight message: app_metadata, no record batch",
+         _metadata_only, hb.FormatError, ("message[0].data", "no record batch", "every message")),
     Case("flight-padding-past-bound", "Flight message: descriptor + 128 zero bytes",
          _padding_past_bound, hb.FormatError,
          ("message[0].app_metadata", "128 bytes after the descriptor", "at most 127")),

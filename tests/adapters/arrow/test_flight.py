@@ -516,3 +516,53 @@ def test_messages_of_one_shape_share_their_framing_but_not_their_header() -> Non
         assert msg.resolved is not None and msg.resolved.shape[0] in (3, 5)
     with pytest.raises(hb.FormatError, match="sequence number 2, expected 1"):
         F._check(schema, 1, mds[2][0], pa.py_buffer(mds[2][1]))
+
+
+END_CASES = {
+    # (end message edited, the field its refusal names): none may pass as the end
+    "one row": (lambda md, seq: (1, md), "kind"),
+    "sequence": (lambda md, seq: (0, F._end_metadata(seq + 1)), "sequence"),
+    "a byte more": (lambda md, seq: (0, md + b"\0"), "kind"),
+    "reserved": (lambda md, seq: (0, md[:24] + b"\1" + md[25:]), "reserved"),
+    "payload": (lambda md, seq: (0, md[:16] + (8).to_bytes(8, "little") + md[24:]), "kind"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(END_CASES))
+def test_an_end_message_passes_only_as_the_exact_end(case: str) -> None:
+    # The exact end message is recognised by one comparison; anything else takes the
+    # full path and is refused there, naming the field.
+    schema = Descriptor([DYNAMIC], hb.uint8)
+    arrow_schema = F._arrow_schema(schema)
+    good = F._end_metadata(3)
+    assert F._check(schema, 3, F._empty(arrow_schema), pa.py_buffer(good)) is F._END
+    rows, md = END_CASES[case][0](good, 3)
+    batch = pa.record_batch([pa.array([0] * rows, pa.uint8())], schema=arrow_schema)
+    with pytest.raises(hb.FormatError, match=rf"message\[3\]\.{END_CASES[case][1]}"):
+        F._check(schema, 3, batch, pa.py_buffer(md))
+
+
+def test_a_metadata_only_message_is_refused_at_put(server: F.FlightTensorServer) -> None:
+    # Flight lets a writer send app_metadata without a batch; a Hurray stream has none.
+    schema = Descriptor([DYNAMIC], hb.uint8)
+    client = flight.connect(server.location)
+    try:
+        writer, _ = client.do_put(flight.FlightDescriptor.for_path(b"raw"),
+                                  F._arrow_schema(schema),
+                                  options=flight.FlightCallOptions(timeout=TIMEOUT))
+        writer.write_metadata(pa.py_buffer(F._end_metadata(0)))
+        with pytest.raises(pa.ArrowInvalid, match=r"message\[0\]\.data: .*no record batch"):
+            writer.close()
+    finally:
+        client.close()
+    assert server.names() == []
+    with pytest.raises(hb.FormatError, match=r"message\[0\]\.data"):
+        F._check(schema, 0, None, pa.py_buffer(F._end_metadata(0)))
+
+
+def test_a_put_keeps_a_stream_of_many_tensors_in_order(server: F.FlightTensorServer) -> None:
+    # Each message's app_metadata buffer is replaced by the next one's while Flight may
+    # still hold it; every tensor still arrives whole and in order.
+    items = [np.full(1000 + i, i, np.int32) for i in range(40)]
+    got = round_trip(server, items, Descriptor([DYNAMIC], hb.int32))
+    assert [np.asarray(t).tolist() for t in got] == [x.tolist() for x in items]
