@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from itertools import chain
 from typing import Any, NamedTuple
@@ -59,7 +59,8 @@ except ImportError as exc:  # a pyarrow built without Flight (some conda and sou
     raise BackendNotAvailableError("pyarrow.flight", "arrow",
                                    f"this pyarrow was built without Flight ({exc})") from exc
 
-__all__ = ["COLUMN", "SCHEMA_KEY", "FlightTensorReader", "FlightTensorServer", "get", "put"]
+__all__ = ["COLUMN", "SCHEMA_KEY", "FlightTensorReader", "FlightTensorServer", "StreamInfo", "get",
+           "list_streams", "put", "stream_schema"]
 
 SCHEMA_KEY = b"hurray.stream"
 """Key of the Flight schema's metadata entry that holds the stream header and schema."""
@@ -657,11 +658,7 @@ class FlightTensorServer(flight.FlightServerBase):
 
     def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
         """Receive one stream; keep it once it has ended cleanly."""
-        if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
-            raise FormatError(f"a stream is put under a one-element path descriptor "
-                              f"(FlightDescriptor.for_path(name)), got {descriptor!r}",
-                              field="flight.descriptor")
-        key = descriptor.path[0]
+        key = _path_key(descriptor)
         arrow_schema = reader.schema
         schema = _stream_schema(arrow_schema)
         kept: list[tuple[pa.RecordBatch, Any]] = []
@@ -681,12 +678,94 @@ class FlightTensorServer(flight.FlightServerBase):
 
     def do_get(self, context: Any, ticket: Any) -> Any:
         """Serve a stream by name (the ticket); a ``KeyError`` for an unknown one."""
-        key = ticket.ticket
+        arrow_schema, messages = self._entry(ticket.ticket)
+        return flight.GeneratorStream(arrow_schema, iter(messages))
+
+    def get_flight_info(self, context: Any, descriptor: Any) -> Any:
+        """A stream's ``FlightInfo``, by its path descriptor; a ``KeyError`` for an unknown
+        one. Its schema is the stream's Flight schema (:func:`stream_schema` reads the
+        Hurray schema from it), ``total_records`` the number of tensors, ``total_bytes``
+        the bytes of their buffers, and its one endpoint's ticket the name (on this
+        server)."""
+        key = _path_key(descriptor)
+        return _info(key, self._entry(key))
+
+    def list_flights(self, context: Any, criteria: bytes) -> Iterator[Any]:
+        """The ``FlightInfo`` of every stream held (as :meth:`get_flight_info`), in the
+        order they were first put; a non-empty ``criteria`` keeps the names that start
+        with those UTF-8 bytes."""
+        with self._lock:
+            held = list(self._streams.items())
+        for key, entry in held:
+            if key.startswith(criteria or b""):
+                yield _info(key, entry)
+
+    def _entry(self, key: bytes) -> tuple[pa.Schema, list[tuple[pa.RecordBatch, Any]]]:
         with self._lock:
             entry = self._streams.get(key)
             held = sorted(self._streams)
         if entry is None:
             shown = ", ".join(repr(k.decode("utf-8", "replace")) for k in held[:8]) or "none"
             raise KeyError(f"no stream named {key.decode('utf-8', 'replace')!r} (held: {shown})")
-        arrow_schema, messages = entry
-        return flight.GeneratorStream(arrow_schema, iter(messages))
+        return entry
+
+
+def _path_key(descriptor: Any) -> bytes:
+    """The stream name of a Flight descriptor, which must be a one-element path."""
+    if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
+        raise FormatError(f"a stream is named by a one-element path descriptor "
+                          f"(FlightDescriptor.for_path(name)), got {descriptor!r}",
+                          field="flight.descriptor")
+    return bytes(descriptor.path[0])
+
+
+def _info(key: bytes, entry: tuple[pa.Schema, list[tuple[pa.RecordBatch, Any]]]) -> Any:
+    arrow_schema, messages = entry
+    return flight.FlightInfo(arrow_schema, flight.FlightDescriptor.for_path(key),
+                             [flight.FlightEndpoint(key, [])],
+                             total_records=len(messages) - 1,  # the end message is none
+                             total_bytes=sum(batch.num_rows for batch, _ in messages),
+                             ordered=True)
+
+
+class StreamInfo(NamedTuple):
+    """What a :class:`FlightTensorServer` says of one stream it holds."""
+
+    name: str
+    schema: Descriptor
+    """The stream's schema (it may have ``DYNAMIC`` dimensions)."""
+    tensors: int
+    nbytes: int
+    """The bytes of all its tensors' buffers."""
+
+
+def stream_schema(arrow_schema: pa.Schema) -> Descriptor:
+    """The Hurray schema a stream's Flight schema carries (the schema of a ``FlightInfo``
+    from a :class:`FlightTensorServer`), checked; a ``FormatError`` for any other schema."""
+    return _stream_schema(arrow_schema)
+
+
+def list_streams(location: Any, prefix: str = "", *,
+                 timeout: float | None = None) -> list[StreamInfo]:
+    """The streams a :class:`FlightTensorServer` holds (Flight's ``ListFlights``), in the
+    order they were first put, those whose names start with ``prefix``.
+
+    ``location`` and ``timeout`` are as for :func:`get`; a server that fails or cannot
+    be reached raises :class:`~hurray_bridge.TransportError`.
+    """
+    if not isinstance(prefix, str):
+        raise UnsupportedError(f"prefix must be a str, got {type(prefix).__name__} "
+                               f"{prefix!r:.60}")
+    options = _options(timeout)
+    client, own = _client(location)
+    try:
+        infos = list(client.list_flights(prefix.encode("utf-8"), options=options))
+    except (flight.FlightError, pa.ArrowException, OSError) as exc:
+        raise TransportError(f"list_streams() could not list the streams at {location!r}: "
+                             f"{_first_line(exc)}") from exc
+    finally:
+        if own:
+            client.close()
+    return [StreamInfo(bytes(i.descriptor.path[0]).decode("utf-8", "replace"),
+                       _stream_schema(i.schema), i.total_records, i.total_bytes)
+            for i in infos]

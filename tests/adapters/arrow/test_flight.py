@@ -566,3 +566,51 @@ def test_a_put_keeps_a_stream_of_many_tensors_in_order(server: F.FlightTensorSer
     items = [np.full(1000 + i, i, np.int32) for i in range(40)]
     got = round_trip(server, items, Descriptor([DYNAMIC], hb.int32))
     assert [np.asarray(t).tolist() for t in got] == [x.tolist() for x in items]
+
+
+# ------------------------------------------------------------- listing
+def test_list_flights_and_get_flight_info_describe_each_stream(
+        server: F.FlightTensorServer) -> None:
+    schema = Descriptor([DYNAMIC, 3], hb.float32)
+    F.put(server.location, "b/one", [np.ones((2, 3), np.float32), np.ones((5, 3), np.float32)],
+          schema=schema, timeout=TIMEOUT)
+    F.put(server.location, "a/two", [np.arange(10, dtype=np.int16)], timeout=TIMEOUT)
+    F.put(server.location, "b/empty", [], schema=schema, timeout=TIMEOUT)
+    client = flight.connect(server.location)
+    try:
+        options = flight.FlightCallOptions(timeout=TIMEOUT)
+        infos = list(client.list_flights(options=options))
+        assert [i.descriptor.path for i in infos] == [[b"b/one"], [b"a/two"], [b"b/empty"]]
+        one = client.get_flight_info(flight.FlightDescriptor.for_path(b"b/one"), options)
+        assert (one.total_records, one.total_bytes) == (2, (2 + 5) * 3 * 4)
+        assert F.stream_schema(one.schema) == schema
+        (endpoint,) = one.endpoints
+        with F.get(client, endpoint.ticket.ticket.decode(), timeout=TIMEOUT) as reader:
+            assert [t.shape for t in reader] == [(2, 3), (5, 3)]
+        with pytest.raises(KeyError, match="no stream named 'none'"):  # gRPC NOT_FOUND
+            client.get_flight_info(flight.FlightDescriptor.for_path(b"none"), options)
+        with pytest.raises(pa.ArrowInvalid, match=r"flight\.descriptor"):
+            client.get_flight_info(flight.FlightDescriptor.for_command(b"b/one"), options)
+    finally:
+        client.close()
+    assert F.list_streams(server, "b/", timeout=TIMEOUT) == [
+        F.StreamInfo("b/one", schema, 2, 84), F.StreamInfo("b/empty", schema, 0, 0)]
+    (two,) = F.list_streams(server.location, "a", timeout=TIMEOUT)
+    assert two == F.StreamInfo("a/two", Descriptor([10], hb.int16), 1, 20)
+
+
+def test_a_failed_put_is_not_listed(server: F.FlightTensorServer) -> None:
+    def failing() -> Iterator[Any]:
+        yield np.ones(4, np.float32)
+        raise RuntimeError("producer failed")
+
+    with pytest.raises(RuntimeError):
+        F.put(server.location, "half", failing(), timeout=TIMEOUT)
+    assert F.list_streams(server, timeout=TIMEOUT) == []
+
+
+def test_list_streams_refusals() -> None:
+    with pytest.raises(hb.UnsupportedError, match="prefix must be a str"):
+        F.list_streams("grpc://127.0.0.1:1", b"a")  # type: ignore[arg-type]
+    with pytest.raises(hb.TransportError, match="could not list the streams"):
+        F.list_streams("grpc://127.0.0.1:1", timeout=5)
