@@ -12,9 +12,9 @@ One float32 tensor of 1 MiB and one of 64 MiB, over localhost, each way:
   1 MiB, a stream of ``STREAM`` tensors in one put against ``do_put`` of as many batches;
 - where a 1 MiB put's time goes, for information: pyarrow's ``do_put`` of the messages a
   put sends (the tensor's batch with its app_metadata, and the end message), built once,
-  against the plain batch (the format's own cost, no Python checks on either side but
-  ours on the server only when it is the peer), and ``flight.put`` against that same
-  ``do_put`` to our server (what the put's Python costs, framing the tensor each call).
+  to the plain server against the plain batch (the format's own cost), and
+  ``flight.put`` against that same ``do_put`` to our server (what the put's Python
+  costs: conforming and framing the tensor in each call).
 
 The servers (ours, pyarrow's plain one, and the socket stream's writer) run in a
 child process, as on another machine: in this process their Python handlers would
