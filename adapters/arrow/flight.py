@@ -11,7 +11,8 @@ the schema before it hands out a tensor, and builds that tensor over the record
 batch's own memory (no copy) unless the memory is not aligned for its elements.
 
 :class:`FlightTensorServer` keeps the streams put to it in memory, as the record
-batches it received, and serves them by name. This module is not imported by
+batches it received, serves them by name and lists them (Flight's ``ListFlights`` and
+``GetFlightInfo``; :func:`list_streams` on the client). This module is not imported by
 ``hurray_bridge.adapters.arrow``: ``pyarrow.flight`` loads only for those who use it.
 """
 
@@ -751,7 +752,8 @@ def list_streams(location: Any, prefix: str = "", *,
     order they were first put, those whose names start with ``prefix``.
 
     ``location`` and ``timeout`` are as for :func:`get`; a server that fails or cannot
-    be reached raises :class:`~hurray_bridge.TransportError`.
+    be reached raises :class:`~hurray_bridge.TransportError`, one that lists a flight
+    that is no Hurray stream :class:`~hurray_bridge.FormatError`.
     """
     if not isinstance(prefix, str):
         raise UnsupportedError(f"prefix must be a str, got {type(prefix).__name__} "
@@ -766,6 +768,7 @@ def list_streams(location: Any, prefix: str = "", *,
     finally:
         if own:
             client.close()
-    return [StreamInfo(bytes(i.descriptor.path[0]).decode("utf-8", "replace"),
+    # Checked as any reply is: another Flight server may list flights of its own kind.
+    return [StreamInfo(_path_key(i.descriptor).decode("utf-8", "replace"),
                        _stream_schema(i.schema), i.total_records, i.total_bytes)
             for i in infos]

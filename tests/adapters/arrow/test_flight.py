@@ -614,3 +614,18 @@ def test_list_streams_refusals() -> None:
         F.list_streams("grpc://127.0.0.1:1", b"a")  # type: ignore[arg-type]
     with pytest.raises(hb.TransportError, match="could not list the streams"):
         F.list_streams("grpc://127.0.0.1:1", timeout=5)
+
+
+class _Foreign(flight.FlightServerBase):  # type: ignore[misc]
+    """A Flight server of another kind: it lists a plain table."""
+
+    def list_flights(self, context: Any, criteria: bytes) -> Iterator[Any]:
+        schema = pa.schema([pa.field("x", pa.float32())])
+        yield flight.FlightInfo(schema, flight.FlightDescriptor.for_path(b"table"),
+                                [flight.FlightEndpoint(b"table", [])], total_records=3)
+
+
+def test_list_streams_of_another_kind_of_server_is_a_format_error() -> None:
+    for srv in _serve(_Foreign("grpc://127.0.0.1:0")):
+        with pytest.raises(hb.FormatError, match=r"flight\.schema.*not a Hurray tensor stream"):
+            F.list_streams(f"grpc://127.0.0.1:{srv.port}", timeout=TIMEOUT)
