@@ -9,7 +9,12 @@ One float32 tensor of 1 MiB and one of 64 MiB, over localhost, each way:
 - ``put``: ``flight.put`` against pyarrow's ``do_put`` of that plain batch, built once
   (the goal's peer), and, for information, against a ``do_put`` that builds its batch
   from the array in every call, as ``flight.put`` builds its own from the tensor; and for
-  1 MiB, a stream of ``STREAM`` tensors in one put against ``do_put`` of as many batches.
+  1 MiB, a stream of ``STREAM`` tensors in one put against ``do_put`` of as many batches;
+- where a 1 MiB put's time goes, for information: pyarrow's ``do_put`` of the messages a
+  put sends (the tensor's batch with its app_metadata, and the end message), built once,
+  to the plain server against the plain batch (the format's own cost), and
+  ``flight.put`` against that same ``do_put`` to our server (what the put's Python
+  costs: conforming and framing the tensor in each call).
 
 The servers (ours, pyarrow's plain one, and the socket stream's writer) run in a
 child process, as on another machine: in this process their Python handlers would
@@ -195,12 +200,32 @@ def run(small: bool = False) -> dict[str, Any]:
                         writer.write_batch(batch)
                     writer.close()
 
+                # The Hurray messages of one put, built once: sent by pyarrow alone, they
+                # price the format (a second message, app_metadata) against the plain
+                # batch, and, to our server, what the put's own Python costs on top.
+                arrow_schema, header, end = flight._framing(schema)
+                hb_batch, hb_md = flight._batch(hb.asarray(a), 0, arrow_schema, header)
+                built = (arrow_schema, hb_batch, pa.py_buffer(hb_md), end, flight._end_buffer(1))
+
+                def prebuilt(client: Any, desc: Any = desc, built: Any = built) -> None:
+                    schema_, batch_, md_, end_, end_md = built
+                    writer, _ = client.do_put(desc, schema_)
+                    writer.write_with_metadata(batch_, md_)
+                    writer.write_with_metadata(end_, end_md)
+                    writer.close()
+
                 hb_put()
                 pa_put()
                 stream_pairs = [] if size > (1 << 20) else [
                     (f"put_{label}_stream_of_{STREAM}_vs_pyarrow_do_put", "hb flight.put",
                      hb_put_stream, f"pyarrow do_put ({STREAM} plain batches)", pa_put_stream,
                      "<= 1.11"),
+                    (f"put_{label}_hurray_messages_vs_plain_batch", "pyarrow do_put (Hurray "
+                     "messages, built once)", lambda: prebuilt(c_plain),
+                     "pyarrow do_put (plain batch)", pa_put, "informational"),
+                    (f"put_{label}_vs_its_messages_built_once", "hb flight.put", hb_put,
+                     "pyarrow do_put (Hurray messages, built once) to our server",
+                     lambda: prebuilt(c_ours), "informational"),
                 ]
                 pairs = [
                     *stream_pairs,

@@ -11,7 +11,8 @@ the schema before it hands out a tensor, and builds that tensor over the record
 batch's own memory (no copy) unless the memory is not aligned for its elements.
 
 :class:`FlightTensorServer` keeps the streams put to it in memory, as the record
-batches it received, and serves them by name. This module is not imported by
+batches it received, serves them by name and lists them (Flight's ``ListFlights`` and
+``GetFlightInfo``; :func:`list_streams` on the client). This module is not imported by
 ``hurray_bridge.adapters.arrow``: ``pyarrow.flight`` loads only for those who use it.
 """
 
@@ -21,7 +22,8 @@ import ctypes
 import threading
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import Any
+from itertools import chain
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -37,6 +39,7 @@ from hurray_bridge.errors import (
     TransportError,
     UnsupportedError,
 )
+from hurray_bridge.layout import BufferRole
 from hurray_bridge.stream import (
     _MESSAGE_HEADER,
     _STREAM_HEADER,
@@ -57,15 +60,17 @@ except ImportError as exc:  # a pyarrow built without Flight (some conda and sou
     raise BackendNotAvailableError("pyarrow.flight", "arrow",
                                    f"this pyarrow was built without Flight ({exc})") from exc
 
-__all__ = ["COLUMN", "SCHEMA_KEY", "FlightTensorReader", "FlightTensorServer", "get", "put"]
+__all__ = ["COLUMN", "SCHEMA_KEY", "FlightTensorReader", "FlightTensorServer", "StreamInfo", "get",
+           "list_streams", "put", "stream_schema"]
 
 SCHEMA_KEY = b"hurray.stream"
 """Key of the Flight schema's metadata entry that holds the stream header and schema."""
 COLUMN = "hurray"
 """Name of the one ``uint8`` column whose bytes are a message's buffers."""
+_UINT8 = pa.uint8()
 
 def _arrow_schema(schema: Descriptor) -> pa.Schema:
-    return pa.schema([pa.field(COLUMN, pa.uint8(), nullable=False)],
+    return pa.schema([pa.field(COLUMN, _UINT8, nullable=False)],
                      metadata={SCHEMA_KEY: stream_head(schema)})
 
 
@@ -86,7 +91,7 @@ def _stream_schema(arrow_schema: pa.Schema) -> Descriptor:
                           "not a Hurray tensor stream (put it with hurray_bridge's put())",
                           field="flight.schema")
     if (len(arrow_schema) != 1 or arrow_schema[0].name != COLUMN
-            or arrow_schema[0].type != pa.uint8()):
+            or arrow_schema[0].type != _UINT8):
         raise FormatError(f"the Flight schema must be one uint8 column named {COLUMN!r}, got "
                           f"{arrow_schema.to_string(show_schema_metadata=False)!r}",
                           field="flight.schema")
@@ -111,6 +116,13 @@ def _end_metadata(count: int) -> bytes:
     return _MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_END, 0, 0, count, 0, 0)
 
 
+@lru_cache(maxsize=64)
+def _end_buffer(count: int) -> pa.Buffer:
+    """The end message's app_metadata as Flight takes it (immutable; puts of a few
+    tensors each share one)."""
+    return pa.py_buffer(_end_metadata(count))
+
+
 # ------------------------------------------------------------------ checking
 class _Message:
     """One checked message: ``resolved`` and its buffers' offsets in ``data`` (None at the end)."""
@@ -121,6 +133,9 @@ class _Message:
         self.resolved = resolved
         self.offsets = offsets
         self.data = data
+
+
+_END = _Message(None, [], None)
 
 
 @lru_cache(maxsize=256)
@@ -137,10 +152,10 @@ def _conforming(schema: Descriptor, raw: bytes) -> tuple[Descriptor, list[int], 
         text = str(exc)[len(inner) + 2:] if exc.field else str(exc)
         raise FormatError(text, field=f"descriptor.{inner}") from None
     tail = raw[size:]
-    if len(tail) >= 32 or tail.strip(b"\0"):
-        raise FormatError(f"{len(tail)} bytes after the descriptor; at most 31 zero bytes "
-                          "(the sender's alignment padding) may follow it",
-                          field="app_metadata")
+    if len(tail) >= 2 * _BODY_ALIGN or tail.strip(b"\0"):
+        raise FormatError(f"{len(tail)} bytes after the descriptor; at most "
+                          f"{2 * _BODY_ALIGN - 1} zero bytes (the sender's alignment padding) "
+                          "may follow it", field="app_metadata")
     if d.rank != schema.rank:
         raise FormatError(f"rank {d.rank}, the schema {schema!r} has rank {schema.rank}",
                           field="rank")
@@ -162,11 +177,20 @@ def _conforming(schema: Descriptor, raw: bytes) -> tuple[Descriptor, list[int], 
     return d, offsets, end, len(entries)
 
 
-def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch,
+def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch | None,
            md: pa.Buffer | None) -> _Message:
     """Check one Flight message against the schema (interchange.md §3 and §10)."""
-    field = f"message[{seq}]"
     raw = b"" if md is None else md.to_pybytes()
+    if batch is None:  # a metadata-only FlightData message (another writer's)
+        raise FormatError("a message with app_metadata but no record batch; every message, "
+                          "the end one too, is a record batch of the stream's schema",
+                          field=f"message[{seq}].data")
+    if len(raw) == _MESSAGE_HEADER.size and raw == _end_metadata(seq) and not batch.num_rows:
+        # The one end message that passes every check below (its header is fixed but
+        # for the sequence number, and 0 rows have no nulls): the last message of every
+        # put, on the path between the client's close() and its return.
+        return _END
+    field = f"message[{seq}]"
     if len(raw) < _MESSAGE_HEADER.size:
         raise FormatError(f"app_metadata of {len(raw)} bytes; a message header needs "
                           f"{_MESSAGE_HEADER.size}", field=f"{field}.app_metadata")
@@ -187,7 +211,7 @@ def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch,
         if n_buf or rank or payload or len(raw) != _MESSAGE_HEADER.size or len(column):
             raise FormatError("an end-of-stream message carries no descriptor and no bytes",
                               field=f"{field}.kind")
-        return _Message(None, [], None)
+        return _END
     if kind != KIND_TENSOR:
         raise FormatError(f"unknown message kind {kind}", field=f"{field}.kind")
     try:
@@ -253,6 +277,11 @@ def _tensor(msg: _Message) -> Tensor:
 
 
 # ------------------------------------------------------------------ sending
+# Where a body starts in its FlightData message, modulo _BODY_ALIGN (see _body_padding).
+_BODY_ALIGN = 64
+_BODY_AT = 32
+
+
 def _varint_size(n: int) -> int:
     return max(1, -(-n.bit_length() // 7))
 
@@ -267,73 +296,95 @@ def _header_size(arrow_schema: pa.Schema) -> int:
 
 
 def _body_padding(header: int, md: int, body: int) -> int:
-    """Zero bytes to append to ``md`` bytes of app_metadata so the body starts 16-aligned.
+    """Zero bytes to append to ``md`` bytes of app_metadata so the body starts at
+    ``_BODY_AT`` modulo ``_BODY_ALIGN`` from the start of the FlightData message.
 
     A FlightData message is a protobuf: the IPC header (field 2), app_metadata
     (field 3), then the body (field 1000, a 2-byte tag), each after its varint
-    length; a receiver reassembles it at a 16-byte aligned address (malloc's). An
-    element needs at most 8, so a body at a 16-byte offset is read in place.
+    length. A message that arrives in several pieces is reassembled by gRPC into one
+    allocation whose bytes start 16 past malloc's pointer (the slice's reference count
+    comes first); glibc maps a large allocation at 16 past a page. A body at 32 modulo
+    64 is then 64-aligned there, and 16-aligned wherever malloc is (docs/spec §10.2).
     """
     before = 1 + _varint_size(header) + header + 1 + 2 + _varint_size(body)
     # The padding is counted in app_metadata's own varint length: find a pad whose
-    # length has the varint size it was computed for (near 128 one may not exist below 16).
+    # length has the varint size it was computed for (near 128 one may not exist below
+    # 64, hence the bound of 2 * _BODY_ALIGN the receiver allows).
     for v in (_varint_size(md), _varint_size(md) + 1):
-        pad = -(before + v + md) % 16
-        for p in (pad, pad + 16):
+        pad = (_BODY_AT - (before + v + md)) % _BODY_ALIGN
+        for p in (pad, pad + _BODY_ALIGN):
             if _varint_size(md + p) == v:
                 return p
     return 0  # unreachable for app_metadata under 16 KiB
 
 
+class _Layout(NamedTuple):
+    """What every message of one resolved descriptor sends alike."""
+
+    offsets: tuple[int, ...]  # the buffers' canonical offsets
+    end: int  # where the buffers end: the column's length and payload_size
+    n_buffers: int
+    tail: bytes  # app_metadata after the message header: descriptor, padding (§10.2)
+    whole: bool  # one buffer that goes to Flight as it is
+    role: BufferRole  # the first buffer's
+
+
 @lru_cache(maxsize=256)
-def _layout(d: Descriptor, header: int) -> tuple[tuple[int, ...], int, bytes, bool]:
-    """Per resolved descriptor, what every message of it sends alike: its buffers'
-    offsets, where they end, the app_metadata after the message header (the encoded
-    descriptor and the padding that puts the body 16-aligned) and whether its one
-    buffer goes to Flight as it is. Descriptors are immutable (and shared per shape)."""
-    lengths = [s.nbytes for s in d.buffer_layout()]
+def _layout(d: Descriptor, header: int) -> _Layout:
+    """The :class:`_Layout` of ``d`` (remembered: descriptors are immutable and shared
+    per shape, and a put runs this between two blocking Flight calls, on cold caches)."""
+    specs = d.buffer_layout()
+    lengths = [s.nbytes for s in specs]
     offsets = canonical_offsets(lengths)
     end = max((o + n for o, n in zip(offsets, lengths) if n), default=0)
     tail = encode(d, offsets)
     if end:  # IPC pads the body to 8 bytes
         tail += bytes(_body_padding(header, _MESSAGE_HEADER.size + len(tail), -(-end // 8) * 8))
-    # A tuple: the cache hands the same object to every message.
-    return tuple(offsets), end, tail, len(lengths) == 1 and verbatim(d)
+    return _Layout(tuple(offsets), end, len(specs), tail, len(lengths) == 1 and verbatim(d),
+                   specs[0].role if specs else BufferRole.DATA)
+
+
+_EMPTY = pa.py_buffer(b"")
 
 
 def _batch(t: Tensor, seq: int, arrow_schema: pa.Schema,
            header: int) -> tuple[pa.RecordBatch, bytes]:
     """One tensor as a record batch and its app_metadata; no copy for one plain buffer."""
     d = t.descriptor
-    offsets, end, tail, whole = _layout(d, header)
-    specs = d.buffer_layout()
+    lay = _layout(d, header)
+    end, whole = lay.end, lay.whole
     if not whole and end:
         # bool8 bytes are checked, sub-byte ones may need masking (then copied).
-        views = [t.memoryview(s.role) for s in specs]
+        views = [t.memoryview(s.role) for s in d.buffer_layout()]
         pieces = written_pieces(d, views)
         whole = len(pieces) == 1 and len(pieces[0]) == 1 and pieces[0][0] is views[0]
     if end == 0:
-        data = pa.py_buffer(b"")
+        data = _EMPTY
     elif whole:
         # The tensor's own memory goes to Flight, which sends it without copying;
         # ``base`` keeps the tensor (and its owner) alive while Flight holds the buffer.
-        data = pa.foreign_buffer(t.buffer(specs[0].role).ptr, end, base=t)
+        data = pa.foreign_buffer(t.buffer(lay.role).ptr, end, base=t)
     else:
-        # Several buffers (or masked sub-byte bytes) must sit in one column: gather them
-        # at their 64-byte offsets into fresh (zeroed) memory.
-        alloc = alloc_aligned(end)
-        assert alloc is not None
-        dst = host_view(alloc.ptr, end, alloc)
-        for off, parts in zip(offsets, pieces):
-            for part in parts:
-                dst[off:off + len(part)] = part
-                off += len(part)
-        dst.release()
-        data = pa.foreign_buffer(alloc.ptr, end, base=alloc)
-    column = pa.Array.from_buffers(pa.uint8(), end, [None, data], null_count=0)
+        data = _gathered(lay.offsets, end, pieces)
+    column = pa.Array.from_buffers(_UINT8, end, [None, data], null_count=0)
     batch = pa.RecordBatch.from_arrays([column], schema=arrow_schema)
-    md = _MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_TENSOR, len(specs), d.rank, seq, end, 0) + tail
+    md = _MESSAGE_HEADER.pack(MESSAGE_MAGIC, KIND_TENSOR, lay.n_buffers, d.rank, seq, end,
+                              0) + lay.tail
     return batch, md
+
+
+def _gathered(offsets: tuple[int, ...], end: int, pieces: Any) -> pa.Buffer:
+    """Several buffers (or masked sub-byte bytes) in one column: gathered at their
+    64-byte offsets into fresh (zeroed) memory."""
+    alloc = alloc_aligned(end)
+    assert alloc is not None
+    dst = host_view(alloc.ptr, end, alloc)
+    for off, parts in zip(offsets, pieces):
+        for part in parts:
+            dst[off:off + len(part)] = part
+            off += len(part)
+    dst.release()
+    return pa.foreign_buffer(alloc.ptr, end, base=alloc)
 
 
 def _name_bytes(name: object) -> bytes:
@@ -362,7 +413,15 @@ def _options(timeout: float | None) -> Any:
                                 or not timeout > 0):
         raise FormatError(f"timeout must be a positive number of seconds or None, got "
                           f"{timeout!r}", field="timeout")
-    return flight.FlightCallOptions(timeout=timeout)
+    return _NO_TIMEOUT if timeout is None else flight.FlightCallOptions(timeout=timeout)
+
+
+_NO_TIMEOUT = flight.FlightCallOptions()
+
+
+@lru_cache(maxsize=256)
+def _put_descriptor(key: bytes) -> Any:
+    return flight.FlightDescriptor.for_path(key)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -402,7 +461,7 @@ def put(location: Any, name: str, tensors: Iterable[Any], *, schema: Descriptor 
         # A strided view's schema is its compact descriptor (conform() compacts the view).
         t = conform(t, Descriptor(d.shape, d.dtype, padded=d.padded) if d.strides else d)
         schema = t.descriptor
-        first.append(t)
+        first.append(t)  # conforms: conform() hands it back as it is
     elif not isinstance(schema, Descriptor):
         raise UnsupportedError(f"schema must be an hb.Descriptor, got {type(schema).__name__} "
                                f"{schema!r:.60}")
@@ -411,18 +470,20 @@ def put(location: Any, name: str, tensors: Iterable[Any], *, schema: Descriptor 
     sent = 0
     try:
         try:
-            writer, _ = client.do_put(flight.FlightDescriptor.for_path(key), arrow_schema,
-                                      options=options)
+            writer, _ = client.do_put(_put_descriptor(key), arrow_schema, options=options)
         except (flight.FlightError, pa.ArrowException, OSError) as exc:
             raise TransportError(f"put({name!r}) could not open the stream at {location!r}: "
                                  f"{_first_line(exc)}") from exc
         try:
-            for obj in _chain(first, items):
-                t = obj if sent == 0 and first else conform(obj, schema)
-                batch, md = _batch(t, sent, arrow_schema, header)
-                writer.write_with_metadata(batch, pa.py_buffer(md))
+            for obj in chain(first, items):
+                batch, md = _batch(conform(obj, schema), sent, arrow_schema, header)
+                # Held here until the next message, or the end: the last reference to a
+                # Python-backed buffer is then dropped on this thread, not on one of
+                # gRPC's, which would wait for the GIL.
+                held = pa.py_buffer(md)
+                writer.write_with_metadata(batch, held)
                 sent += 1
-            writer.write_with_metadata(end, pa.py_buffer(_end_metadata(sent)))
+            writer.write_with_metadata(end, _end_buffer(sent))
             writer.close()
         except (flight.FlightError, pa.ArrowException, OSError) as exc:
             raise TransportError(f"put({name!r}) failed after {sent} tensors were sent (the "
@@ -441,11 +502,6 @@ def put(location: Any, name: str, tensors: Iterable[Any], *, schema: Descriptor 
 
 
 _NOTHING = object()
-
-
-def _chain(first: list[Tensor], rest: Iterator[Any]) -> Iterator[Any]:
-    yield from first
-    yield from rest
 
 
 def _empty(arrow_schema: pa.Schema) -> pa.RecordBatch:
@@ -603,11 +659,7 @@ class FlightTensorServer(flight.FlightServerBase):
 
     def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
         """Receive one stream; keep it once it has ended cleanly."""
-        if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
-            raise FormatError(f"a stream is put under a one-element path descriptor "
-                              f"(FlightDescriptor.for_path(name)), got {descriptor!r}",
-                              field="flight.descriptor")
-        key = descriptor.path[0]
+        key = _path_key(descriptor)
         arrow_schema = reader.schema
         schema = _stream_schema(arrow_schema)
         kept: list[tuple[pa.RecordBatch, Any]] = []
@@ -616,9 +668,9 @@ class FlightTensorServer(flight.FlightServerBase):
             if ended:
                 raise FormatError("a message after the end-of-stream message",
                                   field=f"message[{len(kept)}]")
-            msg = _check(schema, len(kept), chunk.data, chunk.app_metadata)
-            kept.append((chunk.data, chunk.app_metadata))
-            ended = msg.resolved is None
+            data, md = chunk
+            ended = _check(schema, len(kept), data, md) is _END
+            kept.append((data, md))
         if not ended:
             raise FormatError(f"the stream {key!r} ended after {len(kept)} tensors without an "
                               "end-of-stream message; nothing was kept", field="stream")
@@ -627,12 +679,96 @@ class FlightTensorServer(flight.FlightServerBase):
 
     def do_get(self, context: Any, ticket: Any) -> Any:
         """Serve a stream by name (the ticket); a ``KeyError`` for an unknown one."""
-        key = ticket.ticket
+        arrow_schema, messages = self._entry(ticket.ticket)
+        return flight.GeneratorStream(arrow_schema, iter(messages))
+
+    def get_flight_info(self, context: Any, descriptor: Any) -> Any:
+        """A stream's ``FlightInfo``, by its path descriptor; a ``KeyError`` for an unknown
+        one. Its schema is the stream's Flight schema (:func:`stream_schema` reads the
+        Hurray schema from it), ``total_records`` the number of tensors, ``total_bytes``
+        the bytes of their buffers, and its one endpoint's ticket the name (on this
+        server)."""
+        key = _path_key(descriptor)
+        return _info(key, self._entry(key))
+
+    def list_flights(self, context: Any, criteria: bytes) -> Iterator[Any]:
+        """The ``FlightInfo`` of every stream held (as :meth:`get_flight_info`), in the
+        order they were first put; a non-empty ``criteria`` keeps the names that start
+        with those UTF-8 bytes."""
+        with self._lock:
+            held = list(self._streams.items())
+        for key, entry in held:
+            if key.startswith(criteria or b""):
+                yield _info(key, entry)
+
+    def _entry(self, key: bytes) -> tuple[pa.Schema, list[tuple[pa.RecordBatch, Any]]]:
         with self._lock:
             entry = self._streams.get(key)
             held = sorted(self._streams)
         if entry is None:
             shown = ", ".join(repr(k.decode("utf-8", "replace")) for k in held[:8]) or "none"
             raise KeyError(f"no stream named {key.decode('utf-8', 'replace')!r} (held: {shown})")
-        arrow_schema, messages = entry
-        return flight.GeneratorStream(arrow_schema, iter(messages))
+        return entry
+
+
+def _path_key(descriptor: Any) -> bytes:
+    """The stream name of a Flight descriptor, which must be a one-element path."""
+    if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
+        raise FormatError(f"a stream is named by a one-element path descriptor "
+                          f"(FlightDescriptor.for_path(name)), got {descriptor!r}",
+                          field="flight.descriptor")
+    return bytes(descriptor.path[0])
+
+
+def _info(key: bytes, entry: tuple[pa.Schema, list[tuple[pa.RecordBatch, Any]]]) -> Any:
+    arrow_schema, messages = entry
+    return flight.FlightInfo(arrow_schema, flight.FlightDescriptor.for_path(key),
+                             [flight.FlightEndpoint(key, [])],
+                             total_records=len(messages) - 1,  # the end message is none
+                             total_bytes=sum(batch.num_rows for batch, _ in messages),
+                             ordered=True)
+
+
+class StreamInfo(NamedTuple):
+    """What a :class:`FlightTensorServer` says of one stream it holds."""
+
+    name: str
+    schema: Descriptor
+    """The stream's schema (it may have ``DYNAMIC`` dimensions)."""
+    tensors: int
+    nbytes: int
+    """The bytes of all its tensors' buffers."""
+
+
+def stream_schema(arrow_schema: pa.Schema) -> Descriptor:
+    """The Hurray schema a stream's Flight schema carries (the schema of a ``FlightInfo``
+    from a :class:`FlightTensorServer`), checked; a ``FormatError`` for any other schema."""
+    return _stream_schema(arrow_schema)
+
+
+def list_streams(location: Any, prefix: str = "", *,
+                 timeout: float | None = None) -> list[StreamInfo]:
+    """The streams a :class:`FlightTensorServer` holds (Flight's ``ListFlights``), in the
+    order they were first put, those whose names start with ``prefix``.
+
+    ``location`` and ``timeout`` are as for :func:`get`; a server that fails or cannot
+    be reached raises :class:`~hurray_bridge.TransportError`, one that lists a flight
+    that is no Hurray stream :class:`~hurray_bridge.FormatError`.
+    """
+    if not isinstance(prefix, str):
+        raise UnsupportedError(f"prefix must be a str, got {type(prefix).__name__} "
+                               f"{prefix!r:.60}")
+    options = _options(timeout)
+    client, own = _client(location)
+    try:
+        infos = list(client.list_flights(prefix.encode("utf-8"), options=options))
+    except (flight.FlightError, pa.ArrowException, OSError) as exc:
+        raise TransportError(f"list_streams() could not list the streams at {location!r}: "
+                             f"{_first_line(exc)}") from exc
+    finally:
+        if own:
+            client.close()
+    # Checked as any reply is: another Flight server may list flights of its own kind.
+    return [StreamInfo(_path_key(i.descriptor).decode("utf-8", "replace"),
+                       _stream_schema(i.schema), i.total_records, i.total_bytes)
+            for i in infos]

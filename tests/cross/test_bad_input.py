@@ -1330,7 +1330,29 @@ def _get_unknown_name() -> None:
         th.join(30)
 
 
+def _padding_past_bound() -> None:
+    import pyarrow as pa
+
+    F = _flight()
+    d = hb.Descriptor([6], hb.float32)
+    head = F._MESSAGE_HEADER.pack(F.MESSAGE_MAGIC, F.KIND_TENSOR, 1, 1, 0, 24, 0)
+    batch, _ = F._batch(hb.asarray(_array()), 0, F._arrow_schema(d), 0)
+    F._check(d, 0, batch, pa.py_buffer(head + d.to_bytes() + bytes(128)))
+
+
+def _metadata_only() -> None:
+    import pyarrow as pa
+
+    F = _flight()
+    F._check(hb.Descriptor([6], hb.float32), 0, None, pa.py_buffer(F._end_metadata(0)))
+
+
 CASES += [
+    Case("flight-metadata-only-message", "Flight message: app_metadata, no record batch",
+         _metadata_only, hb.FormatError, ("message[0].data", "no record batch", "every message")),
+    Case("flight-padding-past-bound", "Flight message: descriptor + 128 zero bytes",
+         _padding_past_bound, hb.FormatError,
+         ("message[0].app_metadata", "128 bytes after the descriptor", "at most 127")),
     Case("flight-name-empty", "flight.put(uri, '', [x])",
          lambda: _flight().put(_NO_SERVER, "", [_array()]), hb.UnsupportedError,
          ("stream name", "non-empty str", "''")),
@@ -1344,6 +1366,12 @@ CASES += [
          ("no tensor to take a schema from", "schema=")),
     Case("flight-get-unknown-name", "flight.get(server, 'missing')", _get_unknown_name,
          hb.NotFoundError, ("no tensor stream named 'missing'", "put() it first")),
+    Case("flight-list-prefix-bytes", "flight.list_streams(uri, b'a')",
+         lambda: _flight().list_streams(_NO_SERVER, b"a"), hb.UnsupportedError,
+         ("prefix must be a str", "bytes")),
+    Case("flight-list-no-server", "flight.list_streams('grpc://127.0.0.1:1', timeout=10)",
+         lambda: _flight().list_streams(_NO_SERVER, timeout=10), hb.TransportError,
+         ("could not list the streams", "127.0.0.1:1")),
     Case("flight-get-no-server", "flight.get('grpc://127.0.0.1:1', 's', timeout=10)",
          lambda: _flight().get(_NO_SERVER, "s", timeout=10), hb.TransportError,
          ("'s'", "after 0 whole tensors")),

@@ -7,6 +7,7 @@ proven by addresses: a received tensor's buffers lie inside the record batch's b
 
 from __future__ import annotations
 
+import platform
 import re
 import shutil
 import subprocess
@@ -193,7 +194,8 @@ def test_received_tensors_share_the_record_batch(server: F.FlightTensorServer,
     assert isinstance(buf, pa.Buffer)  # the record batch's own buffer, not a copy of it
     assert buf.address <= t.data_ptr and t.data_ptr + t.nbytes <= buf.address + buf.size
     assert not t.copied and t.readonly
-    # the sender placed the body at a 16-byte offset, so every element type is aligned
+    # the sender placed the body 32 past a 64-byte offset of a message gRPC reassembled
+    # at 16 past malloc's (16-aligned) pointer, so every element type is aligned
     assert t.data_ptr % 16 == 0
     assert bytes(t.memoryview()) == a.tobytes()
 
@@ -208,7 +210,7 @@ def test_a_sent_tensor_is_handed_to_flight_without_a_copy() -> None:
 
 
 @pytest.mark.parametrize("header", [136, 200, 20000])
-def test_the_padding_puts_the_body_at_a_16_byte_offset(header: int) -> None:
+def test_the_padding_puts_the_body_32_past_a_64_byte_offset(header: int) -> None:
     # The FlightData protobuf: IPC header (tag, varint length), app_metadata (tag, varint
     # length, which counts the padding), then the body's 2-byte tag and varint length.
     def varint(n: int) -> int:
@@ -219,7 +221,40 @@ def test_the_padding_puts_the_body_at_a_16_byte_offset(header: int) -> None:
             pad = F._body_padding(header, md, body)
             at = (1 + varint(header) + header + 1 + varint(md + pad) + md + pad
                   + 2 + varint(body))
-            assert at % 16 == 0 and 0 <= pad < 32, (md, body, pad)
+            assert at % 64 == 32 and 0 <= pad < 128, (md, body, pad)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc",
+                    reason="the placement is glibc malloc's (large blocks mapped 16 past a page)")
+def test_a_large_received_tensor_is_64_byte_aligned_and_shared(
+        server: F.FlightTensorServer) -> None:
+    # Above glibc's largest mmap threshold (32 MiB) gRPC's reassembled message starts 32
+    # past a 64-byte boundary, where the padding puts the body's offset: both the server
+    # (put) and the client (get) find it 64-aligned, in the message's own memory.
+    a = np.arange((40 << 20) // 4, dtype=np.float32)
+    assert F.put(server.location, "big", [a], timeout=TIMEOUT) == 1
+    (batch, _), _end = server._streams[b"big"][1]
+    assert batch.column(0).buffers()[1].address % 64 == 0
+    with F.get(server.location, "big", timeout=TIMEOUT) as reader:
+        (t,) = list(reader)
+        assert reader.copies == 0
+    buf = t.owner
+    assert isinstance(buf, pa.Buffer) and not t.copied
+    assert buf.address <= t.data_ptr and t.data_ptr + t.nbytes <= buf.address + buf.size
+    assert t.data_ptr % 64 == 0
+    assert np.array_equal(np.asarray(t), a)
+
+
+def test_a_sender_may_pad_up_to_the_bound() -> None:
+    # Another sender may place its body differently: up to 127 zero bytes (twice the
+    # 64-byte period, for the varint corner) are its business, one more is refused.
+    schema = Descriptor([DYNAMIC, 3], hb.float32)
+    _, batch, md = _good(schema, np.ones((2, 3), np.float32))
+    end = 32 + len(Descriptor([2, 3], hb.float32).to_bytes())
+    msg = F._check(schema, 0, batch, pa.py_buffer(md[:end] + bytes(127)))
+    assert msg.resolved == Descriptor([2, 3], hb.float32)
+    with pytest.raises(hb.FormatError, match=r"message\[0\]\.app_metadata: 128 bytes"):
+        F._check(schema, 0, batch, pa.py_buffer(md[:end] + bytes(128)))
 
 
 def test_unaligned_memory_is_copied_and_reported() -> None:
@@ -299,6 +334,7 @@ CORRUPTIONS = {
     "sequence": (lambda md: md[:8] + (7).to_bytes(8, "little") + md[16:], "sequence"),
     "payload size": (lambda md: md[:16] + (1).to_bytes(8, "little") + md[24:], "payload_size"),
     "trailing junk": (lambda md: md + b"\1", "app_metadata"),
+    "padding past the bound": (lambda md: md + bytes(128), "app_metadata"),
 }
 
 
@@ -480,3 +516,116 @@ def test_messages_of_one_shape_share_their_framing_but_not_their_header() -> Non
         assert msg.resolved is not None and msg.resolved.shape[0] in (3, 5)
     with pytest.raises(hb.FormatError, match="sequence number 2, expected 1"):
         F._check(schema, 1, mds[2][0], pa.py_buffer(mds[2][1]))
+
+
+END_CASES = {
+    # (end message edited, the field its refusal names): none may pass as the end
+    "one row": (lambda md, seq: (1, md), "kind"),
+    "sequence": (lambda md, seq: (0, F._end_metadata(seq + 1)), "sequence"),
+    "a byte more": (lambda md, seq: (0, md + b"\0"), "kind"),
+    "reserved": (lambda md, seq: (0, md[:24] + b"\1" + md[25:]), "reserved"),
+    "payload": (lambda md, seq: (0, md[:16] + (8).to_bytes(8, "little") + md[24:]), "kind"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(END_CASES))
+def test_an_end_message_passes_only_as_the_exact_end(case: str) -> None:
+    # The exact end message is recognised by one comparison; anything else takes the
+    # full path and is refused there, naming the field.
+    schema = Descriptor([DYNAMIC], hb.uint8)
+    arrow_schema = F._arrow_schema(schema)
+    good = F._end_metadata(3)
+    assert F._check(schema, 3, F._empty(arrow_schema), pa.py_buffer(good)) is F._END
+    rows, md = END_CASES[case][0](good, 3)
+    batch = pa.record_batch([pa.array([0] * rows, pa.uint8())], schema=arrow_schema)
+    with pytest.raises(hb.FormatError, match=rf"message\[3\]\.{END_CASES[case][1]}"):
+        F._check(schema, 3, batch, pa.py_buffer(md))
+
+
+def test_a_metadata_only_message_is_refused_at_put(server: F.FlightTensorServer) -> None:
+    # Flight lets a writer send app_metadata without a batch; a Hurray stream has none.
+    schema = Descriptor([DYNAMIC], hb.uint8)
+    client = flight.connect(server.location)
+    try:
+        writer, _ = client.do_put(flight.FlightDescriptor.for_path(b"raw"),
+                                  F._arrow_schema(schema),
+                                  options=flight.FlightCallOptions(timeout=TIMEOUT))
+        writer.write_metadata(pa.py_buffer(F._end_metadata(0)))
+        with pytest.raises(pa.ArrowInvalid, match=r"message\[0\]\.data: .*no record batch"):
+            writer.close()
+    finally:
+        client.close()
+    assert server.names() == []
+    with pytest.raises(hb.FormatError, match=r"message\[0\]\.data"):
+        F._check(schema, 0, None, pa.py_buffer(F._end_metadata(0)))
+
+
+def test_a_put_keeps_a_stream_of_many_tensors_in_order(server: F.FlightTensorServer) -> None:
+    # Each message's app_metadata buffer is replaced by the next one's while Flight may
+    # still hold it; every tensor still arrives whole and in order.
+    items = [np.full(1000 + i, i, np.int32) for i in range(40)]
+    got = round_trip(server, items, Descriptor([DYNAMIC], hb.int32))
+    assert [np.asarray(t).tolist() for t in got] == [x.tolist() for x in items]
+
+
+# ------------------------------------------------------------- listing
+def test_list_flights_and_get_flight_info_describe_each_stream(
+        server: F.FlightTensorServer) -> None:
+    schema = Descriptor([DYNAMIC, 3], hb.float32)
+    F.put(server.location, "b/one", [np.ones((2, 3), np.float32), np.ones((5, 3), np.float32)],
+          schema=schema, timeout=TIMEOUT)
+    F.put(server.location, "a/two", [np.arange(10, dtype=np.int16)], timeout=TIMEOUT)
+    F.put(server.location, "b/empty", [], schema=schema, timeout=TIMEOUT)
+    client = flight.connect(server.location)
+    try:
+        options = flight.FlightCallOptions(timeout=TIMEOUT)
+        infos = list(client.list_flights(options=options))
+        assert [i.descriptor.path for i in infos] == [[b"b/one"], [b"a/two"], [b"b/empty"]]
+        one = client.get_flight_info(flight.FlightDescriptor.for_path(b"b/one"), options)
+        assert (one.total_records, one.total_bytes) == (2, (2 + 5) * 3 * 4)
+        assert F.stream_schema(one.schema) == schema
+        (endpoint,) = one.endpoints
+        with F.get(client, endpoint.ticket.ticket.decode(), timeout=TIMEOUT) as reader:
+            assert [t.shape for t in reader] == [(2, 3), (5, 3)]
+        with pytest.raises(KeyError, match="no stream named 'none'"):  # gRPC NOT_FOUND
+            client.get_flight_info(flight.FlightDescriptor.for_path(b"none"), options)
+        with pytest.raises(pa.ArrowInvalid, match=r"flight\.descriptor"):
+            client.get_flight_info(flight.FlightDescriptor.for_command(b"b/one"), options)
+    finally:
+        client.close()
+    assert F.list_streams(server, "b/", timeout=TIMEOUT) == [
+        F.StreamInfo("b/one", schema, 2, 84), F.StreamInfo("b/empty", schema, 0, 0)]
+    (two,) = F.list_streams(server.location, "a", timeout=TIMEOUT)
+    assert two == F.StreamInfo("a/two", Descriptor([10], hb.int16), 1, 20)
+
+
+def test_a_failed_put_is_not_listed(server: F.FlightTensorServer) -> None:
+    def failing() -> Iterator[Any]:
+        yield np.ones(4, np.float32)
+        raise RuntimeError("producer failed")
+
+    with pytest.raises(RuntimeError):
+        F.put(server.location, "half", failing(), timeout=TIMEOUT)
+    assert F.list_streams(server, timeout=TIMEOUT) == []
+
+
+def test_list_streams_refusals() -> None:
+    with pytest.raises(hb.UnsupportedError, match="prefix must be a str"):
+        F.list_streams("grpc://127.0.0.1:1", b"a")  # type: ignore[arg-type]
+    with pytest.raises(hb.TransportError, match="could not list the streams"):
+        F.list_streams("grpc://127.0.0.1:1", timeout=5)
+
+
+class _Foreign(flight.FlightServerBase):  # type: ignore[misc]
+    """A Flight server of another kind: it lists a plain table."""
+
+    def list_flights(self, context: Any, criteria: bytes) -> Iterator[Any]:
+        schema = pa.schema([pa.field("x", pa.float32())])
+        yield flight.FlightInfo(schema, flight.FlightDescriptor.for_path(b"table"),
+                                [flight.FlightEndpoint(b"table", [])], total_records=3)
+
+
+def test_list_streams_of_another_kind_of_server_is_a_format_error() -> None:
+    for srv in _serve(_Foreign("grpc://127.0.0.1:0")):
+        with pytest.raises(hb.FormatError, match=r"flight\.schema.*not a Hurray tensor stream"):
+            F.list_streams(f"grpc://127.0.0.1:{srv.port}", timeout=TIMEOUT)
