@@ -16,7 +16,7 @@ _SRC = "hurray_bridge/_speedups_c"
 setup(ext_modules=[Extension("hurray_bridge._speedups",
                              [f"{_SRC}/module.c", f"{_SRC}/front.c", f"{_SRC}/deleters.c",
                               f"{_SRC}/decoder.c", f"{_SRC}/tensor.c", f"{_SRC}/xapi_in.c",
-                              f"{_SRC}/xapi_out.c", f"{_SRC}/crc32.c",
+                              f"{_SRC}/xapi_out.c", f"{_SRC}/crc32.c", f"{_SRC}/st_header.c",
                               "c/src/descriptor.c", "c/src/crc32.c"],
                              include_dirs=[_SRC, "c/include", "c/src"],
                              depends=[f"{_SRC}/speedups.h", f"{_SRC}/dlpack_abi.h",

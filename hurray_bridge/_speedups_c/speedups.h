@@ -8,6 +8,7 @@
  * xapi_in.c  DLPack import: the C exchange API of producer types, the import fronts
  * xapi_out.c DLPack export: the compiled Tensor.__dlpack__ and hb.Tensor's exchange API
  * crc32.c    zlib.crc32's CRC-32, by carry-less multiplication where the CPU has it
+ * st_header.c safetensors headers in the writer's own form, read into hb.Tensors
  *
  * The directory is not called _speedups: a directory of that name next to the module
  * would import as a namespace package wherever the module was not built, and
@@ -117,6 +118,9 @@ HB_INTERNAL int hb_span_ok(uint64_t data, uint64_t byte_offset, int ndim, const 
                            const int64_t *strides, unsigned bits, uint64_t *element0);
 HB_INTERNAL PyObject *hb_exchange_setup(PyObject *module, PyObject *args);
 HB_INTERNAL PyObject *hb_swallow(void);
+
+/* st_header.c: safetensors_tensors(), hb.load's reader of plain safetensors headers */
+HB_INTERNAL PyObject *hb_safetensors_tensors(PyObject *module, PyObject *args);
 
 /* xapi_in.c */
 HB_INTERNAL int hb_add_import(PyObject *module);

@@ -19,7 +19,7 @@ from ..tensor import CPU, Buffer, Tensor
 from .format import EntryInfo
 
 __all__ = ["MapOwner", "file_stamp", "map_file", "mapped_file_origin", "pow2_alignment",
-           "tensors_over"]
+           "tensors_over", "unmap"]
 
 
 
@@ -136,9 +136,20 @@ def map_file(f: Any, size: int, path: str,
             check(view)
         return MapOwner(view, mm, path, file_stamp(os.fstat(f.fileno())))
     except BaseException:
-        view.release()
-        try:
-            mm.close()
-        except BufferError:  # still exported (an interrupt inside buffer_address): the
-            pass  # map goes with its last reference; the first error is the one to see
+        _close(view, mm)
         raise
+
+
+def unmap(owner: MapOwner) -> None:
+    """Close the map of ``owner`` now, when no tensor over it was handed out (a load that
+    gave up after :func:`map_file`): its file descriptor too, not at a later collection."""
+    if owner.mm is not None:
+        _close(owner.view, owner.mm)
+
+
+def _close(view: memoryview, mm: _mmap.mmap) -> None:
+    view.release()
+    try:
+        mm.close()
+    except BufferError:  # still exported (an interrupt inside buffer_address): the
+        pass  # map goes with its last reference; the first error is the one to see

@@ -51,9 +51,17 @@ from .format import (
     parse_index,
     read_head,
 )
-from .mapping import MapOwner, map_file, pow2_alignment, tensors_over
+from .mapping import MapOwner, map_file, pow2_alignment, tensors_over, unmap
 from .pread import pread_into, read_all, read_range, truncated_read
-from .safetensors_header import looks_like_safetensors, read_header_and_descriptors
+from .safetensors_header import (
+    LENGTH,
+    compiled_tensors,
+    header_bytes,
+    looks_like_safetensors,
+    read_header_and_descriptors,
+    read_metadata,
+    read_prefix,
+)
 from .sharded import check_shard_entries, grouped, shard_group, sharded_tensor
 from .tensor_file import TensorFile
 
@@ -250,6 +258,11 @@ def load_safetensors(f: Any, path: str, *, mmap: bool = True,
     """
     if sys.byteorder != "little":
         raise UnsupportedError("safetensors is little-endian; this host is big-endian")
+    if mmap:
+        fast = _mapped_compiled(f, path)
+        if fast is not None:
+            return fast
+        f.seek(0)
     # The descriptors the header was checked by (e.descriptor would build each again).
     with collection_paused():
         idx, descriptors = read_header_and_descriptors(f)
@@ -272,18 +285,51 @@ def load_safetensors(f: Any, path: str, *, mmap: bool = True,
         if e.end > e.begin:
             alignment = pow2_alignment(base + e.begin, alignment)
             unaligned += (base + e.begin) % BUFFER_ALIGNMENT != 0
+    _note_unaligned(owner, path, unaligned, len(idx.entries))
+    with collection_paused():
+        tensors = tensors_over(entries, base, owner, True)
+    return TensorFile(tensors, dict(idx.metadata), alignment)
+
+
+def _mapped_compiled(f: Any, path: str) -> TensorFile | None:
+    """:func:`load_safetensors` of a header in the form safetensors' writer gives it, read
+    by the compiled reader (``compiled_tensors``) straight into tensors over the map: no
+    index, entry or descriptor object per tensor. ``None`` (the map closed again) where the
+    reader declines or the module was not built: the Python path then reads it all, so
+    that every refusal is its own, in its order."""
+    prefix, size = read_prefix(f)
+    raw = header_bytes(prefix, size)  # the Python path's first refusals, the same
+    data_start = LENGTH.size + len(raw)
+    if size == data_start:  # nothing to map: the Python path's own case
+        return None
+    owner = map_file(f, size, path)
+    try:
+        with collection_paused():
+            got = compiled_tensors(raw, size - data_start, owner.address + data_start, owner,
+                                   BUFFER_ALIGNMENT)
+        if got is None:
+            unmap(owner)
+            return None
+        tensors, metadata_at, alignment, unaligned = got
+        metadata = read_metadata(raw, metadata_at, size - data_start) if metadata_at >= 0 else {}
+    except BaseException:
+        unmap(owner)
+        raise
+    _note_unaligned(owner, path, unaligned, len(tensors))
+    return TensorFile(tensors, metadata, alignment)
+
+
+def _note_unaligned(owner: MapOwner, path: str, unaligned: int, count: int) -> None:
+    """The fix for a file whose tensors are not all aligned, for the copies' warnings."""
     if unaligned:
         # One text for every tensor of the file: the copy warnings it joins stay identical,
         # so the default filter shows them once per line, with the count a single one lacks.
         out = shlex.quote(os.path.splitext(path)[0] + ".hurray")
         owner.alignment_note = (
             f"{os.path.basename(path)} stores its tensors back to back: {unaligned} of its "
-            f"{len(idx.entries)} tensors are not {BUFFER_ALIGNMENT}-byte aligned, and each of "
+            f"{count} tensors are not {BUFFER_ALIGNMENT}-byte aligned, and each of "
             f"those is copied too; `hurray convert {shlex.quote(path)} {out}` (or hb.save of "
             f"the loaded file to a .hurray path) aligns them all, once")
-    with collection_paused():
-        tensors = tensors_over(entries, base, owner, True)
-    return TensorFile(tensors, dict(idx.metadata), alignment)
 
 
 def loads(buffer: Any, *, copy: bool | None = None, verify: bool = False) -> TensorFile:
