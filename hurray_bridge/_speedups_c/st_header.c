@@ -13,7 +13,8 @@
  * accepted by the Python reader with the same result, which tests check on a table
  * of good and bad headers. The descriptor of each (type, shape) comes from a Python
  * callable (the same cached, checked descriptors the Python path gives its tensors),
- * asked once per distinct pair in a header.
+ * asked once per distinct text of the pair, its answers kept for later loads (a bounded
+ * cache: the callable's answer for one text never changes).
  */
 #include "speedups.h"
 
@@ -145,12 +146,15 @@ typedef struct {
     uint64_t data_size, base, cap;
     PyObject *owner, *describe, *checkpoint;
     PyObject *out;       /* {name: Tensor} */
-    PyObject *described; /* {b'"dtype":...,"shape":[...]': describe's answer} */
     Span *spans;
     Py_ssize_t n_spans, spans_cap;
     uint64_t alignment, unaligned;
     Py_ssize_t metadata_at;
 } Reader;
+
+/* {b'"dtype":...,"shape":[...]': describe's answer}, across loads */
+static PyObject *described_texts;
+#define DESCRIBED_MAX 4096 /* emptied when it holds more */
 
 /* describe(shape, type name) for the text s[a:b] of one entry's type and shape, once
  * per distinct text: (Descriptor, shape tuple, byte count, DType) or None. Borrowed. */
@@ -162,7 +166,11 @@ described(Reader *r, Py_ssize_t a, Py_ssize_t b, Py_ssize_t st_a, Py_ssize_t st_
     if (key == NULL) {
         return NULL;
     }
-    PyObject *got = PyDict_GetItemWithError(r->described, key);
+    if (described_texts == NULL && (described_texts = PyDict_New()) == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *got = PyDict_GetItemWithError(described_texts, key);
     if (got != NULL || PyErr_Occurred()) {
         Py_DECREF(key);
         return got;
@@ -180,7 +188,10 @@ described(Reader *r, Py_ssize_t a, Py_ssize_t b, Py_ssize_t st_a, Py_ssize_t st_
                         "(Descriptor, shape, nbytes, DType) or None");
         Py_CLEAR(got);
     }
-    if (got == NULL || PyDict_SetItem(r->described, key, got) < 0) {
+    if (got != NULL && PyDict_GET_SIZE(described_texts) >= DESCRIBED_MAX) {
+        PyDict_Clear(described_texts);
+    }
+    if (got == NULL || PyDict_SetItem(described_texts, key, got) < 0) {
         Py_DECREF(key);
         Py_XDECREF(got);
         return NULL;
@@ -386,11 +397,11 @@ hb_safetensors_tensors(PyObject *module, PyObject *args)
     Reader r = {
         .s = view.buf, .n = view.len, .data_size = data_size, .base = base, .cap = cap,
         .owner = owner, .describe = describe, .checkpoint = checkpoint,
-        .out = PyDict_New(), .described = PyDict_New(), .alignment = cap,
+        .out = PyDict_New(), .alignment = cap,
         .metadata_at = -1,
     };
     PyObject *result = NULL;
-    int got = (r.out && r.described) ? read_members(&r) : -1;
+    int got = r.out ? read_members(&r) : -1;
     if (got > 0) {
         result = Py_BuildValue("(OnKK)", r.out, r.metadata_at,
                                (unsigned long long)r.alignment,
@@ -400,7 +411,6 @@ hb_safetensors_tensors(PyObject *module, PyObject *args)
         result = Py_NewRef(Py_None);
     }
     Py_XDECREF(r.out);
-    Py_XDECREF(r.described);
     PyMem_Free(r.spans);
     PyBuffer_Release(&view);
     return result;

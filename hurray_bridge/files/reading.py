@@ -15,7 +15,6 @@ import ctypes
 import functools
 import io
 import os
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -285,7 +284,7 @@ def load_safetensors(f: Any, path: str, *, mmap: bool = True,
         if e.end > e.begin:
             alignment = pow2_alignment(base + e.begin, alignment)
             unaligned += (base + e.begin) % BUFFER_ALIGNMENT != 0
-    _note_unaligned(owner, path, unaligned, len(idx.entries))
+    owner.unaligned = (unaligned, len(idx.entries))
     with collection_paused():
         tensors = tensors_over(entries, base, owner, True)
     return TensorFile(tensors, dict(idx.metadata), alignment)
@@ -315,21 +314,8 @@ def _mapped_compiled(f: Any, path: str) -> TensorFile | None:
     except BaseException:
         unmap(owner)
         raise
-    _note_unaligned(owner, path, unaligned, len(tensors))
+    owner.unaligned = (unaligned, len(tensors))
     return TensorFile(tensors, metadata, alignment)
-
-
-def _note_unaligned(owner: MapOwner, path: str, unaligned: int, count: int) -> None:
-    """The fix for a file whose tensors are not all aligned, for the copies' warnings."""
-    if unaligned:
-        # One text for every tensor of the file: the copy warnings it joins stay identical,
-        # so the default filter shows them once per line, with the count a single one lacks.
-        out = shlex.quote(os.path.splitext(path)[0] + ".hurray")
-        owner.alignment_note = (
-            f"{os.path.basename(path)} stores its tensors back to back: {unaligned} of its "
-            f"{count} tensors are not {BUFFER_ALIGNMENT}-byte aligned, and each of "
-            f"those is copied too; `hurray convert {shlex.quote(path)} {out}` (or hb.save of "
-            f"the loaded file to a .hurray path) aligns them all, once")
 
 
 def loads(buffer: Any, *, copy: bool | None = None, verify: bool = False) -> TensorFile:

@@ -465,12 +465,15 @@ def _fast_entry(name: str, st: str, shape: tuple[int, ...], begin: int, end: int
     return SafetensorsEntry(name, dtype, shape, begin, end), d
 
 
+@lru_cache(maxsize=4096)
 def describe(shape: tuple[int, ...], st: str
              ) -> tuple[Descriptor, tuple[int, ...], int, DType] | None:
     """``(descriptor, its shape, byte count, element type)`` of a dense tensor of
     safetensors type ``st``, checked as :func:`_check_entry` checks them, or ``None`` where
     a check fails (without its message). Also what the compiled reader
-    (:func:`compiled_tensors`) asks once for each distinct type and shape of a header."""
+    (:func:`compiled_tensors`) asks once for each distinct type and shape of a header.
+    Cached, as the descriptors are: checkpoints share a few shapes and types, and loading
+    one again asks the same questions."""
     dtype = _by_name().get(st)
     if dtype is None or DYNAMIC in shape:
         return None
