@@ -5,7 +5,8 @@
  * front (front.c), the deleters of our DLPack exports (deleters.c), the dense
  * descriptor decoder (decoder.c), hb.Tensor from C (tensor.c) and DLPack import and
  * export through the C exchange API (xapi_in.c, xapi_out.c), the data checksums'
- * CRC-32 (crc32.c) and hb.load's reader of plain safetensors headers (st_header.c).
+ * CRC-32 (crc32.c) and hb.load's readers of plain safetensors headers (st_header.c) and
+ * Hurray entry tables (hry_index.c).
  * This file only puts them into one module.
  */
 #include "speedups.h"
@@ -32,6 +33,9 @@ static PyMethodDef speedups_functions[] = {
     {"safetensors_tensors", hb_safetensors_tensors, METH_VARARGS,
      "safetensors_tensors(header, data_size, base, owner, describe, checkpoint, cap) -> "
      "({name: Tensor}, metadata_at, alignment, unaligned) or None"},
+    {"hurray_tensors", hb_hurray_tensors, METH_VARARGS,
+     "hurray_tensors(table, n_entries, checksums, data_length, alignment, base, owner, "
+     "describe) -> {name: Tensor} or None"},
     {NULL}
 };
 

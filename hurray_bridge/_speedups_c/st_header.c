@@ -21,18 +21,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    uint64_t begin, end;
-} Span;
+int
+hb_spans_push(HbSpans *spans, uint64_t begin, uint64_t end)
+{
+    if (spans->n == spans->cap) {
+        Py_ssize_t cap = spans->cap ? 2 * spans->cap : 64;
+        HbSpan *grown = PyMem_Realloc(spans->at, (size_t)cap * sizeof(HbSpan));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        spans->at = grown;
+        spans->cap = cap;
+    }
+    spans->at[spans->n++] = (HbSpan){begin, end};
+    return 0;
+}
 
 static int
 span_cmp(const void *a, const void *b)
 {
-    const Span *x = a, *y = b;
+    const HbSpan *x = a, *y = b;
     if (x->begin != y->begin) {
         return x->begin < y->begin ? -1 : 1;
     }
     return (x->end > y->end) - (x->end < y->end);
+}
+
+void
+hb_spans_sort(HbSpans *spans)
+{
+    qsort(spans->at, (size_t)spans->n, sizeof(HbSpan), span_cmp);
 }
 
 static Py_ssize_t
@@ -146,8 +165,7 @@ typedef struct {
     uint64_t data_size, base, cap;
     PyObject *owner, *describe, *checkpoint;
     PyObject *out;       /* {name: Tensor} */
-    Span *spans;
-    Py_ssize_t n_spans, spans_cap;
+    HbSpans spans;
     uint64_t alignment, unaligned;
     Py_ssize_t metadata_at;
 } Reader;
@@ -290,17 +308,9 @@ fast_entry(Reader *r, Py_ssize_t *pos, PyObject *name)
     if (failed) {
         return -1;
     }
-    if (r->n_spans == r->spans_cap) {
-        Py_ssize_t cap = r->spans_cap ? 2 * r->spans_cap : 64;
-        Span *grown = PyMem_Realloc(r->spans, (size_t)cap * sizeof(Span));
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        r->spans = grown;
-        r->spans_cap = cap;
+    if (hb_spans_push(&r->spans, (uint64_t)begin, (uint64_t)end) < 0) {
+        return -1;
     }
-    r->spans[r->n_spans++] = (Span){(uint64_t)begin, (uint64_t)end};
     if (end > begin) { /* the alignment every non-empty buffer has (pow2_alignment) */
         uint64_t low = data & (~data + 1);
         if (low < r->alignment) {
@@ -323,7 +333,7 @@ read_members(Reader *r)
         i++;
     }
     while (!closed) {
-        if (!(r->n_spans & 1023) && r->checkpoint != Py_None) { /* as often as _members */
+        if (!(r->spans.n & 1023) && r->checkpoint != Py_None) { /* as often as _members */
             PyObject *ok = PyObject_CallNoArgs(r->checkpoint);
             if (ok == NULL) {
                 return -1;
@@ -365,13 +375,13 @@ read_members(Reader *r)
     if (skip_ws(s, i, n) != n) {
         return 0;
     }
-    qsort(r->spans, (size_t)r->n_spans, sizeof(Span), span_cmp);
+    hb_spans_sort(&r->spans);
     uint64_t at = 0;
-    for (Py_ssize_t k = 0; k < r->n_spans; k++) {
-        if (r->spans[k].begin != at) {
+    for (Py_ssize_t k = 0; k < r->spans.n; k++) {
+        if (r->spans.at[k].begin != at) {
             return 0;
         }
-        at = r->spans[k].end;
+        at = r->spans.at[k].end;
     }
     return at == r->data_size;
 }
@@ -411,7 +421,7 @@ hb_safetensors_tensors(PyObject *module, PyObject *args)
         result = Py_NewRef(Py_None);
     }
     Py_XDECREF(r.out);
-    PyMem_Free(r.spans);
+    PyMem_Free(r.spans.at);
     PyBuffer_Release(&view);
     return result;
 }

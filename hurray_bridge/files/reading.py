@@ -45,22 +45,26 @@ from .format import (
     EntryInfo,
     FileIndex,
     Header,
+    check_index_crc,
+    compiled_tensors,
     index_from,
     parse_header,
     parse_index,
+    parse_metadata,
     read_head,
+    read_raw_index,
 )
 from .mapping import MapOwner, map_file, pow2_alignment, tensors_over, unmap
 from .pread import pread_into, read_all, read_range, truncated_read
 from .safetensors_header import (
     LENGTH,
-    compiled_tensors,
     header_bytes,
     looks_like_safetensors,
     read_header_and_descriptors,
     read_metadata,
     read_prefix,
 )
+from .safetensors_header import compiled_tensors as compiled_safetensors
 from .sharded import check_shard_entries, grouped, shard_group, sharded_tensor
 from .tensor_file import TensorFile
 
@@ -229,7 +233,13 @@ def load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> TensorF
         if head[:4] != MAGIC and looks_like_safetensors(head):
             return load_safetensors(f, os.fspath(path), mmap=mmap, verify=verify)
         with collection_paused():
-            h, entries, meta = read_head(f)
+            h, index = read_raw_index(f)
+        if mmap and not verify and h.data_length:
+            fast = _mapped_hurray(f, os.fspath(path), h, index)
+            if fast is not None:
+                return fast
+        with collection_paused():
+            entries, meta = parse_index(h, index)
         if not mmap:
             tensors = _read_tensors(f, entries, h.data_offset, h if verify else None)
             return TensorFile(tensors, meta, BUFFER_ALIGNMENT)
@@ -243,6 +253,28 @@ def load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> TensorF
     with collection_paused():
         tensors = tensors_over(entries, owner.address + h.data_offset, owner, True)
     return TensorFile(tensors, meta, alignment)
+
+
+def _mapped_hurray(f: Any, path: str, h: Header, index: memoryview) -> TensorFile | None:
+    """:func:`load_file` (mapped, without ``verify``) of a file whose entries are all plain
+    dense tensors, read by the compiled reader (``format.compiled_tensors``) straight into
+    tensors over the map: no entry or buffer object per tensor. ``None`` (the map closed
+    again) where it declines or the module was not built: :func:`parse_index` then reads
+    the index, so that every refusal is its own, in its order."""
+    check_index_crc(h, index)  # parse_index's first refusal, the same
+    owner = map_file(f, h.file_size, path)
+    try:
+        with collection_paused():
+            tensors = compiled_tensors(h, index, owner.address + h.data_offset, owner)
+        if tensors is None:
+            unmap(owner)
+            return None
+        meta = parse_metadata(h, index)
+    except BaseException:
+        unmap(owner)
+        raise
+    # A page-aligned map: every buffer is aligned as the file says.
+    return TensorFile(tensors, meta, pow2_alignment(owner.address + h.data_offset, h.alignment))
 
 
 def load_safetensors(f: Any, path: str, *, mmap: bool = True,
@@ -304,8 +336,8 @@ def _mapped_compiled(f: Any, path: str) -> TensorFile | None:
     owner = map_file(f, size, path)
     try:
         with collection_paused():
-            got = compiled_tensors(raw, size - data_start, owner.address + data_start, owner,
-                                   BUFFER_ALIGNMENT)
+            got = compiled_safetensors(raw, size - data_start, owner.address + data_start,
+                                       owner, BUFFER_ALIGNMENT)
         if got is None:
             unmap(owner)
             return None
