@@ -13,7 +13,10 @@
  * reference, reads the table and names the defect. Each distinct descriptor is decoded
  * once, by a Python callable (wire.decode_prefix and its checks), with the real bytes
  * of its first entry; later entries whose descriptor bytes differ from it only in the
- * buffer offset share its answer, as parse_index's cache does.
+ * buffer offset share its answer, as parse_index's cache does (the decoder's checks do
+ * not depend on the offset: those that do are made here for every entry). The answers
+ * are kept across loads, in a bounded cache, as a checkpoint's files and each load of
+ * one repeat the same descriptors.
  */
 #include "speedups.h"
 
@@ -43,9 +46,12 @@ typedef struct {
     int checksums;
     PyObject *owner, *describe;
     PyObject *out;    /* {name: Tensor} */
-    PyObject *cache;  /* {descriptor bytes, offset zeroed: describe's answer} */
     HbSpans spans;
 } Table;
+
+/* {descriptor bytes, offset zeroed: describe's answer}, across loads */
+static PyObject *seen_descriptors;
+#define DESCRIBED_MAX 4096 /* emptied when it holds more */
 
 /* describe(descriptor bytes) for an entry's descriptor d[0:n], whose one buffer's offset
  * is at d[at:at + 8]: (Descriptor, shape, dtype, padded, buffer length) or None.
@@ -58,7 +64,11 @@ described(Table *t, const unsigned char *d, Py_ssize_t n, Py_ssize_t at)
         return NULL;
     }
     memset(PyBytes_AS_STRING(key) + at, 0, 8);
-    PyObject *got = PyDict_GetItemWithError(t->cache, key);
+    if (seen_descriptors == NULL && (seen_descriptors = PyDict_New()) == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *got = PyDict_GetItemWithError(seen_descriptors, key);
     if (got != NULL || PyErr_Occurred()) {
         Py_DECREF(key);
         return got;
@@ -74,13 +84,16 @@ described(Table *t, const unsigned char *d, Py_ssize_t n, Py_ssize_t at)
                         "(Descriptor, shape, DType, padded, buffer length) or None");
         Py_CLEAR(got);
     }
-    if (got == NULL || PyDict_SetItem(t->cache, key, got) < 0) {
+    if (got != NULL && PyDict_GET_SIZE(seen_descriptors) >= DESCRIBED_MAX) {
+        PyDict_Clear(seen_descriptors);
+    }
+    if (got == NULL || PyDict_SetItem(seen_descriptors, key, got) < 0) {
         Py_DECREF(key);
         Py_XDECREF(got);
         return NULL;
     }
     Py_DECREF(key);
-    Py_DECREF(got); /* held by the cache */
+    Py_DECREF(got); /* held by the dict */
     return got;
 }
 
@@ -221,10 +234,10 @@ hb_hurray_tensors(PyObject *module, PyObject *args)
         .s = view.buf, .table_length = view.len, .n_entries = n_entries,
         .data_length = data_length, .alignment = alignment, .base = base,
         .checksums = checksums, .owner = owner, .describe = describe,
-        .out = PyDict_New(), .cache = PyDict_New(),
+        .out = PyDict_New(),
     };
     PyObject *result = NULL;
-    int got = (t.out && t.cache) ? read_table(&t) : -1;
+    int got = t.out ? read_table(&t) : -1;
     if (got > 0) {
         result = Py_NewRef(t.out);
     }
@@ -232,7 +245,6 @@ hb_hurray_tensors(PyObject *module, PyObject *args)
         result = Py_NewRef(Py_None);
     }
     Py_XDECREF(t.out);
-    Py_XDECREF(t.cache);
     PyMem_Free(t.spans.at);
     PyBuffer_Release(&view);
     return result;
