@@ -475,6 +475,12 @@ except ImportError:
     _compiled = None
 
 
+def compiled_reader() -> bool:
+    """Whether :func:`compiled_tensors` may read a file (the compiled module was built):
+    without it a caller skips the steps that serve it alone (the map made first)."""
+    return _compiled is not None
+
+
 def compiled_tensors(h: Header, index: memoryview, base: int, owner: object
                      ) -> dict[str, Any] | None:
     """hb.load's tensors of the entry table in ``index`` (:func:`read_raw_index`; its CRC

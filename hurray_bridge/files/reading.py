@@ -46,6 +46,7 @@ from .format import (
     FileIndex,
     Header,
     check_index_crc,
+    compiled_reader,
     compiled_tensors,
     index_from,
     parse_header,
@@ -64,6 +65,7 @@ from .safetensors_header import (
     read_metadata,
     read_prefix,
 )
+from .safetensors_header import compiled_reader as compiled_safetensors_reader
 from .safetensors_header import compiled_tensors as compiled_safetensors
 from .sharded import check_shard_entries, grouped, shard_group, sharded_tensor
 from .tensor_file import TensorFile
@@ -234,7 +236,7 @@ def load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> TensorF
             return load_safetensors(f, os.fspath(path), mmap=mmap, verify=verify)
         with collection_paused():
             h, index = read_raw_index(f)
-        if mmap and not verify and h.data_length:
+        if mmap and not verify and h.data_length and compiled_reader():
             fast = _mapped_hurray(f, os.fspath(path), h, index)
             if fast is not None:
                 return fast
@@ -289,7 +291,7 @@ def load_safetensors(f: Any, path: str, *, mmap: bool = True,
     """
     if sys.byteorder != "little":
         raise UnsupportedError("safetensors is little-endian; this host is big-endian")
-    if mmap:
+    if mmap and compiled_safetensors_reader():
         fast = _mapped_compiled(f, path)
         if fast is not None:
             return fast

@@ -120,14 +120,24 @@ def _syntax(what: str, at: int) -> FormatError:
 def _check_utf8(raw: memoryview) -> None:
     """Refuse a header that is not UTF-8, as safetensors does, without holding it as a str
     (one of 4 bytes per character, where one character outside the BMP is enough)."""
+    if len(raw) <= _UTF8_STEP:  # one step: the decoder in one call, without its object
+        try:
+            codecs.utf_8_decode(raw, "strict", True)
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc, exc.start) from None
+        return
     dec = codecs.getincrementaldecoder("utf-8")()
     for at in range(0, len(raw), _UTF8_STEP):
         pending = len(dec.getstate()[0])
         try:
             dec.decode(raw[at:at + _UTF8_STEP], final=at + _UTF8_STEP >= len(raw))
         except UnicodeDecodeError as exc:
-            raise FormatError(f"the header is not valid UTF-8 ({exc.reason} at byte "
-                              f"{at - pending + exc.start})", field="header") from None
+            raise _not_utf8(exc, at - pending + exc.start) from None
+
+
+def _not_utf8(exc: UnicodeDecodeError, at: int) -> FormatError:
+    return FormatError(f"the header is not valid UTF-8 ({exc.reason} at byte {at})",
+                       field="header")
 
 
 def _text(token: bytes, field: str) -> str:
@@ -571,6 +581,12 @@ try:
     from .._speedups import safetensors_tensors as _compiled
 except ImportError:
     _compiled = None
+
+
+def compiled_reader() -> bool:
+    """Whether :func:`compiled_tensors` may read a file (the compiled module was built):
+    without it a caller skips the steps that serve it alone (the map made first)."""
+    return _compiled is not None
 
 
 def compiled_tensors(raw: memoryview, data_size: int, base: int, owner: object, cap: int

@@ -169,3 +169,21 @@ def test_every_index_byte_changed_and_resealed_loads_or_fails_alike(
             refused += got[0] == "refused"
     assert loaded and refused  # both kinds of outcome were compared
     assert real is None or any(t is not None for t in read_in_c)
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_a_load_maps_the_file_once_with_or_without_the_compiled_reader(
+        built: bool, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hurray_bridge.files import reading
+
+    if built and file_format._compiled is None:
+        pytest.skip("hurray_bridge._speedups not built: no compiled reader")
+    if not built:
+        monkeypatch.setattr(file_format, "_compiled", None)
+    maps: list[str] = []
+    real = reading.map_file
+    monkeypatch.setattr(reading, "map_file", lambda f, size, path, *a: maps.append(path)
+                        or real(f, size, path, *a))
+    path = _write(str(tmp_path), _plain())
+    assert len(hb.load(path)) == 7
+    assert maps == [path]

@@ -245,3 +245,21 @@ def test_mutated_headers_load_or_fail_alike(at: int, byte: int) -> None:
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as m:
         path = _file(folder, header, 17)
         assert _outcome(path) == _python(path, m)
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_a_load_maps_the_file_once_with_or_without_the_compiled_reader(
+        built: bool, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hurray_bridge.files import reading
+
+    if built and sh._compiled is None:
+        pytest.skip("hurray_bridge._speedups not built: no compiled reader")
+    if not built:
+        monkeypatch.setattr(sh, "_compiled", None)
+    maps: list[str] = []
+    real = reading.map_file
+    monkeypatch.setattr(reading, "map_file", lambda f, size, path, *a: maps.append(path)
+                        or real(f, size, path, *a))
+    path = _file(str(tmp_path), *READ["writer form"])
+    assert len(hb.load(path)) == 2
+    assert maps == [path]
