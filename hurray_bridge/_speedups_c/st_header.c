@@ -112,11 +112,11 @@ uint_token(const char *s, Py_ssize_t *i, Py_ssize_t n, int64_t *out)
     }
     uint64_t v = 0;
     for (; j < n && s[j] >= '0' && s[j] <= '9'; j++) {
-        uint64_t digit = (uint64_t)(s[j] - '0');
-        if (v > ((uint64_t)INT64_MAX - digit) / 10) {
+        uint64_t units = (uint64_t)(s[j] - '0');
+        if (v > ((uint64_t)INT64_MAX - units) / 10) {
             return 0;
         }
-        v = v * 10 + digit;
+        v = v * 10 + units;
     }
     *out = (int64_t)v;
     *i = j;
