@@ -54,8 +54,9 @@ static PyObject *seen_descriptors;
 #define DESCRIBED_MAX 4096 /* emptied when it holds more */
 
 /* describe(descriptor bytes) for an entry's descriptor d[0:n], whose one buffer's offset
- * is at d[at:at + 8]: (Descriptor, shape, dtype, padded, buffer length) or None.
- * Borrowed. */
+ * is at d[at:at + 8]: (Descriptor, shape, dtype, padded, buffer length) or None. A new
+ * reference: the cache may be emptied while the caller still reads the answer (a
+ * collection during the tensor's allocation can run code that loads another file). */
 static PyObject *
 described(Table *t, const unsigned char *d, Py_ssize_t n, Py_ssize_t at)
 {
@@ -71,7 +72,7 @@ described(Table *t, const unsigned char *d, Py_ssize_t n, Py_ssize_t at)
     PyObject *got = PyDict_GetItemWithError(seen_descriptors, key);
     if (got != NULL || PyErr_Occurred()) {
         Py_DECREF(key);
-        return got;
+        return Py_XNewRef(got);
     }
     PyObject *raw = PyBytes_FromStringAndSize((const char *)d, n);
     got = raw ? PyObject_CallOneArg(t->describe, raw) : NULL;
@@ -93,7 +94,6 @@ described(Table *t, const unsigned char *d, Py_ssize_t n, Py_ssize_t at)
         return NULL;
     }
     Py_DECREF(key);
-    Py_DECREF(got); /* held by the dict */
     return got;
 }
 
@@ -133,36 +133,40 @@ entry(Table *t, Py_ssize_t *pos)
         return 0;
     }
     PyObject *desc = described(t, d, desc_len, table_at + 8);
-    if (desc == NULL || desc == Py_None) {
-        return desc == NULL ? -1 : 0;
+    if (desc == NULL) {
+        return -1;
+    }
+    int rc = 0;
+    if (desc == Py_None) {
+        goto done;
     }
     const HbDType *dtype = hb_dtype_entry(PyTuple_GET_ITEM(desc, 2));
     PyObject *shape = PyTuple_GET_ITEM(desc, 1);
     Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
     unsigned long long decoded = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(desc, 4));
     if (decoded == (unsigned long long)-1 && PyErr_Occurred()) {
-        return -1;
+        { rc = -1; goto done; }
     }
     if (dtype == NULL || ndim > HB_MAX_RANK || decoded != length) {
-        return 0;
+        goto done;
     }
     int64_t dims[HB_MAX_RANK];
     for (Py_ssize_t k = 0; k < ndim; k++) {
         dims[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, k));
         if (dims[k] == -1 && PyErr_Occurred()) { /* beyond int64: parse_index decides */
             hb_swallow();
-            return PyErr_Occurred() ? -1 : 0;
+            { rc = PyErr_Occurred() ? -1 : 0; goto done; }
         }
     }
     PyObject *name = PyUnicode_DecodeUTF8((const char *)s + name_at, name_len, "strict");
     if (name == NULL) { /* not UTF-8: parse_index names it */
         hb_swallow();
-        return PyErr_Occurred() ? -1 : 0;
+        { rc = PyErr_Occurred() ? -1 : 0; goto done; }
     }
     int has = PyDict_Contains(t->out, name);
     if (has != 0) {
         Py_DECREF(name);
-        return has < 0 ? -1 : 0;
+        { rc = has < 0 ? -1 : 0; goto done; }
     }
     HbDense dense = {
         .data = length ? t->base + offset : 0, .ndim = (int)ndim, .shape = dims,
@@ -173,17 +177,20 @@ entry(Table *t, Py_ssize_t *pos)
     PyObject *tensor = hb_dense_tensor(&dense);
     if (tensor == NULL) {
         Py_DECREF(name);
-        return -1;
+        { rc = -1; goto done; }
     }
     Py_SETREF(HB_SLOT(tensor, HB_S_DESC), Py_NewRef(PyTuple_GET_ITEM(desc, 0)));
     int failed = PyDict_SetItem(t->out, name, tensor);
     Py_DECREF(name);
     Py_DECREF(tensor);
     if (failed || (length && hb_spans_push(&t->spans, offset, offset + length) < 0)) {
-        return -1;
+        { rc = -1; goto done; }
     }
     *pos = desc_at + desc_len;
-    return 1;
+    rc = 1;
+done:
+    Py_DECREF(desc);
+    return rc;
 }
 
 /* Every entry, then the buffers tiling the data: 1 accepted, 0 declined, -1 error. */

@@ -51,7 +51,9 @@ span_cmp(const void *a, const void *b)
 void
 hb_spans_sort(HbSpans *spans)
 {
-    qsort(spans->at, (size_t)spans->n, sizeof(HbSpan), span_cmp);
+    if (spans->n > 1) { /* qsort's base may not be NULL, even for no items */
+        qsort(spans->at, (size_t)spans->n, sizeof(HbSpan), span_cmp);
+    }
 }
 
 static Py_ssize_t
@@ -175,7 +177,9 @@ static PyObject *described_texts;
 #define DESCRIBED_MAX 4096 /* emptied when it holds more */
 
 /* describe(shape, type name) for the text s[a:b] of one entry's type and shape, once
- * per distinct text: (Descriptor, shape tuple, byte count, DType) or None. Borrowed. */
+ * per distinct text: (Descriptor, shape tuple, byte count, DType) or None. A new
+ * reference: the cache may be emptied while the caller still reads the answer (a
+ * collection during the tensor's allocation can run code that loads another file). */
 static PyObject *
 described(Reader *r, Py_ssize_t a, Py_ssize_t b, Py_ssize_t st_a, Py_ssize_t st_b,
           int ndim, const int64_t *dims)
@@ -191,7 +195,7 @@ described(Reader *r, Py_ssize_t a, Py_ssize_t b, Py_ssize_t st_a, Py_ssize_t st_
     PyObject *got = PyDict_GetItemWithError(described_texts, key);
     if (got != NULL || PyErr_Occurred()) {
         Py_DECREF(key);
-        return got;
+        return Py_XNewRef(got);
     }
     PyObject *shape = hb_shape_tuple(ndim, dims);
     PyObject *st = shape ? PyUnicode_DecodeUTF8(r->s + st_a, st_b - st_a, "strict") : NULL;
@@ -215,8 +219,54 @@ described(Reader *r, Py_ssize_t a, Py_ssize_t b, Py_ssize_t st_a, Py_ssize_t st_
         return NULL;
     }
     Py_DECREF(key);
-    Py_DECREF(got); /* held by the dict */
     return got;
+}
+
+/* The tensor of one entry read in _FAST_ENTRY's form, described by ``desc`` (held by
+ * the caller), into r->out: 1 added, 0 declined, -1 an error. */
+static int
+fast_tensor(Reader *r, PyObject *desc, PyObject *name, int ndim, const int64_t *dims,
+            int64_t begin, int64_t end)
+{
+    if (desc == Py_None) {
+        return 0;
+    }
+    /* describe counts bytes in Python: up to 2**64 - 1, past what a file can hold */
+    int overflow = 0;
+    long long nbytes = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(desc, 2), &overflow);
+    if (nbytes == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow) {
+        return 0; /* the Python reader names the size */
+    }
+    const HbDType *dtype = hb_dtype_entry(PyTuple_GET_ITEM(desc, 3));
+    if (nbytes != end - begin || dtype == NULL) {
+        return 0;
+    }
+    int has = PyDict_Contains(r->out, name);
+    if (has != 0) {
+        return has < 0 ? -1 : 0; /* a duplicate: the Python reader names it */
+    }
+    uint64_t data = r->base + (uint64_t)begin;
+    HbDense d = {
+        .data = data, .ndim = ndim, .shape = dims, .strides = NULL,
+        .shape_tuple = PyTuple_GET_ITEM(desc, 1), .dtype = dtype, .padded = 0,
+        .readonly = 1, .copied = 0, .device = hb_world.cpu, .owner = r->owner,
+        .source = NULL, .nbytes_obj = PyTuple_GET_ITEM(desc, 2),
+    };
+    PyObject *t = hb_dense_tensor(&d);
+    if (t == NULL) {
+        return -1;
+    }
+    /* the shared, checked descriptor, as tensors_over sets it */
+    Py_SETREF(HB_SLOT(t, HB_S_DESC), Py_NewRef(PyTuple_GET_ITEM(desc, 0)));
+    int failed = PyDict_SetItem(r->out, name, t);
+    Py_DECREF(t);
+    if (failed) {
+        return -1;
+    }
+    return 1;
 }
 
 /* One entry in _FAST_ENTRY's form after its name (at the ':' side); 1 read, 0 not
@@ -275,43 +325,16 @@ fast_entry(Reader *r, Py_ssize_t *pos, PyObject *name)
     if (desc == NULL) {
         return -1;
     }
-    if (desc == Py_None) {
-        return 0;
-    }
-    long long nbytes = PyLong_AsLongLong(PyTuple_GET_ITEM(desc, 2));
-    if (nbytes == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    const HbDType *dtype = hb_dtype_entry(PyTuple_GET_ITEM(desc, 3));
-    if (nbytes != end - begin || dtype == NULL) {
-        return 0;
-    }
-    int has = PyDict_Contains(r->out, name);
-    if (has != 0) {
-        return has < 0 ? -1 : 0; /* a duplicate: the Python reader names it */
-    }
-    uint64_t data = r->base + (uint64_t)begin;
-    HbDense d = {
-        .data = data, .ndim = ndim, .shape = dims, .strides = NULL,
-        .shape_tuple = PyTuple_GET_ITEM(desc, 1), .dtype = dtype, .padded = 0,
-        .readonly = 1, .copied = 0, .device = hb_world.cpu, .owner = r->owner,
-        .source = NULL, .nbytes_obj = PyTuple_GET_ITEM(desc, 2),
-    };
-    PyObject *t = hb_dense_tensor(&d);
-    if (t == NULL) {
-        return -1;
-    }
-    /* the shared, checked descriptor, as tensors_over sets it */
-    Py_SETREF(HB_SLOT(t, HB_S_DESC), Py_NewRef(PyTuple_GET_ITEM(desc, 0)));
-    int failed = PyDict_SetItem(r->out, name, t);
-    Py_DECREF(t);
-    if (failed) {
-        return -1;
+    int got = fast_tensor(r, desc, name, ndim, dims, begin, end);
+    Py_DECREF(desc);
+    if (got != 1) {
+        return got;
     }
     if (hb_spans_push(&r->spans, (uint64_t)begin, (uint64_t)end) < 0) {
         return -1;
     }
     if (end > begin) { /* the alignment every non-empty buffer has (pow2_alignment) */
+        uint64_t data = r->base + (uint64_t)begin;
         uint64_t low = data & (~data + 1);
         if (low < r->alignment) {
             r->alignment = low;

@@ -1314,7 +1314,8 @@ tensor_numpy(NumpyEntry *e, PyObject *t)
     PyObject *desc = HB_SLOT(t, HB_S_DESC), *shape = HB_SLOT(t, HB_S_SHAPE);
     const HbDType *dtype = hb_dtype_entry(HB_SLOT(t, HB_S_DTYPE));
     PyObject *descr = dtype != NULL ? e->descrs[dtype - hb_world.dtypes] : NULL;
-    if (descr == NULL || shape == NULL || !PyTuple_CheckExact(shape)
+    /* a slot may be unset (deleted): the Python view then raises its AttributeError */
+    if (descr == NULL || desc == NULL || shape == NULL || !PyTuple_CheckExact(shape)
             || PyTuple_GET_SIZE(shape) > HB_MAX_RANK) {
         Py_RETURN_NOTIMPLEMENTED;
     }

@@ -73,7 +73,11 @@ class MapOwner:
                 f"of the loaded file to a .hurray path) aligns them all, once")
 
     def __repr__(self) -> str:
-        return f"<hurray mapping of {self.path or 'a buffer'}, {len(self.view)} bytes>"
+        try:
+            size = f"{len(self.view)} bytes"
+        except ValueError:  # released by unmap: a repr must not raise (tracebacks show it)
+            size = "closed"
+        return f"<hurray mapping of {self.path or 'a buffer'}, {size}>"
 
 
 def file_stamp(st: os.stat_result) -> tuple[int, int, int, int]:

@@ -265,6 +265,7 @@ def _mapped_hurray(f: Any, path: str, h: Header, index: memoryview) -> TensorFil
     the index, so that every refusal is its own, in its order."""
     check_index_crc(h, index)  # parse_index's first refusal, the same
     owner = map_file(f, h.file_size, path)
+    tensors = None
     try:
         with collection_paused():
             tensors = compiled_tensors(h, index, owner.address + h.data_offset, owner)
@@ -273,10 +274,20 @@ def _mapped_hurray(f: Any, path: str, h: Header, index: memoryview) -> TensorFil
             return None
         meta = parse_metadata(h, index)
     except BaseException:
-        unmap(owner)
+        _drop_then_unmap(tensors, owner)
         raise
     # A page-aligned map: every buffer is aligned as the file says.
     return TensorFile(tensors, meta, pow2_alignment(owner.address + h.data_offset, h.alignment))
+
+
+def _drop_then_unmap(tensors: dict[str, Tensor] | None, owner: MapOwner) -> None:
+    """Close the map of a load that failed after its tensors were built (a bad metadata
+    block): they are emptied out of their dict first, since the traceback keeps the
+    loader's frame, and with it that dict, alive; a tensor read from there after the
+    map closed would read unmapped memory. Nothing else has seen them."""
+    if tensors is not None:
+        tensors.clear()
+    unmap(owner)
 
 
 def load_safetensors(f: Any, path: str, *, mmap: bool = True,
@@ -336,6 +347,7 @@ def _mapped_compiled(f: Any, path: str) -> TensorFile | None:
     if size == data_start:  # nothing to map: the Python path's own case
         return None
     owner = map_file(f, size, path)
+    tensors = None
     try:
         with collection_paused():
             got = compiled_safetensors(raw, size - data_start, owner.address + data_start,
@@ -346,7 +358,7 @@ def _mapped_compiled(f: Any, path: str) -> TensorFile | None:
         tensors, metadata_at, alignment, unaligned = got
         metadata = read_metadata(raw, metadata_at, size - data_start) if metadata_at >= 0 else {}
     except BaseException:
-        unmap(owner)
+        _drop_then_unmap(tensors, owner)
         raise
     owner.unaligned = (unaligned, len(tensors))
     return TensorFile(tensors, metadata, alignment)

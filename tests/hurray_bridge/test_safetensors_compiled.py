@@ -100,6 +100,7 @@ BAD = {
     "dimension past 64 bits": (b'{"a":{"dtype":"U8","shape":[0,18446744073709551616],'
                                b'"data_offsets":[0,0]}}', 0),
     "element count past 64 bits": (_writer({"a": ("U8", [2**32, 2**32], 0, 1)}), 1),
+    "byte count past int64": (_writer({"a": ("I16", [2**62], 0, 4)}), 4),
     "rank 65": (_writer({"a": ("U8", [1] * 65, 0, 1)}), 1),
     "leading zero": (b'{"a":{"dtype":"U8","shape":[01],"data_offsets":[0,1]}}', 1),
     "F4 of an odd count": (_writer({"a": ("F4", [3], 0, 2)}), 2),
