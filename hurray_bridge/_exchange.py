@@ -141,10 +141,13 @@ def import_exchange(obj: Any) -> Any:
     return None if _c is None else _c.import_exchange(obj)
 
 
-def numpy_entry(tp: type, array_api: Any, ndarray: type, descrs: dict[Any, Any]) -> Any:
+def numpy_entry(tp: type, array_api: Any, ndarray: type, descrs: dict[Any, Any],
+                fallback: Callable[[Any], Any] | None = None) -> Any:
     """A callable making NumPy arrays of a registered type's objects in C (or
-    ``NotImplemented`` for one it would not take), or ``None``."""
-    return None if _c is None else _c.numpy_entry(tp, array_api, ndarray, descrs)
+    ``NotImplemented`` for one it would not take), or ``None``. For hb.Tensor itself
+    (``tp``), the read-only views of ``_host.tensor_view``, and ``fallback(t)`` the
+    answer for every tensor it does not take."""
+    return None if _c is None else _c.numpy_entry(tp, array_api, ndarray, descrs, fallback)
 
 
 def live_exports() -> int:

@@ -253,6 +253,26 @@ def tensor_view(t: Tensor) -> Any:
     return out if len(shape) == 1 else out.reshape(shape)
 
 
+tensor_view_python = tensor_view
+
+
+def _compiled_tensor_view() -> Any:
+    """:func:`tensor_view` with the read-only views made in C (``_speedups``' NumPy entry
+    of hb.Tensor: one array, no ctypes holder), the Python function answering every other
+    tensor; ``None`` without the compiled module. The same arrays, but for their base: the
+    tensor itself, which keeps the memory alive and lends no writable buffer, so that the
+    array can no more be made writable than the Python view's read-only memoryview."""
+    from . import _exchange
+
+    core = getattr(np, "_core", None) or np.core
+    descrs = {d: native_dtype(d) for d in native_dtypes() if d.bits >= 8}
+    return _exchange.numpy_entry(Tensor, core._multiarray_umath._ARRAY_API, np.ndarray,
+                                 descrs, tensor_view_python)
+
+
+tensor_view = _compiled_tensor_view() or tensor_view_python
+
+
 def from_hurray(t: Tensor, *, device: Any = None, copy: bool | None = None) -> np.ndarray:
     """An hb.Tensor as a NumPy array: a view of its memory unless a copy is needed or asked."""
     if type(t) is not Tensor and not isinstance(t, Tensor):

@@ -4,9 +4,10 @@
  * One extension, one concern per source file (see speedups.h): hb.convert's shortcut
  * front (front.c), the deleters of our DLPack exports (deleters.c), the dense
  * descriptor decoder (decoder.c), hb.Tensor from C (tensor.c) and DLPack import and
- * export through the C exchange API (xapi_in.c, xapi_out.c) and the data checksums'
- * CRC-32 (crc32.c). This file only puts them
- * into one module.
+ * export through the C exchange API (xapi_in.c, xapi_out.c), the data checksums'
+ * CRC-32 (crc32.c) and hb.load's readers of plain safetensors headers (st_header.c) and
+ * Hurray entry tables (hry_index.c).
+ * This file only puts them into one module.
  */
 #include "speedups.h"
 
@@ -29,6 +30,12 @@ static PyMethodDef speedups_functions[] = {
      "crc32_by(way, data, value, /): crc32 by way 0 (table) to CRC32_WAYS - 1, for tests"},
     {"crc32_combine", (PyCFunction)(void (*)(void))hb_crc32_combine, METH_FASTCALL,
      "crc32_combine(crc1, crc2, len2, /) -> the CRC-32 of A + B from A's, B's and len(B)"},
+    {"safetensors_tensors", hb_safetensors_tensors, METH_VARARGS,
+     "safetensors_tensors(header, data_size, base, owner, describe, checkpoint, cap) -> "
+     "({name: Tensor}, metadata_at, alignment, unaligned) or None"},
+    {"hurray_tensors", hb_hurray_tensors, METH_VARARGS,
+     "hurray_tensors(table, n_entries, checksums, data_length, alignment, base, owner, "
+     "describe) -> {name: Tensor} or None"},
     {NULL}
 };
 

@@ -8,6 +8,8 @@
  * xapi_in.c  DLPack import: the C exchange API of producer types, the import fronts
  * xapi_out.c DLPack export: the compiled Tensor.__dlpack__ and hb.Tensor's exchange API
  * crc32.c    zlib.crc32's CRC-32, by carry-less multiplication where the CPU has it
+ * st_header.c safetensors headers in the writer's own form, read into hb.Tensors
+ * hry_index.c Hurray entry tables of plain dense tensors, read into hb.Tensors
  *
  * The directory is not called _speedups: a directory of that name next to the module
  * would import as a namespace package wherever the module was not built, and
@@ -117,6 +119,22 @@ HB_INTERNAL int hb_span_ok(uint64_t data, uint64_t byte_offset, int ndim, const 
                            const int64_t *strides, unsigned bits, uint64_t *element0);
 HB_INTERNAL PyObject *hb_exchange_setup(PyObject *module, PyObject *args);
 HB_INTERNAL PyObject *hb_swallow(void);
+
+/* st_header.c: safetensors_tensors(), hb.load's reader of plain safetensors headers,
+ * and the byte ranges both readers of file indexes check for overlaps and holes */
+HB_INTERNAL PyObject *hb_safetensors_tensors(PyObject *module, PyObject *args);
+typedef struct {
+    uint64_t begin, end;
+} HbSpan;
+typedef struct {
+    HbSpan *at; /* PyMem_Realloc'ed; PyMem_Free it */
+    Py_ssize_t n, cap;
+} HbSpans;
+HB_INTERNAL int hb_spans_push(HbSpans *spans, uint64_t begin, uint64_t end); /* -1: error */
+HB_INTERNAL void hb_spans_sort(HbSpans *spans); /* by begin, then end */
+
+/* hry_index.c: hurray_tensors(), hb.load's reader of plain Hurray entry tables */
+HB_INTERNAL PyObject *hb_hurray_tensors(PyObject *module, PyObject *args);
 
 /* xapi_in.c */
 HB_INTERNAL int hb_add_import(PyObject *module);

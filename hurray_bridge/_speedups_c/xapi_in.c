@@ -1261,7 +1261,8 @@ typedef int (*NpySetBaseObject)(PyObject *array, PyObject *base);
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    Handler *handler;
+    Handler *handler;       /* NULL: the entry of hb.Tensor itself */
+    PyObject *fallback;     /* hb.Tensor's: what answers the tensors it declines */
     PyTypeObject *ndarray;
     NpyNewFromDescr new_from_descr;
     NpySetBaseObject set_base;
@@ -1294,6 +1295,87 @@ numpy_array(NumpyEntry *e, PyObject *descr, int ndim, const int64_t *shape,
     return arr;
 }
 
+static PyObject *s_layout, *s_quantization;
+
+/* _host.tensor_view(t) for the tensors whose view is one array over their read-only
+ * memory: an hb.Tensor (exact type) on the CPU, compact, dense, holding elements of a
+ * whole-byte type NumPy has, read-only (a writable one's view stays Python's, whose
+ * base is a writable buffer). The array's base is t itself, which keeps the memory
+ * and its owner alive (write_protected follows t's owner as it follows the Python
+ * view's holder), and which lends no writable buffer: the array cannot be made
+ * writable. NotImplemented for every other tensor: the Python view decides. */
+static PyObject *
+tensor_numpy(NumpyEntry *e, PyObject *t)
+{
+    if (Py_TYPE(t) != hb_world.tensor_type || HB_SLOT(t, HB_S_STRIDES) != Py_None
+            || HB_SLOT(t, HB_S_READONLY) != Py_True || HB_SLOT(t, HB_S_DEVICE) != hb_world.cpu) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *desc = HB_SLOT(t, HB_S_DESC), *shape = HB_SLOT(t, HB_S_SHAPE);
+    const HbDType *dtype = hb_dtype_entry(HB_SLOT(t, HB_S_DTYPE));
+    PyObject *descr = dtype != NULL ? e->descrs[dtype - hb_world.dtypes] : NULL;
+    /* a slot may be unset (deleted): the Python view then raises its AttributeError */
+    if (descr == NULL || desc == NULL || shape == NULL || !PyTuple_CheckExact(shape)
+            || PyTuple_GET_SIZE(shape) > HB_MAX_RANK) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (desc != Py_None) { /* t.is_dense: a row-major or strided layout, not quantized */
+        PyObject *layout = PyObject_GetAttr(desc, s_layout);
+        PyObject *quant = layout ? PyObject_GetAttr(desc, s_quantization) : NULL;
+        int dense = quant != NULL && quant == Py_None
+                    && (layout == hb_world.row_major || layout == hb_world.strided);
+        Py_XDECREF(layout);
+        Py_XDECREF(quant);
+        if (!dense) {
+            hb_swallow();
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+    }
+    int ndim = (int)PyTuple_GET_SIZE(shape);
+    int64_t dims[HB_MAX_RANK];
+    for (int i = 0; i < ndim; i++) {
+        dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (dims[i] == -1 && PyErr_Occurred()) {
+            hb_swallow();
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+    }
+    long long nbytes = PyLong_AsLongLong(HB_SLOT(t, HB_S_NBYTES));
+    unsigned long long data = PyLong_AsUnsignedLongLong(HB_SLOT(t, HB_S_DATA));
+    if (PyErr_Occurred()) {
+        hb_swallow();
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (nbytes <= 0 || data == 0) { /* no elements: the Python view declines them too */
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    Py_ssize_t np_dims[HB_MAX_RANK];
+    for (int i = 0; i < ndim; i++) {
+        np_dims[i] = (Py_ssize_t)dims[i];
+    }
+    Py_INCREF(descr); /* stolen */
+    PyObject *arr = e->new_from_descr(e->ndarray, descr, ndim, np_dims, NULL,
+                                      (void *)(uintptr_t)data, 0, NULL);
+    if (arr == NULL) {
+        return NULL;
+    }
+    Py_INCREF(t); /* stolen */
+    if (e->set_base(arr, t) < 0) {
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+}
+
 /* entry(x) -> a NumPy array over x's memory, or NotImplemented (the shortcut front then
  * takes the full path). Takes what Tensor.numpy() takes and the full path would give
  * the same for: CPU memory with elements, the element types NumPy has (descrs), no
@@ -1306,6 +1388,14 @@ numpy_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObj
         Py_RETURN_NOTIMPLEMENTED;
     }
     PyObject *obj = args[0];
+    if (e->handler == NULL) {
+        PyObject *arr = tensor_numpy(e, obj);
+        if (arr != Py_NotImplemented || e->fallback == NULL) {
+            return arr;
+        }
+        Py_DECREF(arr);
+        return PyObject_CallOneArg(e->fallback, obj);
+    }
     if (Py_TYPE(obj) != e->handler->type) {
         Py_RETURN_NOTIMPLEMENTED;
     }
@@ -1356,6 +1446,7 @@ numpy_entry_dealloc(NumpyEntry *self)
         Py_XDECREF(self->descrs[i]);
     }
     Py_XDECREF(self->ndarray);
+    Py_XDECREF(self->fallback);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1373,19 +1464,26 @@ static PyTypeObject NumpyEntryType = {
 
 /* numpy_entry(type, array_api_capsule, ndarray, descrs) -> NumpyEntry, or None when the
  * type is not registered or NumPy's table does not pass the check. descrs: {hb.DType:
- * numpy dtype} of the element types to take. */
+ * numpy dtype} of the element types to take. For hb.Tensor itself (_host.tensor_view),
+ * fallback(t) answers the tensors it declines. */
 static PyObject *
 numpy_entry(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyTypeObject *tp, *ndarray;
-    PyObject *capsule, *descrs;
-    if (!PyArg_ParseTuple(args, "O!OO!O!:numpy_entry", &PyType_Type, &tp, &capsule,
-                          &PyType_Type, &ndarray, &PyDict_Type, &descrs)) {
+    PyObject *capsule, *descrs, *fallback = Py_None;
+    if (!PyArg_ParseTuple(args, "O!OO!O!|O:numpy_entry", &PyType_Type, &tp, &capsule,
+                          &PyType_Type, &ndarray, &PyDict_Type, &descrs, &fallback)) {
         return NULL;
     }
-    Handler *h = handler_for(tp);
-    if (h == NULL || !PyCapsule_CheckExact(capsule)) {
+    /* hb.Tensor itself takes no handler: its slots are read directly */
+    int for_tensor = hb_world_ready() && tp == hb_world.tensor_type;
+    Handler *h = for_tensor ? NULL : handler_for(tp);
+    if ((h == NULL && !for_tensor) || !PyCapsule_CheckExact(capsule)) {
         Py_RETURN_NONE;
+    }
+    if (s_layout == NULL && ((s_layout = PyUnicode_InternFromString("layout")) == NULL
+            || (s_quantization = PyUnicode_InternFromString("quantization")) == NULL)) {
+        return NULL;
     }
     void **api = PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
     if (api == NULL) {
@@ -1403,6 +1501,7 @@ numpy_entry(PyObject *Py_UNUSED(module), PyObject *args)
     memset(e->descrs, 0, sizeof(e->descrs));
     e->vectorcall = numpy_vectorcall;
     e->handler = h;
+    e->fallback = fallback == Py_None ? NULL : Py_NewRef(fallback);
     e->ndarray = (PyTypeObject *)Py_NewRef(ndarray);
     e->new_from_descr = (NpyNewFromDescr)api[NPY_IDX_NEW_FROM_DESCR];
     e->set_base = (NpySetBaseObject)api[NPY_IDX_SET_BASE_OBJECT];
@@ -1464,7 +1563,7 @@ static PyMethodDef import_functions[] = {
     {"register_import", register_import, METH_VARARGS,
      "register_import(type, ...) -> None when registered, else why not"},
     {"numpy_entry", numpy_entry, METH_VARARGS,
-     "numpy_entry(type, array_api, ndarray, descrs) -> NumpyEntry or None"},
+     "numpy_entry(type, array_api, ndarray, descrs, fallback=None) -> NumpyEntry or None"},
     {NULL}
 };
 

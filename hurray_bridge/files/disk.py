@@ -67,6 +67,11 @@ def _not_regular(path: str, st: os.stat_result, doing: str) -> None:
     raise err
 
 
+# (computed once: every load opens a file, and four lookups cost a tenth of a small one)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_READ_FLAGS = os.O_RDONLY | _NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
 def open_regular(path: Any, what: str = "path") -> Any:
     """Open an existing regular file for reading, never blocking on a FIFO or device.
 
@@ -77,11 +82,10 @@ def open_regular(path: Any, what: str = "path") -> Any:
     """
     p = fspath(path, what)
     _not_regular(p, os.stat(p), "Hurray reads")
-    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-                 | getattr(os, "O_BINARY", 0))
+    fd = os.open(p, _READ_FLAGS)
     try:
         _not_regular(p, os.fstat(fd), "Hurray reads")
-        if hasattr(os, "O_NONBLOCK"):
+        if _NONBLOCK:
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

@@ -16,12 +16,14 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..descriptor import Descriptor
+from ..dtypes import DType
 from ..errors import FormatError
+from ..layout import BufferRole, Layout
 from ..wire import BufferEntry, decode_prefix
 from .disk import open_regular
 from .safetensors_header import looks_like_safetensors
@@ -243,9 +245,20 @@ def _utf8(raw: bytes, field: str, what: str) -> str:
 
 def parse_index(h: Header, index: memoryview) -> tuple[list[EntryInfo], dict[str, str]]:
     """Parse and check the table and metadata (``index`` = bytes [128, index_end))."""
+    check_index_crc(h, index)
+    return _parse_entries(h, index), parse_metadata(h, index)
+
+
+def check_index_crc(h: Header, index: memoryview) -> None:
+    """Refuse an index (table and metadata) whose CRC-32 is not the header's: the first
+    check of :func:`parse_index`."""
     if zlib.crc32(index) != h.index_crc:
         raise FormatError("index checksum mismatch: the entry table or metadata is corrupt",
                           field="index.checksum")
+
+
+def _parse_entries(h: Header, index: memoryview) -> list[EntryInfo]:
+    """The entry table read and checked, entry by entry, then the buffers' packing."""
     checksums = bool(h.flags & FLAG_DATA_CHECKSUMS)
     cache: dict[bytes, tuple[Descriptor, tuple[BufferEntry, ...]]] = {}
     entries: list[EntryInfo] = []
@@ -304,7 +317,7 @@ def parse_index(h: Header, index: memoryview) -> tuple[list[EntryInfo], dict[str
         raise FormatError(f"the table is {end} bytes but its {h.n_entries} entries take {pos}",
                           field="table_length")
     _check_packing(h, entries)
-    return entries, _parse_metadata(h, index)
+    return entries
 
 
 _U16 = struct.Struct("<H")
@@ -372,7 +385,9 @@ def _check_packing(h: Header, entries: Sequence[EntryInfo]) -> None:
                           f"{prev_end}", field="data_length")
 
 
-def _parse_metadata(h: Header, index: memoryview) -> dict[str, str]:
+def parse_metadata(h: Header, index: memoryview) -> dict[str, str]:
+    """The metadata block of ``index`` (bytes [128, index_end)) read and checked: the last
+    step of :func:`parse_index`."""
     meta: dict[str, str] = {}
     pos, end = h.table_length, h.table_length + h.metadata_length
     for k in range(h.n_metadata):
@@ -421,11 +436,67 @@ def _read_exact(f: Any, n: int) -> bytes:
 
 
 def read_head(f: Any) -> tuple[Header, list[EntryInfo], dict[str, str]]:
+    h, index = read_raw_index(f)
+    entries, meta = parse_index(h, index)
+    return h, entries, meta
+
+
+def read_raw_index(f: Any) -> tuple[Header, memoryview]:
+    """The checked header of the file open as ``f`` (at offset 0) and its index's bytes
+    (table and metadata), read but not yet checked (:func:`parse_index` checks them)."""
     size = os.fstat(f.fileno()).st_size
     h = parse_header(f.read(HEADER_SIZE), size)
-    index = _read_exact(f, h.index_end - HEADER_SIZE)
-    entries, meta = parse_index(h, memoryview(index))
-    return h, entries, meta
+    return h, memoryview(_read_exact(f, h.index_end - HEADER_SIZE))
+
+
+def plain_entry(raw: bytes) -> tuple[Descriptor, tuple[int, ...], DType, bool, int] | None:
+    """``(descriptor, shape, element type, padded, buffer length)`` of an entry's
+    descriptor bytes ``raw`` when they decode, as :func:`parse_index` decodes them, to a
+    static dense row-major tensor with one DATA buffer; ``None`` for any other descriptor
+    and any defect (without its message). What the compiled reader of entry tables
+    (:func:`compiled_tensors`) asks once for each distinct descriptor of a file."""
+    try:
+        d, table, size = decode_prefix(raw)
+    except FormatError:
+        return None
+    if (size != len(raw) or d.layout is not Layout.ROW_MAJOR or d.strides is not None
+            or d.quantization is not None or d.shard is not None or d.is_dynamic or len(table) != 1
+            or table[0].role != BufferRole.DATA):
+        return None
+    return d, d.shape, d.dtype, d.padded, table[0].length
+
+
+# The compiled reader of entry tables (_speedups_c/hry_index.c), or None where
+# hurray_bridge._speedups was not built (or built before it had one).
+_compiled: Callable[..., dict[str, Any] | None] | None
+try:
+    from .._speedups import hurray_tensors as _compiled
+except ImportError:
+    _compiled = None
+
+
+def compiled_reader() -> bool:
+    """Whether :func:`compiled_tensors` may read a file (the compiled module was built):
+    without it a caller skips the steps that serve it alone (the map made first)."""
+    return _compiled is not None
+
+
+def compiled_tensors(h: Header, index: memoryview, base: int, owner: object
+                     ) -> dict[str, Any] | None:
+    """hb.load's tensors of the entry table in ``index`` (:func:`read_raw_index`; its CRC
+    checked) over the mapped data at address ``base``, read in C: ``{name: Tensor}`` in
+    entry order, read-only, each with its descriptor, as ``mapping.tensors_over`` builds
+    them from :func:`parse_index`'s entries.
+
+    ``None`` when the compiled module is absent, or an entry is not a plain dense
+    tensor, or anything is wrong: :func:`parse_index` then reads the table and names the
+    defect. Where both read a table they agree
+    (tests/hurray_bridge/test_container_compiled.py)."""
+    if _compiled is None:
+        return None
+    return _compiled(index[:h.table_length], h.n_entries,
+                     bool(h.flags & FLAG_DATA_CHECKSUMS), h.data_length, h.alignment, base,
+                     owner, plain_entry)
 
 
 def read_index(path: str | os.PathLike[str]) -> FileIndex:

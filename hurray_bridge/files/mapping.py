@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap as _mmap
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,10 +17,10 @@ from .._memory import buffer_address
 from ..errors import FormatError
 from ..layout import Layout
 from ..tensor import CPU, Buffer, Tensor
-from .format import EntryInfo
+from .format import BUFFER_ALIGNMENT, EntryInfo
 
 __all__ = ["MapOwner", "file_stamp", "map_file", "mapped_file_origin", "pow2_alignment",
-           "tensors_over"]
+           "tensors_over", "unmap"]
 
 
 
@@ -41,7 +42,7 @@ class MapOwner:
     file descriptor.
     """
 
-    __slots__ = ("__weakref__", "address", "alignment_note", "mm", "path", "stamp", "view")
+    __slots__ = ("__weakref__", "address", "mm", "path", "stamp", "unaligned", "view")
 
     def __init__(self, view: memoryview, mm: _mmap.mmap | None = None, path: str | None = None,
                  stamp: tuple[int, int, int, int] | None = None):
@@ -50,12 +51,33 @@ class MapOwner:
         self.path = path
         self.stamp = stamp  # the mapped file's (device, inode, size, mtime_ns) when mapped
         self.address = buffer_address(view)[0]  # view pins the memory
-        # Why many of this file's tensors are unaligned, and the fix; what a copy made
-        # for that reason adds to its warning (_copy_policy.alignment_note).
-        self.alignment_note: str | None = None
+        # (how many of the file's tensors are not BUFFER_ALIGNMENT-aligned, of how many)
+        self.unaligned = (0, 0)
+
+    @property
+    def alignment_note(self) -> str | None:
+        """Why many of this file's tensors are unaligned, and the fix (``None`` when all
+        are aligned): what a copy made for that reason adds to its warning
+        (``_copy_policy.alignment_note``). Written when a warning asks for it, not at
+        each load: one text for every tensor of the file, so the copy warnings it joins
+        stay identical and the default filter shows them once per line, with the count a
+        single one lacks."""
+        unaligned, count = self.unaligned
+        if not unaligned or self.path is None:
+            return None
+        path = self.path
+        out = shlex.quote(os.path.splitext(path)[0] + ".hurray")
+        return (f"{os.path.basename(path)} stores its tensors back to back: {unaligned} of "
+                f"its {count} tensors are not {BUFFER_ALIGNMENT}-byte aligned, and each of "
+                f"those is copied too; `hurray convert {shlex.quote(path)} {out}` (or hb.save "
+                f"of the loaded file to a .hurray path) aligns them all, once")
 
     def __repr__(self) -> str:
-        return f"<hurray mapping of {self.path or 'a buffer'}, {len(self.view)} bytes>"
+        try:
+            size = f"{len(self.view)} bytes"
+        except ValueError:  # released by unmap: a repr must not raise (tracebacks show it)
+            size = "closed"
+        return f"<hurray mapping of {self.path or 'a buffer'}, {size}>"
 
 
 def file_stamp(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -136,9 +158,20 @@ def map_file(f: Any, size: int, path: str,
             check(view)
         return MapOwner(view, mm, path, file_stamp(os.fstat(f.fileno())))
     except BaseException:
-        view.release()
-        try:
-            mm.close()
-        except BufferError:  # still exported (an interrupt inside buffer_address): the
-            pass  # map goes with its last reference; the first error is the one to see
+        _close(view, mm)
         raise
+
+
+def unmap(owner: MapOwner) -> None:
+    """Close the map of ``owner`` now, when no tensor over it was handed out (a load that
+    gave up after :func:`map_file`): its file descriptor too, not at a later collection."""
+    if owner.mm is not None:
+        _close(owner.view, owner.mm)
+
+
+def _close(view: memoryview, mm: _mmap.mmap) -> None:
+    view.release()
+    try:
+        mm.close()
+    except BufferError:  # still exported (an interrupt inside buffer_address): the
+        pass  # map goes with its last reference; the first error is the one to see

@@ -15,7 +15,6 @@ import ctypes
 import functools
 import io
 import os
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,14 +45,28 @@ from .format import (
     EntryInfo,
     FileIndex,
     Header,
+    check_index_crc,
+    compiled_reader,
+    compiled_tensors,
     index_from,
     parse_header,
     parse_index,
+    parse_metadata,
     read_head,
+    read_raw_index,
 )
-from .mapping import MapOwner, map_file, pow2_alignment, tensors_over
+from .mapping import MapOwner, map_file, pow2_alignment, tensors_over, unmap
 from .pread import pread_into, read_all, read_range, truncated_read
-from .safetensors_header import looks_like_safetensors, read_header_and_descriptors
+from .safetensors_header import (
+    LENGTH,
+    header_bytes,
+    looks_like_safetensors,
+    read_header_and_descriptors,
+    read_metadata,
+    read_prefix,
+)
+from .safetensors_header import compiled_reader as compiled_safetensors_reader
+from .safetensors_header import compiled_tensors as compiled_safetensors
 from .sharded import check_shard_entries, grouped, shard_group, sharded_tensor
 from .tensor_file import TensorFile
 
@@ -222,7 +235,13 @@ def load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> TensorF
         if head[:4] != MAGIC and looks_like_safetensors(head):
             return load_safetensors(f, os.fspath(path), mmap=mmap, verify=verify)
         with collection_paused():
-            h, entries, meta = read_head(f)
+            h, index = read_raw_index(f)
+        if mmap and not verify and h.data_length and compiled_reader():
+            fast = _mapped_hurray(f, os.fspath(path), h, index)
+            if fast is not None:
+                return fast
+        with collection_paused():
+            entries, meta = parse_index(h, index)
         if not mmap:
             tensors = _read_tensors(f, entries, h.data_offset, h if verify else None)
             return TensorFile(tensors, meta, BUFFER_ALIGNMENT)
@@ -238,6 +257,39 @@ def load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> TensorF
     return TensorFile(tensors, meta, alignment)
 
 
+def _mapped_hurray(f: Any, path: str, h: Header, index: memoryview) -> TensorFile | None:
+    """:func:`load_file` (mapped, without ``verify``) of a file whose entries are all plain
+    dense tensors, read by the compiled reader (``format.compiled_tensors``) straight into
+    tensors over the map: no entry or buffer object per tensor. ``None`` (the map closed
+    again) where it declines or the module was not built: :func:`parse_index` then reads
+    the index, so that every refusal is its own, in its order."""
+    check_index_crc(h, index)  # parse_index's first refusal, the same
+    owner = map_file(f, h.file_size, path)
+    tensors = None
+    try:
+        with collection_paused():
+            tensors = compiled_tensors(h, index, owner.address + h.data_offset, owner)
+        if tensors is None:
+            unmap(owner)
+            return None
+        meta = parse_metadata(h, index)
+    except BaseException:
+        _drop_then_unmap(tensors, owner)
+        raise
+    # A page-aligned map: every buffer is aligned as the file says.
+    return TensorFile(tensors, meta, pow2_alignment(owner.address + h.data_offset, h.alignment))
+
+
+def _drop_then_unmap(tensors: dict[str, Tensor] | None, owner: MapOwner) -> None:
+    """Close the map of a load that failed after its tensors were built (a bad metadata
+    block): they are emptied out of their dict first, since the traceback keeps the
+    loader's frame, and with it that dict, alive; a tensor read from there after the
+    map closed would read unmapped memory. Nothing else has seen them."""
+    if tensors is not None:
+        tensors.clear()
+    unmap(owner)
+
+
 def load_safetensors(f: Any, path: str, *, mmap: bool = True,
                      verify: bool = False) -> TensorFile:
     """A safetensors file, opened as ``f`` (a regular file at offset 0), as a ``TensorFile``.
@@ -250,6 +302,11 @@ def load_safetensors(f: Any, path: str, *, mmap: bool = True,
     """
     if sys.byteorder != "little":
         raise UnsupportedError("safetensors is little-endian; this host is big-endian")
+    if mmap and compiled_safetensors_reader():
+        fast = _mapped_compiled(f, path)
+        if fast is not None:
+            return fast
+        f.seek(0)
     # The descriptors the header was checked by (e.descriptor would build each again).
     with collection_paused():
         idx, descriptors = read_header_and_descriptors(f)
@@ -272,18 +329,39 @@ def load_safetensors(f: Any, path: str, *, mmap: bool = True,
         if e.end > e.begin:
             alignment = pow2_alignment(base + e.begin, alignment)
             unaligned += (base + e.begin) % BUFFER_ALIGNMENT != 0
-    if unaligned:
-        # One text for every tensor of the file: the copy warnings it joins stay identical,
-        # so the default filter shows them once per line, with the count a single one lacks.
-        out = shlex.quote(os.path.splitext(path)[0] + ".hurray")
-        owner.alignment_note = (
-            f"{os.path.basename(path)} stores its tensors back to back: {unaligned} of its "
-            f"{len(idx.entries)} tensors are not {BUFFER_ALIGNMENT}-byte aligned, and each of "
-            f"those is copied too; `hurray convert {shlex.quote(path)} {out}` (or hb.save of "
-            f"the loaded file to a .hurray path) aligns them all, once")
+    owner.unaligned = (unaligned, len(idx.entries))
     with collection_paused():
         tensors = tensors_over(entries, base, owner, True)
     return TensorFile(tensors, dict(idx.metadata), alignment)
+
+
+def _mapped_compiled(f: Any, path: str) -> TensorFile | None:
+    """:func:`load_safetensors` of a header in the form safetensors' writer gives it, read
+    by the compiled reader (``compiled_tensors``) straight into tensors over the map: no
+    index, entry or descriptor object per tensor. ``None`` (the map closed again) where the
+    reader declines or the module was not built: the Python path then reads it all, so
+    that every refusal is its own, in its order."""
+    prefix, size = read_prefix(f)
+    raw = header_bytes(prefix, size)  # the Python path's first refusals, the same
+    data_start = LENGTH.size + len(raw)
+    if size == data_start:  # nothing to map: the Python path's own case
+        return None
+    owner = map_file(f, size, path)
+    tensors = None
+    try:
+        with collection_paused():
+            got = compiled_safetensors(raw, size - data_start, owner.address + data_start,
+                                       owner, BUFFER_ALIGNMENT)
+        if got is None:
+            unmap(owner)
+            return None
+        tensors, metadata_at, alignment, unaligned = got
+        metadata = read_metadata(raw, metadata_at, size - data_start) if metadata_at >= 0 else {}
+    except BaseException:
+        _drop_then_unmap(tensors, owner)
+        raise
+    owner.unaligned = (unaligned, len(tensors))
+    return TensorFile(tensors, metadata, alignment)
 
 
 def loads(buffer: Any, *, copy: bool | None = None, verify: bool = False) -> TensorFile:

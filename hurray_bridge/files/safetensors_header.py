@@ -25,6 +25,7 @@ import json
 import os
 import re
 import struct
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -119,14 +120,24 @@ def _syntax(what: str, at: int) -> FormatError:
 def _check_utf8(raw: memoryview) -> None:
     """Refuse a header that is not UTF-8, as safetensors does, without holding it as a str
     (one of 4 bytes per character, where one character outside the BMP is enough)."""
+    if len(raw) <= _UTF8_STEP:  # one step: the decoder in one call, without its object
+        try:
+            codecs.utf_8_decode(raw, "strict", True)
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc, exc.start) from None
+        return
     dec = codecs.getincrementaldecoder("utf-8")()
     for at in range(0, len(raw), _UTF8_STEP):
         pending = len(dec.getstate()[0])
         try:
             dec.decode(raw[at:at + _UTF8_STEP], final=at + _UTF8_STEP >= len(raw))
         except UnicodeDecodeError as exc:
-            raise FormatError(f"the header is not valid UTF-8 ({exc.reason} at byte "
-                              f"{at - pending + exc.start})", field="header") from None
+            raise _not_utf8(exc, at - pending + exc.start) from None
+
+
+def _not_utf8(exc: UnicodeDecodeError, at: int) -> FormatError:
+    return FormatError(f"the header is not valid UTF-8 ({exc.reason} at byte {at})",
+                       field="header")
 
 
 def _text(token: bytes, field: str) -> str:
@@ -457,16 +468,32 @@ def _fast_entry(name: str, st: str, shape: tuple[int, ...], begin: int, end: int
                 data_size: int) -> tuple[SafetensorsEntry, Descriptor] | None:
     """The entry a well-formed member describes, or None if a check fails (the full checks
     of :func:`_check_entry` then say which): the same rules, without their messages."""
+    described = describe(shape, st)
+    if described is None or begin > end or end > data_size or end - begin != described[2]:
+        return None
+    d, shape, _, dtype = described
+    return SafetensorsEntry(name, dtype, shape, begin, end), d
+
+
+@lru_cache(maxsize=4096)
+def describe(shape: tuple[int, ...], st: str
+             ) -> tuple[Descriptor, tuple[int, ...], int, DType] | None:
+    """``(descriptor, its shape, byte count, element type)`` of a dense tensor of
+    safetensors type ``st``, checked as :func:`_check_entry` checks them, or ``None`` where
+    a check fails (without its message). Also what the compiled reader
+    (:func:`compiled_tensors`) asks once for each distinct type and shape of a header.
+    Cached, as the descriptors are: checkpoints share a few shapes and types, and loading
+    one again asks the same questions."""
     dtype = _by_name().get(st)
-    if dtype is None or DYNAMIC in shape or begin > end or end > data_size:
+    if dtype is None or DYNAMIC in shape:
         return None
     try:
         d, nbytes = _descriptor(shape, st)
     except FormatError:
         return None
-    if end - begin != nbytes or (dtype.is_subbyte and (d.element_count * dtype.bits) % 8):
+    if dtype.is_subbyte and (d.element_count * dtype.bits) % 8:
         return None
-    return SafetensorsEntry(name, dtype, d.shape, begin, end), d
+    return d, d.shape, nbytes, dtype
 
 
 def _check_entry(name: str, info: dict[str, Any], by_name: dict[str, DType],
@@ -513,6 +540,13 @@ def read_header_from(f: Any) -> SafetensorsIndex:
 
 def read_header_and_descriptors(f: Any) -> tuple[SafetensorsIndex, list[Descriptor]]:
     """:func:`read_header_from`, and each entry's descriptor (made once, for a converter)."""
+    return _parse(*read_prefix(f))
+
+
+def read_prefix(f: Any) -> tuple[memoryview, int]:
+    """The first ``8 + N`` bytes of a safetensors file open as ``f`` (at offset 0), or as
+    many as the file justifies reading, and the file's size: what :func:`parse_header` and
+    :func:`header_bytes` take."""
     size = os.fstat(f.fileno()).st_size
     head = f.read(LENGTH.size)
     if len(head) == LENGTH.size:
@@ -521,5 +555,51 @@ def read_header_and_descriptors(f: Any) -> tuple[SafetensorsIndex, list[Descript
             buf = bytearray(LENGTH.size + n)  # read into place: the header is held once
             buf[:LENGTH.size] = head
             got = f.readinto(memoryview(buf)[LENGTH.size:])
-            return _parse(memoryview(buf)[:LENGTH.size + (got or 0)], size)
-    return _parse(head, size)
+            return memoryview(buf)[:LENGTH.size + (got or 0)], size
+    return memoryview(head), size
+
+
+def header_bytes(prefix: bytes | memoryview, file_size: int) -> memoryview:
+    """The JSON header in ``prefix`` (a file's first ``8 + N`` bytes), once its length,
+    place, first byte and UTF-8 are checked: what :func:`compiled_tensors` reads."""
+    return _header_bytes(prefix, file_size)
+
+
+def read_metadata(raw: memoryview, at: int, data_size: int) -> dict[str, str]:
+    """The ``__metadata__`` object whose value starts at byte ``at`` of the header ``raw``
+    (the place :func:`compiled_tensors` gives), read and checked as :func:`parse_header`
+    reads it."""
+    r = _Reader(raw, data_size)
+    r.pos = at
+    return r.metadata(build=True)
+
+
+# The compiled reader of headers in the writer's own form (_speedups_c/st_header.c), or
+# None where hurray_bridge._speedups was not built (or built before it had one).
+_compiled: Callable[..., tuple[dict[str, Any], int, int, int] | None] | None
+try:
+    from .._speedups import safetensors_tensors as _compiled
+except ImportError:
+    _compiled = None
+
+
+def compiled_reader() -> bool:
+    """Whether :func:`compiled_tensors` may read a file (the compiled module was built):
+    without it a caller skips the steps that serve it alone (the map made first)."""
+    return _compiled is not None
+
+
+def compiled_tensors(raw: memoryview, data_size: int, base: int, owner: object, cap: int
+                     ) -> tuple[dict[str, Any], int, int, int] | None:
+    """hb.load's tensors of the header ``raw`` (:func:`header_bytes`) over the mapped data
+    at address ``base``, read in C: ``({name: Tensor}, where __metadata__'s value starts
+    or -1, the alignment every non-empty buffer has (at most ``cap``), how many buffers
+    are not ``cap``-aligned)``.
+
+    ``None`` when the compiled module is absent or the header is not entirely in the
+    form safetensors' writer gives it, or has any defect: the Python reader
+    (:func:`parse_header`) then reads it, and names the defect. Where both read a header
+    they agree (tests/hurray_bridge/test_safetensors_compiled.py)."""
+    if _compiled is None:
+        return None
+    return _compiled(raw, data_size, base, owner, describe, checkpoint, cap)

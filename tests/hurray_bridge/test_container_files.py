@@ -638,14 +638,14 @@ def test_a_file_emptied_before_it_is_mapped_is_a_format_error(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "t.hurray"
     hb.save(path, {"w": np.ones(1000, np.float32)}, fsync=False)
-    real = reading.read_head
+    real = reading.read_raw_index
 
     def read_then_empty(f: Any) -> Any:
         got = real(f)
         os.truncate(path, 0)
         return got
 
-    monkeypatch.setattr(reading, "read_head", read_then_empty)
+    monkeypatch.setattr(reading, "read_raw_index", read_then_empty)
     with pytest.raises(hb.FormatError, match="changed size") as err:
         hb.load(path)
     assert err.value.field == "file_size"

@@ -110,14 +110,18 @@ def _count_descriptors(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_a_safetensors_load_builds_each_descriptor_once(tmp_path: pathlib.Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     n = 300
-    # Distinct shapes: the header's cache of descriptors by (shape, type) never hits.
-    sd = {f"t{i}": np.zeros((i + 1,), np.float32) for i in range(n)}
+    # Distinct shapes, no other test's: the caches of descriptors by (shape, type) (the
+    # header's, and the compiled reader's, which lasts) never hit.
+    sd = {f"t{i}": np.zeros((i + 1, 3, 1, 7), np.float32) for i in range(n)}
     path = tmp_path / "d.safetensors"
     safetensors_io.save(path, sd, fsync=False)
     _safetensors_header._descriptor.cache_clear()
+    _safetensors_header.describe.cache_clear()
     built = _count_descriptors(monkeypatch)
     out = hb.load(path)
     assert {k: v.shape for k, v in out.items()} == {k: v.shape for k, v in sd.items()}
+    assert built[0] == n
+    hb.load(path)  # and loading it again builds none
     assert built[0] == n
 
 
