@@ -265,6 +265,7 @@ def plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
     # (shape, type tag) -> descriptor: dense_descriptor's own key hashes the DType, whose
     # hash is Python code over all its fields.
     descriptors: dict[tuple[tuple[int, ...], int], Descriptor] = {}
+    sharded = False  # whether an entry has a shard section (a dense array has none)
     for name, value in mapping.items():
         if not isinstance(name, str):
             raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
@@ -281,14 +282,17 @@ def plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
         saver = deferred_save(type(value)) if defer else None
         if saver is not None:
             d = saver.describe(value)
+            sharded = sharded or d.shard is not None
             deferred.append((len(items), saver, value, d))
             # Not a piece to write: plan_items places it, _write_deferred leaves it to the saver.
             items.append((name, d, [cast(Piece, Pending(d.nbytes))]))
             continue
         for entry, t in host_entries(name, value):
             keep.append(t)
+            sharded = sharded or t.descriptor.shard is not None
             items.append((entry, t.descriptor, [t.memoryview(b.role) for b in t.buffers]))
-    check_shard_entries({name: d for name, d, _ in items})
+    if sharded:  # (else no entry is a shard, and there is nothing to check)
+        check_shard_entries({name: d for name, d, _ in items})
     plan = plan_items(items, metadata, alignment, checksums, keep)
     plan.deferred = deferred
     return plan

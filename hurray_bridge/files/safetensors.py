@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .._gc import collection_paused
+from .._gc import collection_paused, covers_write
 from .._trailing import check_bool8_bytes
 from ..descriptor import Descriptor, dense_descriptor, form_name
 from ..dtypes import DType
@@ -242,6 +242,11 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
         names: dict[int, str] = {}
         outs = [_out_of(name, v) if isinstance(v, Tensor) else _dense_out(name, v, names)
                 for name, v in values.items()]
+        if covers_write(sum(o.nbytes for o in outs)):
+            del values  # (this call's objects go before collection resumes; see _gc)
+            count = _write_safetensors(target, outs, metadata, fsync=fsync, progress=progress)
+            del outs
+            return count
     return _write_safetensors(target, outs, metadata, fsync=fsync, progress=progress)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._deferred import FileTarget, Job, Run, box_runs
-from .._gc import collection_paused
+from .._gc import collection_paused, covers_write
 from .._trailing import written_pieces
 from ..descriptor import Descriptor
 from ..dtypes import bool8
@@ -230,6 +230,10 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
     check_suffix(fspath(path, "path"), "hurray")
     with collection_paused():
         plan = plan_tensors(mapping, metadata, alignment, checksums, defer=True)
+        if not plan.deferred and covers_write(plan.file_size):
+            write_plan(path, plan, fsync=fsync)
+            del plan  # (before collection resumes: none of its objects is left to collect)
+            return
     if plan.deferred:
         _write_deferred(path, plan, fsync=fsync)
     else:

@@ -63,6 +63,8 @@ def test_save_and_load_of_many_tensors_start_almost_no_collection(
     sd = _state_dict(N)
     path = tmp_path / f"m.{fmt}"
     save = hb.save if fmt == "hurray" else safetensors_io.save
+    save(path, _state_dict(2), fsync=False)  # the modules a first save and load import
+    hb.load(path)
     before = len(collections)  # (making the tensors started some)
     save(path, sd, fsync=False)
     saved = len(collections)
@@ -74,6 +76,54 @@ def test_save_and_load_of_many_tensors_start_almost_no_collection(
     assert saved - before <= 3, collections[before:]
     assert loading - saved <= 3, collections[saved:]
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("fmt", ["hurray", "safetensors"])
+def test_a_save_leaves_its_objects_to_no_collection(tmp_path: pathlib.Path, fmt: str) -> None:
+    # Collection resumes once the save's per-tensor objects are gone: resumed while the
+    # plan lived, the first collection after the pause walked every one of them (a dozen
+    # a tensor, ~1 us). One may still start (freed objects kept for reuse stay counted),
+    # and then finds next to nothing young to walk.
+    sd = _state_dict(N)
+    save = hb.save if fmt == "hurray" else safetensors_io.save
+    save(tmp_path / f"warm.{fmt}", _state_dict(2), fsync=False)  # (its imports)
+    young: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] < 2:
+            young.append(len(gc.get_objects(generation=0)))
+
+    gc.collect()
+    gc.callbacks.append(note)
+    try:
+        save(tmp_path / f"m.{fmt}", sd, fsync=False)
+    finally:
+        gc.callbacks.remove(note)
+    assert len(young) <= 1, young
+    assert all(n < N // 10 for n in young), young
+    assert gc.isenabled()
+
+
+def test_a_large_write_resumes_collection_before_its_bytes(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past PAUSED_WRITE_BYTES, collection is on again while the bytes are written.
+    from hurray_bridge import _gc
+    from hurray_bridge.files import writing
+
+    seen: list[bool] = []
+    real = writing.write_plan
+
+    def spy(*args: Any, **kwargs: Any) -> None:
+        seen.append(gc.isenabled())
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(writing, "write_plan", spy)
+    sd = _state_dict(10)
+    hb.save(tmp_path / "a.hurray", sd, fsync=False)
+    monkeypatch.setattr(_gc, "PAUSED_WRITE_BYTES", 1000)
+    hb.save(tmp_path / "b.hurray", sd, fsync=False)
+    assert seen == [False, True]
+    assert (tmp_path / "a.hurray").read_bytes() == (tmp_path / "b.hurray").read_bytes()
 
 
 def test_collection_stays_as_the_caller_left_it(tmp_path: pathlib.Path) -> None:
