@@ -28,7 +28,7 @@ from .disk import WRITES_VECTORS, write_all, write_vectors
 from .pread import pread_into
 from .regions import Piece, Region
 
-__all__ = ["CHUNK", "DataWriter", "Item", "Progress", "write_data"]
+__all__ = ["CHUNK", "RUN", "DataWriter", "Item", "Progress", "run_feed", "write_data"]
 
 CHUNK = 4 << 20  # write and checksum in slices that stay in the CPU cache
 Progress = Callable[[int, int], None]
@@ -263,6 +263,48 @@ class DataWriter:
             self.crcs[slot] = crc32(src, self.crcs[slot])
         self._vector(src)
 
+    def put_run(self, ats: Sequence[int], srcs: Sequence[memoryview],
+                first: int | None) -> None:
+        """:meth:`put_at` of each view ``srcs[k]`` at file offset ``ats[k]`` (in order) into
+        slot ``first + k``, or into none when ``first`` is None.
+
+        The many small tensors of a checkpoint in one loop, without a call per tensor: a
+        view shorter than a buffer, after at most a pad's worth of zeros, joins the pending
+        vectors here; any other goes through :meth:`put_at`, as does every view of a writer
+        that does not write vectors in this thread."""
+        slot = first
+        if self.clip or not self.gathers or self.gather is not None or self.summer is not None:
+            for at, src in zip(ats, srcs, strict=True):
+                self.put_at(at, src, slot)
+                if slot is not None:
+                    slot += 1
+            return
+        vectors, crcs, summed = self.vectors, self.crcs, self.summed
+        cap, end, size, most = self.buffer_size, self.end, self.vector_bytes, _GATHER_OPS - 1
+        for at, src in zip(ats, srcs, strict=True):
+            gap = at - end
+            n = len(src)
+            if n >= cap or not 0 <= gap <= _ZERO_PAD_BYTES:
+                self.end, self.vector_bytes = end, size
+                self.put_at(at, src, slot)  # (may write the vectors, or queue chunks)
+                vectors, end, size = self.vectors, self.end, self.vector_bytes
+            else:
+                if gap:
+                    vectors.append(_ZERO_PAD[:gap])
+                vectors.append(src)
+                end = at + n
+                size += gap + n
+                if slot is not None:
+                    summed[slot] = summed.get(slot, 0) + n
+                    crcs[slot] = crc32(src, crcs[slot])
+                if size >= cap or len(vectors) >= most:
+                    self.end, self.vector_bytes = end, size
+                    self._flush_vectors()
+                    vectors, size = self.vectors, 0
+            if slot is not None:
+                slot += 1
+        self.end, self.vector_bytes = end, size
+
     def checksum(self, src: Region, slot: int) -> None:
         if not src.length or (self.clip and not self.base <= self.end < self.base + self.total):
             return  # (a split half: the other checks it)
@@ -415,6 +457,21 @@ class _Stopped(Exception):
 # One item of a data region: (file offset where its bytes, padding first, begin; feed), where
 # feed(writer) puts the item's pieces, in order. A split never cuts an item.
 Item = tuple[int, Callable[["DataWriter"], None]]
+
+
+RUN = 256  # the pieces of one item of runs (run_feed): a split write cuts between items
+
+
+def run_feed(ats: Sequence[int], srcs: Sequence[memoryview],
+             first: int | None) -> Callable[[DataWriter], None]:
+    """The feed of an item of small pieces in memory (:meth:`DataWriter.put_run`): one for
+    up to :data:`RUN` tensors, where a feed each cost a partial and a call each."""
+    return functools.partial(_put_run, ats, srcs, first)
+
+
+def _put_run(ats: Sequence[int], srcs: Sequence[memoryview], first: int | None,
+             out: DataWriter) -> None:
+    out.put_run(ats, srcs, first)
 
 
 def _split_point(items: Sequence[Item], base: int, total: int) -> tuple[int, int, int] | None:

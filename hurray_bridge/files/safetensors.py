@@ -30,7 +30,7 @@ from ..tensor import Tensor
 from .convert import safetensors_plan
 from .data_checks import check_checksum, check_head_padding, check_padding_and_bits, verify_file
 from .disk import atomic_output, check_suffix, fspath, open_regular, write_all
-from .engine import DataWriter, write_data
+from .engine import RUN, DataWriter, Item, run_feed, write_data
 from .format import BUFFER_ALIGNMENT, FLAG_DATA_CHECKSUMS, MAGIC, EntryInfo, Header, read_head
 from .plan import dense_reader, encode_metadata, host_tensor
 from .pread import read_range
@@ -305,11 +305,33 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
                     out.checksum(piece, slot)
         return feed
 
-    items, at = [], len(head)
+    # Outputs of one view in memory and no checksum (a save's), the common case, go in
+    # runs of up to RUN outputs, an item each (DataWriter.put_run), not a partial each.
+    items: list[Item] = []
+    at, run_start = len(head), 0
+    run_at: list[int] = []
+    run_src: list[memoryview] = []
     with collection_paused():
         for o in outs:
+            if len(o.pieces) == 1:
+                piece, slot, written = o.pieces[0]
+                if slot is None and written and type(piece) is memoryview:
+                    if not run_at:
+                        run_start = at
+                    run_at.append(at)
+                    run_src.append(piece)
+                    at += o.nbytes
+                    if len(run_at) == RUN:
+                        items.append((run_start, run_feed(run_at, run_src, None)))
+                        run_at, run_src = [], []
+                    continue
+            if run_at:
+                items.append((run_start, run_feed(run_at, run_src, None)))
+                run_at, run_src = [], []
             items.append((at, feeder(o)))
             at += o.nbytes
+        if run_at:
+            items.append((run_start, run_feed(run_at, run_src, None)))
     with atomic_output(dst, fsync=fsync) as fd:
         write_all(fd, head)
         crcs = write_data(fd, len(head), pos, slots, items, durable=fsync, progress=progress)

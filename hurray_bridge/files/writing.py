@@ -22,7 +22,7 @@ from ..dtypes import bool8
 from ..errors import FormatError, UnsupportedError
 from .checksums import crc32, crc32_combine
 from .disk import atomic_output, atomic_temporary, bad_count, check_suffix, fspath, write_all
-from .engine import CHUNK, DataWriter, Item, Progress, write_data
+from .engine import CHUNK, RUN, DataWriter, Item, Progress, run_feed, write_data
 from .format import BUFFER_ALIGNMENT
 from .plan import Plan, PlanEntry, plan_tensors, serialise
 from .regions import Piece
@@ -50,13 +50,36 @@ def write_plan(path: str | os.PathLike[str], plan: Plan, *, fsync: bool,
                     out.put(src, i if slots else None)
         return feed
 
+    # Entries of one view in memory, the common case, go in runs of up to RUN entries, an
+    # item each (DataWriter.put_run): an item per entry cost a partial and a call each.
+    base, run_start, run_first = plan.data_offset, end, 0
+    run_at: list[int] = []
+    run_src: list[memoryview] = []
+
+    def close_run() -> None:
+        items.append((run_start, run_feed(run_at, run_src, run_first if slots else None)))
+
     with collection_paused():
         for i, e in enumerate(plan.entries):
-            if len(e.sources) == 1:
+            sources = e.sources
+            if len(sources) == 1 and type(src := sources[0]) is memoryview and len(src):
+                if not run_at:
+                    run_start, run_first = end, i
+                at = base + e.offsets[0]
+                run_at.append(at)
+                run_src.append(src)
+                end = at + len(src)
+                if len(run_at) == RUN:
+                    close_run()
+                    run_at, run_src = [], []
+                continue
+            if run_at:
+                close_run()
+                run_at, run_src = [], []
+            if len(sources) == 1:
                 # (a partial costs a third of a closure; most entries have one piece)
-                src = e.sources[0]
                 if len(src):
-                    at = plan.data_offset + e.offsets[0]
+                    at = base + e.offsets[0]
                     items.append((end, functools.partial(_put_one, at, src,
                                                          i if slots else None)))
                     end = at + len(src)
@@ -67,6 +90,8 @@ def write_plan(path: str | os.PathLike[str], plan: Plan, *, fsync: bool,
             for src, off in zip(e.sources, e.offsets, strict=True):
                 if len(src):
                     end = plan.data_offset + off + len(src)
+        if run_at:
+            close_run()
     with atomic_output(path, fsync=fsync) as fd:
         # The data first, checksummed as it goes; the head, which holds the
         # checksums, last. Its size is known in advance, so one pass suffices.

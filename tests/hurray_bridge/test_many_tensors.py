@@ -389,3 +389,50 @@ def test_a_safetensors_save_writes_the_bytes_of_the_general_path(
         safetensors_io.save(tmp_path / "m.safetensors",
                             {"a": np.ones(2, np.float32), "__metadata__": np.ones(2, np.float32)},
                             fsync=False)
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("fmt", ["hurray", "safetensors"])
+def test_runs_of_small_tensors_write_the_bytes_of_one_call_each(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, split: bool, fmt: str) -> None:
+    # Small arrays go to the writer in runs (DataWriter.put_run), among entries that break
+    # a run (an array of a buffer's size or more, empty, bool8, sub-byte) and across the
+    # cut of a split write: the file is the one written an entry at a time (put_at).
+    monkeypatch.setattr(engine, "_SPLIT_BYTES", 0 if split else None)
+    from hurray_bridge.files import writing
+    for module in (writing, files_safetensors):  # runs end among the 600, not at its end only
+        monkeypatch.setattr(module, "RUN", 7)
+    sd: dict[str, Any] = {}
+    extra = _mixed() if fmt == "hurray" else {"bool": np.array([True, False]),
+                                              "empty": np.ones((0, 2), np.float32)}
+    for i, (k, v) in enumerate(_state_dict(600).items()):
+        sd[k] = v
+        if i % 97 == 5:
+            sd[f"big{i}"] = np.full(70_000, i, np.float32)  # 280 KB: more than the buffer
+        if i == 300:
+            sd.update(extra)
+    runs, path, one = tmp_path / f"runs.{fmt}", tmp_path / f"one.{fmt}", tmp_path / f"o.{fmt}"
+    save = hb.save if fmt == "hurray" else safetensors_io.save
+    seen: list[int] = []
+    real = engine.DataWriter.put_run
+
+    def counting(self: engine.DataWriter, ats: Any, srcs: Any, first: Any) -> None:
+        seen.append(len(srcs))
+        real(self, ats, srcs, first)
+
+    monkeypatch.setattr(engine.DataWriter, "put_run", counting)
+    save(path, sd, fsync=False)
+    assert seen and max(seen) == 7 and sum(seen) >= 600, seen
+
+    def one_at_a_time(self: engine.DataWriter, ats: Any, srcs: Any, first: Any) -> None:
+        for k, (at, src) in enumerate(zip(ats, srcs, strict=True)):
+            self.put_at(at, src, None if first is None else first + k)
+
+    monkeypatch.setattr(engine.DataWriter, "put_run", one_at_a_time)
+    save(one, sd, fsync=False)
+    assert path.read_bytes() == one.read_bytes()
+    if fmt == "hurray":
+        assert path.read_bytes() == hb.dumps(sd)
+    back = hb.load(path, verify=fmt == "hurray")  # the checksums are those of the bytes
+    for k in ("layers.0.p", "big5", "layers.599.p"):
+        assert np.array_equal(hb.convert(back[k], "numpy"), sd[k])
