@@ -411,7 +411,7 @@ def test_runs_of_small_tensors_write_the_bytes_of_one_call_each(
             sd[f"big{i}"] = np.full(70_000, i, np.float32)  # 280 KB: more than the buffer
         if i == 300:
             sd.update(extra)
-    runs, path, one = tmp_path / f"runs.{fmt}", tmp_path / f"one.{fmt}", tmp_path / f"o.{fmt}"
+    path, one = tmp_path / f"runs.{fmt}", tmp_path / f"one.{fmt}"
     save = hb.save if fmt == "hurray" else safetensors_io.save
     seen: list[int] = []
     real = engine.DataWriter.put_run
