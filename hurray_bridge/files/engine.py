@@ -28,7 +28,8 @@ from .disk import WRITES_VECTORS, write_all, write_vectors
 from .pread import pread_into
 from .regions import Piece, Region
 
-__all__ = ["CHUNK", "RUN", "DataWriter", "Item", "Progress", "run_feed", "write_data"]
+__all__ = ["CHUNK", "RUN", "DataWriter", "Item", "Progress", "run_feed", "write_data",
+           "write_views", "zeros"]
 
 CHUNK = 4 << 20  # write and checksum in slices that stay in the CPU cache
 Progress = Callable[[int, int], None]
@@ -457,6 +458,18 @@ class _Stopped(Exception):
 # One item of a data region: (file offset where its bytes, padding first, begin; feed), where
 # feed(writer) puts the item's pieces, in order. A split never cuts an item.
 Item = tuple[int, Callable[["DataWriter"], None]]
+
+
+def zeros(n: int) -> memoryview | bytes:
+    """``n`` zero bytes to write (a view of one shared buffer when short enough)."""
+    return _ZERO_PAD[:n] if n <= _ZERO_PAD_BYTES else bytes(n)
+
+
+def write_views(fd: int, views: list[memoryview | bytes]) -> None:
+    """Write ``views`` in order at ``fd``'s position, as many in one call as a
+    :class:`DataWriter` writes at once (each call a checkpoint, as each of its flushes)."""
+    for k in range(0, len(views), _GATHER_OPS):
+        write_vectors(fd, cast(list[memoryview], views[k:k + _GATHER_OPS]))
 
 
 RUN = 256  # the pieces of one item of runs (run_feed): a split write cuts between items

@@ -2,7 +2,8 @@
 
 A save is atomic (:mod:`~hurray_bridge.files.disk`): a temporary in the target's
 directory, its data written and checksummed by :mod:`~hurray_bridge.files.engine`, the
-head last, fsync, ``os.replace``. Entries whose parts other processes hold (a Dask array)
+head last (a small file's head and data in one pass once its checksums are known),
+fsync, ``os.replace``. Entries whose parts other processes hold (a Dask array)
 are written by those processes into the preallocated temporary (:func:`write_box`).
 """
 
@@ -22,7 +23,17 @@ from ..dtypes import bool8
 from ..errors import FormatError, UnsupportedError
 from .checksums import crc32, crc32_combine
 from .disk import atomic_output, atomic_temporary, bad_count, check_suffix, fspath, write_all
-from .engine import CHUNK, RUN, DataWriter, Item, Progress, run_feed, write_data
+from .engine import (
+    CHUNK,
+    RUN,
+    DataWriter,
+    Item,
+    Progress,
+    run_feed,
+    write_data,
+    write_views,
+    zeros,
+)
 from .format import BUFFER_ALIGNMENT
 from .plan import Plan, PlanEntry, plan_tensors, serialise
 from .regions import Piece
@@ -39,6 +50,16 @@ def write_plan(path: str | os.PathLike[str], plan: Plan, *, fsync: bool,
     written, and an error it raises leaves ``path`` as it was; with ``sums`` the data
     checksums it gets are computed even when the file stores none."""
     slots = len(plan.entries) if plan.checksums or sums else 0
+    small = None if progress is not None else _small_file(plan, slots)
+    if small is not None:
+        # Head and data in one pass, the checksums (of the same views) known first.
+        views, crcs = small
+        with atomic_output(path, fsync=fsync) as fd:
+            views[0] = plan.head(crcs)
+            write_views(fd, views)
+            if check is not None:
+                check(crcs)
+        return
     items: list[Item] = []
     end = plan.data_offset  # where the bytes of the entries so far end
 
@@ -102,6 +123,34 @@ def write_plan(path: str | os.PathLike[str], plan: Plan, *, fsync: bool,
             check(crcs)
         os.lseek(fd, 0, os.SEEK_SET)
         write_all(fd, plan.head(crcs))
+
+
+def _small_file(plan: Plan, slots: int) -> tuple[list[memoryview | bytes], list[int]] | None:
+    """A file of under a :data:`CHUNK` of data, every entry one view in memory (or none), as
+    the views to write from offset 0 (the head's place first, then the data and its
+    padding) and the CRCs of the entries' bytes; None for any other file.
+
+    A save of a few tensors spent more on the data writer's set-up (and on two more
+    system calls: the head written apart, last) than on its bytes."""
+    if plan.data_length >= CHUNK:
+        return None
+    views: list[memoryview | bytes] = [b""]
+    crcs = [0] * len(plan.entries)
+    base = end = plan.data_offset
+    for i, e in enumerate(plan.entries):
+        sources = e.sources
+        if len(sources) != 1 or type(src := sources[0]) is not memoryview:
+            return None
+        if not len(src):
+            continue
+        at = base + e.offsets[0]
+        if at > end:
+            views.append(zeros(at - end))
+        views.append(src)
+        if slots:
+            crcs[i] = crc32(src)
+        end = at + len(src)
+    return views, crcs
 
 
 def _put_one(at: int, src: Piece, slot: int | None, out: DataWriter) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import pathlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -407,8 +408,8 @@ def test_runs_of_small_tensors_write_the_bytes_of_one_call_each(
                                               "empty": np.ones((0, 2), np.float32)}
     for i, (k, v) in enumerate(_state_dict(600).items()):
         sd[k] = v
-        if i % 97 == 5:
-            sd[f"big{i}"] = np.full(70_000, i, np.float32)  # 280 KB: more than the buffer
+        if i % 37 == 5:  # (17 of 280 KB: the buffer is 4 MiB, and the data more)
+            sd[f"big{i}"] = np.full(70_000, i, np.float32)
         if i == 300:
             sd.update(extra)
     path, one = tmp_path / f"runs.{fmt}", tmp_path / f"one.{fmt}"
@@ -436,3 +437,47 @@ def test_runs_of_small_tensors_write_the_bytes_of_one_call_each(
     back = hb.load(path, verify=fmt == "hurray")  # the checksums are those of the bytes
     for k in ("layers.0.p", "big5", "layers.599.p"):
         assert np.array_equal(hb.convert(back[k], "numpy"), sd[k])
+
+
+def test_a_small_file_is_written_in_one_call(tmp_path: pathlib.Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under a buffer of data, all of it views in memory: head and data in one writev (the
+    # checksums computed first), not the data, a seek and the head. The bytes and the
+    # checksums are those of the general writer's file.
+    from hurray_bridge.files import disk
+
+    sd = _state_dict(100)
+    calls: list[str] = []
+    for name in ("write", "writev", "pwrite", "pwritev", "lseek"):
+        real = getattr(os, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(os, name, counted)
+    hb.save(tmp_path / "s.hurray", sd, fsync=False)
+    monkeypatch.undo()
+    assert calls == ["writev"], calls
+    assert (tmp_path / "s.hurray").read_bytes() == hb.dumps(sd)
+    hb.load(tmp_path / "s.hurray", verify=True)
+    # The write is a checkpoint, as each of the general writer's is: a stop asked there
+    # leaves the old file and no temporary.
+    before = (tmp_path / "s.hurray").read_bytes()
+    stops: list[str] = []
+
+    def stop() -> None:
+        caller = sys._getframe(2).f_code.co_name  # (1 is disk.checkpoint)
+        stops.append(caller)
+        if caller == "write_vectors":
+            raise KeyboardInterrupt
+
+    disk.set_checkpoint(stop)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            hb.save(tmp_path / "s.hurray", _state_dict(3), fsync=False)
+    finally:
+        disk.set_checkpoint(None)
+    assert stops[-1] == "write_vectors", stops
+    assert (tmp_path / "s.hurray").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.hurray"]
