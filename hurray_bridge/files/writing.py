@@ -148,7 +148,7 @@ def _small_file(plan: Plan, slots: int) -> tuple[list[memoryview | bytes], list[
             views.append(zeros(at - end))
         views.append(src)
         if slots:
-            crcs[i] = crc32(src)
+            crcs[i] = crc32(src, 0)
         end = at + len(src)
     return views, crcs
 
