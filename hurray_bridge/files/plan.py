@@ -55,6 +55,15 @@ __all__ = ["Plan", "PlanEntry", "dense_reader", "encode_metadata", "host_entries
 
 _NAME_PADS = tuple(bytes(n) for n in range(8))  # the zeros after a name of 8k - n bytes
 
+# The dense descriptors of the shapes and types saved, and their encoded heads, kept from
+# one save to the next (a checkpoint saved again has the same ones): (shape, type tag) ->
+# descriptor, and id of a descriptor -> (it, its head), the descriptor held so that its
+# id names no other. Each emptied when it reaches _CACHED entries.
+_DESCRIPTORS: dict[tuple[tuple[int, ...], int], Descriptor] = {}
+_HEADS: dict[int, tuple[Descriptor, bytes]] = {}
+_CACHED = 4096
+_new_entry = tuple.__new__  # PlanEntry's own __new__ is a Python function: a call more
+
 
 class PlanEntry(NamedTuple):
     name_bytes: bytes
@@ -192,28 +201,37 @@ def plan_items(items: Sequence[tuple[str, Descriptor, Sequence[Piece] | memoryvi
         raise FormatError(f"alignment must be a power of two in [{BUFFER_ALIGNMENT}, "
                           f"{MAX_BUFFER_ALIGNMENT}], got {alignment!r}", field="alignment")
     meta, n_meta = encode_metadata(metadata)
-    entries, names, cursor, table = [], set(), 0, 0
-    heads: dict[int, bytes] = {}  # id of a shared dense descriptor -> its encoded head
+    entries: list[PlanEntry] = []
+    names: set[str] = set()
+    cursor = table = 0
+    dense_size = ENTRY.size + DENSE_PLACE.size
+    heads, place = _HEADS, DENSE_PLACE.pack
     for k, (name, d, sources) in enumerate(items):
         if not k & 1023:
             checkpoint()  # a file of many entries plans for seconds
-        nb = _name_bytes(name, "entry name", MAX_NAME_BYTES)
+        try:
+            nb = name.encode("utf-8")
+        except (AttributeError, UnicodeEncodeError):
+            nb = b""
+        if type(name) is not str or not 0 < len(nb) <= MAX_NAME_BYTES or b"\x00" in nb:
+            nb = _name_bytes(name, "entry name", MAX_NAME_BYTES)  # (refuses, naming why)
         if name in names:
             raise FormatError(f"duplicate entry name {name!r}", field="name")
         names.add(name)
         if type(sources) is memoryview:
             # A dense entry whose bytes are written as they are: its descriptor's bytes
-            # are the head shared by its shape and type, then its place (wire.dense_head;
-            # d outlives the plan in dense_descriptor's cache and in items, so its id
-            # names it).
-            head = heads.get(id(d))
-            if head is None:
-                head = heads[id(d)] = dense_head(d)
+            # are the head shared by its shape and type, then its place (wire.dense_head).
+            cached = heads.get(id(d))
+            if cached is None or cached[0] is not d:
+                if len(heads) >= _CACHED:
+                    heads.clear()
+                cached = heads[id(d)] = (d, dense_head(d))
+            head = cached[1]
             n = len(sources)
             cursor = -(-cursor // alignment) * alignment
-            entries.append(PlanEntry(nb, head + DENSE_PLACE.pack(cursor, n), (sources,),
-                                     (cursor,)))
-            table += ENTRY.size + pad8(len(nb)) + len(head) + DENSE_PLACE.size
+            entries.append(_new_entry(PlanEntry, (nb, head + place(cursor, n), (sources,),
+                                                  (cursor,))))
+            table += dense_size + (len(nb) + 7) // 8 * 8 + len(head)
             cursor += n
             continue
         specs = d.buffer_layout()
@@ -264,7 +282,7 @@ def plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
     dense = dense_reader()
     # (shape, type tag) -> descriptor: dense_descriptor's own key hashes the DType, whose
     # hash is Python code over all its fields.
-    descriptors: dict[tuple[tuple[int, ...], int], Descriptor] = {}
+    descriptors = _DESCRIPTORS
     sharded = False  # whether an entry has a shard section (a dense array has none)
     for name, value in mapping.items():
         if not isinstance(name, str):
@@ -275,6 +293,8 @@ def plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
             dtype, shape, view = parts
             d = descriptors.get((shape, dtype.tag))
             if d is None:
+                if len(descriptors) >= _CACHED:
+                    descriptors.clear()
                 d = descriptors[shape, dtype.tag] = dense_descriptor(shape, dtype)
             keep.append(value)
             items.append((name, d, view))

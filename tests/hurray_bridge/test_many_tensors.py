@@ -481,3 +481,19 @@ def test_a_small_file_is_written_in_one_call(tmp_path: pathlib.Path,
     assert stops[-1] == "write_vectors", stops
     assert (tmp_path / "s.hurray").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.hurray"]
+
+
+def test_the_kept_descriptors_and_heads_stay_right_when_emptied(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A save keeps the descriptors and encoded heads of the shapes and types it met for
+    # the next (planning._DESCRIPTORS, _HEADS); emptied when full, as here every few
+    # entries, each entry still gets its own shape's head.
+    monkeypatch.setattr(planning, "_CACHED", 3)
+    sd = {f"t{i}": np.full((i % 11 + 1,) * (i % 3 + 1), i, (np.float32, np.int8)[i % 2])
+          for i in range(60)}
+    for _ in range(2):
+        hb.save(tmp_path / "k.hurray", sd, fsync=False)
+        assert len(planning._DESCRIPTORS) <= 3 and len(planning._HEADS) <= 3
+    monkeypatch.setattr(planning, "dense_reader", lambda: None)  # the general path
+    hb.save(tmp_path / "g.hurray", sd, fsync=False)
+    assert (tmp_path / "k.hurray").read_bytes() == (tmp_path / "g.hurray").read_bytes()
