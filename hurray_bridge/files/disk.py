@@ -170,11 +170,11 @@ def write_vectors(fd: int, views: list[memoryview], offset: int | None = None) -
     system allows (``os.writev``; where ``WRITES_VECTORS``), at most ``_IOV_MAX`` views each."""
     checkpoint()
     call = "writev" if offset is None else "pwritev"
-    views = [v for v in views if len(v)]  # (a copy: a short write replaces the view it ends in)
+    views = list(filter(len, views))  # (a copy: a short write replaces the view it ends in)
     i = 0
     while i < len(views):
         batch = views[i:i + _IOV_MAX]
-        want = sum(len(v) for v in batch)
+        want = sum(map(len, batch))
         n = os.writev(fd, batch) if offset is None else os.pwritev(fd, batch, offset)
         if not 0 < n <= want:
             raise bad_count(call, n, want)

@@ -30,7 +30,7 @@ from ..tensor import Tensor
 from .convert import safetensors_plan
 from .data_checks import check_checksum, check_head_padding, check_padding_and_bits, verify_file
 from .disk import atomic_output, check_suffix, fspath, open_regular, write_all
-from .engine import RUN, DataWriter, Item, run_feed, write_data
+from .engine import CHUNK, RUN, DataWriter, Item, run_feed, write_data, write_views
 from .format import BUFFER_ALIGNMENT, FLAG_DATA_CHECKSUMS, MAGIC, EntryInfo, Header, read_head
 from .plan import dense_reader, encode_metadata, host_tensor
 from .pread import read_range
@@ -291,6 +291,39 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
                                f"{MAX_HEADER_SIZE}-byte limit")
     head = _LEN.pack(len(raw)) + raw
 
+    views = None if progress is not None or slots or pos >= CHUNK else _small_views(outs)
+    if views is not None:
+        # A small save's head and data in one pass (as hb.save's small files).
+        with atomic_output(dst, fsync=fsync) as fd:
+            write_views(fd, [head, *views])
+        return len(outs)
+    items = _data_items(outs, len(head))
+    with atomic_output(dst, fsync=fsync) as fd:
+        write_all(fd, head)
+        crcs = write_data(fd, len(head), pos, slots, items, durable=fsync, progress=progress)
+        if check is not None:
+            check(crcs)
+    return len(outs)
+
+
+def _small_views(outs: Sequence[_Out]) -> list[memoryview | bytes] | None:
+    """The data of ``outs`` as the views to write after the head, when each output is one
+    view in memory that nothing checksums; else None."""
+    views: list[memoryview | bytes] = []
+    for o in outs:
+        if len(o.pieces) != 1:
+            return None
+        piece, slot, written = o.pieces[0]
+        if slot is not None or not written or type(piece) is not memoryview:
+            return None
+        views.append(piece)
+    return views
+
+
+def _data_items(outs: Sequence[_Out], start: int) -> list[Item]:
+    """The items of the data writer for ``outs``, whose bytes begin at file offset
+    ``start``."""
+
     def feeder(o: _Out) -> Callable[[DataWriter], None]:
         if len(o.pieces) == 1 and o.pieces[0][2]:
             piece, slot, _ = o.pieces[0]  # (a partial costs a third of a closure)
@@ -308,7 +341,7 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
     # Outputs of one view in memory and no checksum (a save's), the common case, go in
     # runs of up to RUN outputs, an item each (DataWriter.put_run), not a partial each.
     items: list[Item] = []
-    at, run_start = len(head), 0
+    at, run_start = start, 0
     run_at: list[int] = []
     run_src: list[memoryview] = []
     with collection_paused():
@@ -332,12 +365,7 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
             at += o.nbytes
         if run_at:
             items.append((run_start, run_feed(run_at, run_src, None)))
-    with atomic_output(dst, fsync=fsync) as fd:
-        write_all(fd, head)
-        crcs = write_data(fd, len(head), pos, slots, items, durable=fsync, progress=progress)
-        if check is not None:
-            check(crcs)
-    return len(outs)
+    return items
 
 
 def _put_piece(piece: Piece, slot: int | None, out: DataWriter) -> None:

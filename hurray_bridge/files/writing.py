@@ -60,6 +60,22 @@ def write_plan(path: str | os.PathLike[str], plan: Plan, *, fsync: bool,
             if check is not None:
                 check(crcs)
         return
+    items = _data_items(plan, slots)
+    with atomic_output(path, fsync=fsync) as fd:
+        # The data first, checksummed as it goes; the head, which holds the
+        # checksums, last. Its size is known in advance, so one pass suffices.
+        os.lseek(fd, plan.data_offset, os.SEEK_SET)
+        crcs = write_data(fd, plan.data_offset, plan.data_length, slots, items,
+                          durable=fsync, progress=progress) or [0] * len(plan.entries)
+        if check is not None:
+            check(crcs)
+        os.lseek(fd, 0, os.SEEK_SET)
+        write_all(fd, plan.head(crcs))
+
+
+def _data_items(plan: Plan, slots: int) -> list[Item]:
+    """The items of the data writer for ``plan``'s entries (slot ``i`` for entry ``i``
+    when ``slots``)."""
     items: list[Item] = []
     end = plan.data_offset  # where the bytes of the entries so far end
 
@@ -113,16 +129,7 @@ def write_plan(path: str | os.PathLike[str], plan: Plan, *, fsync: bool,
                     end = plan.data_offset + off + len(src)
         if run_at:
             close_run()
-    with atomic_output(path, fsync=fsync) as fd:
-        # The data first, checksummed as it goes; the head, which holds the
-        # checksums, last. Its size is known in advance, so one pass suffices.
-        os.lseek(fd, plan.data_offset, os.SEEK_SET)
-        crcs = write_data(fd, plan.data_offset, plan.data_length, slots, items,
-                          durable=fsync, progress=progress) or [0] * len(plan.entries)
-        if check is not None:
-            check(crcs)
-        os.lseek(fd, 0, os.SEEK_SET)
-        write_all(fd, plan.head(crcs))
+    return items
 
 
 def _small_file(plan: Plan, slots: int) -> tuple[list[memoryview | bytes], list[int]] | None:

@@ -439,14 +439,17 @@ def test_runs_of_small_tensors_write_the_bytes_of_one_call_each(
         assert np.array_equal(hb.convert(back[k], "numpy"), sd[k])
 
 
+@pytest.mark.parametrize("fmt", ["hurray", "safetensors"])
 def test_a_small_file_is_written_in_one_call(tmp_path: pathlib.Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+                                             monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
     # Under a buffer of data, all of it views in memory: head and data in one writev (the
     # checksums computed first), not the data, a seek and the head. The bytes and the
-    # checksums are those of the general writer's file.
+    # checksums are those of the general writer's file (which a progress callback takes).
     from hurray_bridge.files import disk
 
     sd = _state_dict(100)
+    path = tmp_path / f"s.{fmt}"
+    save = hb.save if fmt == "hurray" else safetensors_io.save
     calls: list[str] = []
     for name in ("write", "writev", "pwrite", "pwritev", "lseek"):
         real = getattr(os, name)
@@ -456,14 +459,19 @@ def test_a_small_file_is_written_in_one_call(tmp_path: pathlib.Path,
             return _real(*args)
 
         monkeypatch.setattr(os, name, counted)
-    hb.save(tmp_path / "s.hurray", sd, fsync=False)
+    save(path, sd, fsync=False)
     monkeypatch.undo()
     assert calls == ["writev"], calls
-    assert (tmp_path / "s.hurray").read_bytes() == hb.dumps(sd)
-    hb.load(tmp_path / "s.hurray", verify=True)
+    if fmt == "hurray":
+        assert path.read_bytes() == hb.dumps(sd)
+        hb.load(path, verify=True)
+    else:
+        general = tmp_path / "g.safetensors"
+        safetensors_io.save(general, sd, fsync=False, progress=lambda done, total: None)
+        assert path.read_bytes() == general.read_bytes()
     # The write is a checkpoint, as each of the general writer's is: a stop asked there
     # leaves the old file and no temporary.
-    before = (tmp_path / "s.hurray").read_bytes()
+    before = path.read_bytes()
     stops: list[str] = []
 
     def stop() -> None:
@@ -475,12 +483,13 @@ def test_a_small_file_is_written_in_one_call(tmp_path: pathlib.Path,
     disk.set_checkpoint(stop)
     try:
         with pytest.raises(KeyboardInterrupt):
-            hb.save(tmp_path / "s.hurray", _state_dict(3), fsync=False)
+            save(path, _state_dict(3), fsync=False)
     finally:
         disk.set_checkpoint(None)
     assert stops[-1] == "write_vectors", stops
-    assert (tmp_path / "s.hurray").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.hurray"]
+    assert path.read_bytes() == before
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == (["s.hurray"] if fmt == "hurray" else ["g.safetensors", "s.safetensors"])
 
 
 def test_the_kept_descriptors_and_heads_stay_right_when_emptied(
