@@ -109,6 +109,8 @@ _GATHER_GAP = 64 << 10  # bytes between two regions read (and dropped) to read t
 _GATHER_OPS = 1024  # pieces of one gather, so the list of views stays short
 _ZERO_PAD = memoryview(bytes(64 << 10))
 _ZERO_PAD_BYTES = len(_ZERO_PAD)
+_SHORT_PADS = 4096  # the paddings below this many bytes, each one view made once (_PADS)
+_PADS = tuple(_ZERO_PAD[:n] for n in range(_SHORT_PADS))
 
 
 class DataWriter:
@@ -280,23 +282,26 @@ class DataWriter:
                 if slot is not None:
                     slot += 1
             return
-        vectors, crcs, summed = self.vectors, self.crcs, self.summed
+        vectors, crcs, pads = self.vectors, self.crcs, _PADS
+        # (the bytes summed per slot matter to a split write's halves only)
+        summed = self.summed if self.positional else None
         cap, end, size, most = self.buffer_size, self.end, self.vector_bytes, _GATHER_OPS - 1
         for at, src in zip(ats, srcs, strict=True):
             gap = at - end
             n = len(src)
-            if n >= cap or not 0 <= gap <= _ZERO_PAD_BYTES:
+            if n >= cap or not 0 <= gap < _SHORT_PADS:
                 self.end, self.vector_bytes = end, size
                 self.put_at(at, src, slot)  # (may write the vectors, or queue chunks)
                 vectors, end, size = self.vectors, self.end, self.vector_bytes
             else:
                 if gap:
-                    vectors.append(_ZERO_PAD[:gap])
+                    vectors.append(pads[gap])
                 vectors.append(src)
                 end = at + n
                 size += gap + n
                 if slot is not None:
-                    summed[slot] = summed.get(slot, 0) + n
+                    if summed is not None:
+                        summed[slot] = summed.get(slot, 0) + n
                     crcs[slot] = crc32(src, crcs[slot])
                 if size >= cap or len(vectors) >= most:
                     self.end, self.vector_bytes = end, size

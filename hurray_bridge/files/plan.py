@@ -215,9 +215,9 @@ def plan_items(items: Sequence[tuple[str, Descriptor, Sequence[Piece] | memoryvi
             nb = b""
         if type(name) is not str or not 0 < len(nb) <= MAX_NAME_BYTES or b"\x00" in nb:
             nb = _name_bytes(name, "entry name", MAX_NAME_BYTES)  # (refuses, naming why)
-        if name in names:
-            raise FormatError(f"duplicate entry name {name!r}", field="name")
         names.add(name)
+        if len(names) <= k:  # (the set did not grow: a name met before)
+            raise FormatError(f"duplicate entry name {name!r}", field="name")
         if type(sources) is memoryview:
             # A dense entry whose bytes are written as they are: its descriptor's bytes
             # are the head shared by its shape and type, then its place (wire.dense_head).
