@@ -183,10 +183,16 @@ def host_tensor(name: str, value: Any) -> Tensor:
 def dense_reader() -> Callable[[Any], tuple[DType, tuple[int, ...], memoryview] | None] | None:
     """``_host.dense_bytes`` once the host kernel is imported, else None (the core never
     imports it to save a file: no value can then be one of its arrays)."""
-    if _numpy.loaded() is None:
-        return None
-    from .._host import dense_bytes
-    return dense_bytes
+    global _dense_bytes
+    if _dense_bytes is None:
+        if _numpy.loaded() is None:
+            return None
+        from .._host import dense_bytes
+        _dense_bytes = dense_bytes
+    return _dense_bytes
+
+
+_dense_bytes: Callable[[Any], tuple[DType, tuple[int, ...], memoryview] | None] | None = None
 
 
 def plan_items(items: Sequence[tuple[str, Descriptor, Sequence[Piece] | memoryview]],
