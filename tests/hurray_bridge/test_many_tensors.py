@@ -506,3 +506,40 @@ def test_the_kept_descriptors_and_heads_stay_right_when_emptied(
     monkeypatch.setattr(planning, "dense_reader", lambda: None)  # the general path
     hb.save(tmp_path / "g.hurray", sd, fsync=False)
     assert (tmp_path / "k.hurray").read_bytes() == (tmp_path / "g.hurray").read_bytes()
+
+
+@pytest.mark.parametrize("fmt", ["hurray", "safetensors"])
+def test_a_small_save_makes_a_fixed_few_system_calls(tmp_path: pathlib.Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    fmt: str) -> None:
+    # The fixed work of a save over an existing file, counted: what the target is (lstat,
+    # before and again before the rename), one scan of the folder for stale temporaries,
+    # the temporary created, its mode kept, one write, close, rename. No more with 10
+    # tensors than with 1, nor with 500.
+    path = tmp_path / f"f.{fmt}"
+    save = hb.save if fmt == "hurray" else safetensors_io.save
+    save(path, _state_dict(1), fsync=False)
+    names = ("lstat", "stat", "fstat", "scandir", "listdir", "open", "close", "fchmod",
+             "fchown", "write", "writev", "pwrite", "pwritev", "lseek", "replace", "rename",
+             "unlink", "fsync")
+    counts: list[dict[str, int]] = []
+    from hurray_bridge.files import disk
+
+    for n in (1, 10, 500):
+        calls: dict[str, int] = {}
+        monkeypatch.setattr(disk, "_SCANS", {})  # (a folder slow to scan is scanned less)
+        for name in names:
+            real = getattr(os, name)
+
+            def counted(*args: Any, _real: Any = real, _name: str = name,
+                        _calls: dict[str, int] = calls, **kw: Any) -> Any:
+                _calls[_name] = _calls.get(_name, 0) + 1
+                return _real(*args, **kw)
+
+            monkeypatch.setattr(os, name, counted)
+        save(path, _state_dict(n), fsync=False)
+        monkeypatch.undo()
+        counts.append(calls)
+    assert counts[0] == counts[1] == counts[2], counts
+    assert counts[0] == {"lstat": 2, "scandir": 1, "open": 1, "fchmod": 1, "writev": 1,
+                         "close": 1, "replace": 1}, counts[0]
