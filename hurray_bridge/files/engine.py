@@ -146,7 +146,7 @@ class DataWriter:
         self.fd = fd
         self.positional = positional  # written with os.pwrite at its offsets (a split half)
         self.stop = stop  # set: the other half failed, give up at the next chunk
-        self.summed: dict[int, int] = {}  # slot -> bytes summed here
+        self.summed: dict[int, int] = {}  # slot -> bytes summed here (read by split halves)
         self.base = self.pos = self.unstarted = base  # unstarted: no writeback asked from here
         # Where the pieces given so far end (pos: where the written bytes do); with clip,
         # the bytes outside [base, base + total) are skipped.
