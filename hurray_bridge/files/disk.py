@@ -345,10 +345,8 @@ def atomic_temporary(path: str | os.PathLike[str], *,
     _remove_stale(directory)
     tmp = os.path.join(directory, f"{_temp_prefix(target)}{os.getpid()}-{_host_tag()}-"
                                   f"{os.urandom(6).hex()}.tmp")  # what secrets.token_hex(6) is
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(
-        os, "O_BINARY", 0)
     try:
-        fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file
+        fd = os.open(tmp, _CREATE_FLAGS, 0o666)  # the umask applies, as for any new file
     except OSError as exc:  # name the target, not the temporary
         _name_target(exc, target, tmp)
         raise
@@ -376,6 +374,12 @@ def atomic_temporary(path: str | os.PathLike[str], *,
         except BaseException as exc:  # a signal or an I/O error, once the new file is in place
             exc.output_replaced = True  # type: ignore[attr-defined]  # read by the CLI
             raise
+
+
+# A temporary's open flags, once: asking for a flag the system lacks (O_BINARY off
+# Windows) builds and drops an AttributeError, a few microseconds of every save.
+_CREATE_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+                 | getattr(os, "O_BINARY", 0))
 
 
 def _keep_attributes(fd: int, old: os.stat_result) -> None:

@@ -27,6 +27,7 @@ from ..tensor import Tensor
 from ..wire import DENSE_PLACE, dense_head, encode
 from .checksums import crc32
 from .disk import checkpoint
+from .engine import zeros
 from .format import (
     BUFFER_ALIGNMENT,
     ENTRY,
@@ -108,7 +109,7 @@ class Plan:
             zlib.crc32(index), ZERO44, 0))
         struct.pack_into("<I", header, HEADER_CRC_AT, zlib.crc32(header[:HEADER_CRC_AT]))
         pad = self.data_offset - HEADER_SIZE - len(index)
-        return b"".join((header, index, bytes(pad)))
+        return b"".join((header, index, zeros(pad)))  # (no zero bytes made per save)
 
 
 def _name_bytes(name: object, what: str, limit: int) -> bytes:
@@ -122,7 +123,7 @@ def _name_bytes(name: object, what: str, limit: int) -> bytes:
     if not 1 <= len(raw) <= limit:
         raise FormatError(f"{what} {name[:40]!r} is {len(raw)} bytes of UTF-8; it must be "
                           f"1 to {limit}", field="name")
-    if b"\x00" in raw:
+    if 0 in raw:  # (an int: a bytes operand is first tried as one, and fails, slowly)
         raise FormatError(f"{what} {name!r} contains NUL", field="name")
     return raw
 
@@ -219,7 +220,7 @@ def plan_items(items: Sequence[tuple[str, Descriptor, Sequence[Piece] | memoryvi
             nb = name.encode("utf-8")
         except (AttributeError, UnicodeEncodeError):
             nb = b""
-        if type(name) is not str or not 0 < len(nb) <= MAX_NAME_BYTES or b"\x00" in nb:
+        if type(name) is not str or not 0 < len(nb) <= MAX_NAME_BYTES or 0 in nb:
             nb = _name_bytes(name, "entry name", MAX_NAME_BYTES)  # (refuses, naming why)
         names.add(name)
         if len(names) <= k:  # (the set did not grow: a name met before)

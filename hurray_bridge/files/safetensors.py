@@ -259,7 +259,10 @@ def _dense_out(name: str, parts: tuple[DType, tuple[int, ...], memoryview],
     st = names.get(dtype.tag)
     if st is None or name == _METADATA_KEY:
         st = names[dtype.tag] = _safetensors_dtype(name, dense_descriptor(shape, dtype))
-    return _Out(name, st, list(shape), len(view), ((view, None, True),))
+    return _new_out(_Out, (name, st, list(shape), len(view), ((view, None, True),)))
+
+
+_new_out = tuple.__new__  # _Out's own __new__ is a Python function: a call more a tensor
 
 
 def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
