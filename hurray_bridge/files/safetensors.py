@@ -239,7 +239,7 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
                                        f"{name!r}")
             parts = None if dense is None else dense(value)
             values[name] = host_tensor(name, value) if parts is None else parts
-        names: dict[int, str] = {}
+        names = _DENSE_NAMES
         outs = [_out_of(name, v) if isinstance(v, Tensor) else _dense_out(name, v, names)
                 for name, v in values.items()]
         if covers_write(sum(o.nbytes for o in outs)):
@@ -250,11 +250,15 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
     return _write_safetensors(target, outs, metadata, fsync=fsync, progress=progress)
 
 
+# The safetensors name of each element type (by tag) that a plain array of it was saved as.
+_DENSE_NAMES: dict[int, str] = {}
+
+
 def _dense_out(name: str, parts: tuple[DType, tuple[int, ...], memoryview],
                names: dict[int, str]) -> _Out:
     """:func:`_out_of` of a plain host array (``plan.dense_reader``'s parts):
     ``names`` keeps the safetensors name of each element type met (tag -> name), which
-    for such arrays depends on the type alone."""
+    for such arrays depends on the type alone (:data:`_DENSE_NAMES`, kept between saves)."""
     dtype, shape, view = parts
     st = names.get(dtype.tag)
     if st is None or name == _METADATA_KEY:
@@ -263,6 +267,11 @@ def _dense_out(name: str, parts: tuple[DType, tuple[int, ...], memoryview],
 
 
 _new_out = tuple.__new__  # _Out's own __new__ is a Python function: a call more a tensor
+
+
+# What json.dumps(header, separators=(",", ":"), ensure_ascii=False) writes, without the
+# encoder json.dumps builds at every call given options.
+_HEADER_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
@@ -287,7 +296,7 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
             header[o.name] = {"dtype": o.dtype, "shape": o.shape,
                               "data_offsets": [pos, pos + o.nbytes]}
             pos += o.nbytes
-        raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        raw = _HEADER_JSON.encode(header).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # safetensors pads its header with spaces to 8 bytes
     if len(raw) > MAX_HEADER_SIZE:
         raise UnsupportedError(f"the safetensors header would be {len(raw)} bytes, over the "
