@@ -109,8 +109,8 @@ _GATHER_GAP = 64 << 10  # bytes between two regions read (and dropped) to read t
 _GATHER_OPS = 1024  # pieces of one gather, so the list of views stays short
 _ZERO_PAD = memoryview(bytes(64 << 10))
 _ZERO_PAD_BYTES = len(_ZERO_PAD)
-_SHORT_PADS = 4096  # the paddings below this many bytes, each one view made once (_PADS)
-_PADS = tuple(_ZERO_PAD[:n] for n in range(_SHORT_PADS))
+_SHORT_PADS = 4096  # the paddings below this many bytes: one view of each length made once
+_PADS: dict[int, memoryview] = {}  # length -> the view, as met (most files meet a few)
 
 
 class DataWriter:
@@ -295,7 +295,10 @@ class DataWriter:
                 vectors, end, size = self.vectors, self.end, self.vector_bytes
             else:
                 if gap:
-                    vectors.append(pads[gap])
+                    pad = pads.get(gap)
+                    if pad is None:
+                        pad = pads[gap] = _ZERO_PAD[:gap]
+                    vectors.append(pad)
                 vectors.append(src)
                 end = at + n
                 size += gap + n
