@@ -73,11 +73,16 @@ def _tables() -> tuple[dict[DType, np.dtype], dict[np.dtype, DType]]:
         except (ValueError, TypeError, BufferError):
             continue  # ml_dtypes types have no buffer-protocol format
         _BUFFER_TAGS.add(d.tag)
+    _DENSE.update((v, d) for d, v in to_np.items()
+                  if d.tag in _BUFFER_TAGS and d.tag != _BOOL8_TAG and d.bits >= 8)
     return to_np, from_np
 
 
 _BY_TAG: dict[int, np.dtype] = {}
 _FROM_NP: dict[np.dtype, DType] = {}
+# The dtypes whose arrays dense_bytes takes (whole-byte, buffer-exporting, not bool8): one
+# lookup per array where the three tests cost three.
+_DENSE: dict[np.dtype, DType] = {}
 _BOOL8_TAG = bool8.tag
 _BUFFER_TAGS: set[int] = set()  # element types whose arrays export a buffer (see to_hurray)
 _addressof = ctypes.addressof
@@ -133,16 +138,14 @@ def dense_bytes(obj: Any) -> tuple[DType, tuple[int, ...], memoryview] | None:
     """
     if type(obj) is not _ndarray:
         return None
-    dtype = _FROM_NP.get(obj.dtype)
+    dtype = _DENSE.get(obj.dtype)
     if dtype is None:
         if _FROM_NP:
             return None
         _tables()  # (the first call fills the lookups)
-        dtype = _FROM_NP.get(obj.dtype)
+        dtype = _DENSE.get(obj.dtype)
         if dtype is None:
             return None
-    if dtype.tag not in _BUFFER_TAGS or dtype.tag == _BOOL8_TAG or dtype.bits < 8:
-        return None
     view = memoryview(obj)  # type: ignore[arg-type]  # (ndarray exports a buffer)
     if not view.c_contiguous or not view.nbytes:
         return None  # (a view with no bytes cannot be cast)

@@ -28,7 +28,8 @@ from .disk import WRITES_VECTORS, write_all, write_vectors
 from .pread import pread_into
 from .regions import Piece, Region
 
-__all__ = ["CHUNK", "DataWriter", "Item", "Progress", "write_data"]
+__all__ = ["CHUNK", "RUN", "DataWriter", "Item", "Progress", "run_feed", "write_data",
+           "write_views", "zeros"]
 
 CHUNK = 4 << 20  # write and checksum in slices that stay in the CPU cache
 Progress = Callable[[int, int], None]
@@ -108,6 +109,8 @@ _GATHER_GAP = 64 << 10  # bytes between two regions read (and dropped) to read t
 _GATHER_OPS = 1024  # pieces of one gather, so the list of views stays short
 _ZERO_PAD = memoryview(bytes(64 << 10))
 _ZERO_PAD_BYTES = len(_ZERO_PAD)
+_SHORT_PADS = 4096  # the paddings below this many bytes: one view of each length made once
+_PADS: dict[int, memoryview] = {}  # length -> the view, as met (most files meet a few)
 
 
 class DataWriter:
@@ -143,7 +146,7 @@ class DataWriter:
         self.fd = fd
         self.positional = positional  # written with os.pwrite at its offsets (a split half)
         self.stop = stop  # set: the other half failed, give up at the next chunk
-        self.summed: dict[int, int] = {}  # slot -> bytes summed here
+        self.summed: dict[int, int] = {}  # slot -> bytes summed here (read by split halves)
         self.base = self.pos = self.unstarted = base  # unstarted: no writeback asked from here
         # Where the pieces given so far end (pos: where the written bytes do); with clip,
         # the bytes outside [base, base + total) are skipped.
@@ -262,6 +265,54 @@ class DataWriter:
             self.summed[slot] = self.summed.get(slot, 0) + n
             self.crcs[slot] = crc32(src, self.crcs[slot])
         self._vector(src)
+
+    def put_run(self, ats: Sequence[int], srcs: Sequence[memoryview],
+                first: int | None) -> None:
+        """:meth:`put_at` of each view ``srcs[k]`` at file offset ``ats[k]`` (in order) into
+        slot ``first + k``, or into none when ``first`` is None.
+
+        The many small tensors of a checkpoint in one loop, without a call per tensor: a
+        view shorter than a buffer, after at most a pad's worth of zeros, joins the pending
+        vectors here; any other goes through :meth:`put_at`, as does every view of a writer
+        that does not write vectors in this thread."""
+        slot = first
+        if self.clip or not self.gathers or self.gather is not None or self.summer is not None:
+            for at, src in zip(ats, srcs, strict=True):
+                self.put_at(at, src, slot)
+                if slot is not None:
+                    slot += 1
+            return
+        vectors, crcs, pads = self.vectors, self.crcs, _PADS
+        # (the bytes summed per slot matter to a split write's halves only)
+        summed = self.summed if self.positional else None
+        cap, end, size, most = self.buffer_size, self.end, self.vector_bytes, _GATHER_OPS - 1
+        for at, src in zip(ats, srcs, strict=True):
+            gap = at - end
+            n = len(src)
+            if n >= cap or not 0 <= gap < _SHORT_PADS:
+                self.end, self.vector_bytes = end, size
+                self.put_at(at, src, slot)  # (may write the vectors, or queue chunks)
+                vectors, end, size = self.vectors, self.end, self.vector_bytes
+            else:
+                if gap:
+                    pad = pads.get(gap)
+                    if pad is None:
+                        pad = pads[gap] = _ZERO_PAD[:gap]
+                    vectors.append(pad)
+                vectors.append(src)
+                end = at + n
+                size += gap + n
+                if slot is not None:
+                    if summed is not None:
+                        summed[slot] = summed.get(slot, 0) + n
+                    crcs[slot] = crc32(src, crcs[slot])
+                if size >= cap or len(vectors) >= most:
+                    self.end, self.vector_bytes = end, size
+                    self._flush_vectors()
+                    vectors, size = self.vectors, 0
+            if slot is not None:
+                slot += 1
+        self.end, self.vector_bytes = end, size
 
     def checksum(self, src: Region, slot: int) -> None:
         if not src.length or (self.clip and not self.base <= self.end < self.base + self.total):
@@ -415,6 +466,33 @@ class _Stopped(Exception):
 # One item of a data region: (file offset where its bytes, padding first, begin; feed), where
 # feed(writer) puts the item's pieces, in order. A split never cuts an item.
 Item = tuple[int, Callable[["DataWriter"], None]]
+
+
+def zeros(n: int) -> memoryview | bytes:
+    """``n`` zero bytes to write (a view of one shared buffer when short enough)."""
+    return _ZERO_PAD[:n] if n <= _ZERO_PAD_BYTES else bytes(n)
+
+
+def write_views(fd: int, views: list[memoryview | bytes]) -> None:
+    """Write ``views`` in order at ``fd``'s position, as many in one call as a
+    :class:`DataWriter` writes at once (each call a checkpoint, as each of its flushes)."""
+    for k in range(0, len(views), _GATHER_OPS):
+        write_vectors(fd, cast(list[memoryview], views[k:k + _GATHER_OPS]))
+
+
+RUN = 256  # the pieces of one item of runs (run_feed): a split write cuts between items
+
+
+def run_feed(ats: Sequence[int], srcs: Sequence[memoryview],
+             first: int | None) -> Callable[[DataWriter], None]:
+    """The feed of an item of small pieces in memory (:meth:`DataWriter.put_run`): one for
+    up to :data:`RUN` tensors, where a feed each cost a partial and a call each."""
+    return functools.partial(_put_run, ats, srcs, first)
+
+
+def _put_run(ats: Sequence[int], srcs: Sequence[memoryview], first: int | None,
+             out: DataWriter) -> None:
+    out.put_run(ats, srcs, first)
 
 
 def _split_point(items: Sequence[Item], base: int, total: int) -> tuple[int, int, int] | None:

@@ -27,6 +27,7 @@ from ..tensor import Tensor
 from ..wire import DENSE_PLACE, dense_head, encode
 from .checksums import crc32
 from .disk import checkpoint
+from .engine import zeros
 from .format import (
     BUFFER_ALIGNMENT,
     ENTRY,
@@ -54,6 +55,15 @@ __all__ = ["Plan", "PlanEntry", "dense_reader", "encode_metadata", "host_entries
 
 
 _NAME_PADS = tuple(bytes(n) for n in range(8))  # the zeros after a name of 8k - n bytes
+
+# The dense descriptors of the shapes and types saved, and their encoded heads, kept from
+# one save to the next (a checkpoint saved again has the same ones): (shape, type tag) ->
+# descriptor, and id of a descriptor -> (it, its head), the descriptor held so that its
+# id names no other. Each emptied when it reaches _CACHED entries.
+_DESCRIPTORS: dict[tuple[tuple[int, ...], int], Descriptor] = {}
+_HEADS: dict[int, tuple[Descriptor, bytes]] = {}
+_CACHED = 4096
+_new_entry = tuple.__new__  # PlanEntry's own __new__ is a Python function: a call more
 
 
 class PlanEntry(NamedTuple):
@@ -99,7 +109,7 @@ class Plan:
             zlib.crc32(index), ZERO44, 0))
         struct.pack_into("<I", header, HEADER_CRC_AT, zlib.crc32(header[:HEADER_CRC_AT]))
         pad = self.data_offset - HEADER_SIZE - len(index)
-        return b"".join((header, index, bytes(pad)))
+        return b"".join((header, index, zeros(pad)))  # (no zero bytes made per save)
 
 
 def _name_bytes(name: object, what: str, limit: int) -> bytes:
@@ -113,7 +123,7 @@ def _name_bytes(name: object, what: str, limit: int) -> bytes:
     if not 1 <= len(raw) <= limit:
         raise FormatError(f"{what} {name[:40]!r} is {len(raw)} bytes of UTF-8; it must be "
                           f"1 to {limit}", field="name")
-    if b"\x00" in raw:
+    if 0 in raw:  # (an int: a bytes operand is first tried as one, and fails, slowly)
         raise FormatError(f"{what} {name!r} contains NUL", field="name")
     return raw
 
@@ -174,10 +184,16 @@ def host_tensor(name: str, value: Any) -> Tensor:
 def dense_reader() -> Callable[[Any], tuple[DType, tuple[int, ...], memoryview] | None] | None:
     """``_host.dense_bytes`` once the host kernel is imported, else None (the core never
     imports it to save a file: no value can then be one of its arrays)."""
-    if _numpy.loaded() is None:
-        return None
-    from .._host import dense_bytes
-    return dense_bytes
+    global _dense_bytes
+    if _dense_bytes is None:
+        if _numpy.loaded() is None:
+            return None
+        from .._host import dense_bytes
+        _dense_bytes = dense_bytes
+    return _dense_bytes
+
+
+_dense_bytes: Callable[[Any], tuple[DType, tuple[int, ...], memoryview] | None] | None = None
 
 
 def plan_items(items: Sequence[tuple[str, Descriptor, Sequence[Piece] | memoryview]],
@@ -192,28 +208,37 @@ def plan_items(items: Sequence[tuple[str, Descriptor, Sequence[Piece] | memoryvi
         raise FormatError(f"alignment must be a power of two in [{BUFFER_ALIGNMENT}, "
                           f"{MAX_BUFFER_ALIGNMENT}], got {alignment!r}", field="alignment")
     meta, n_meta = encode_metadata(metadata)
-    entries, names, cursor, table = [], set(), 0, 0
-    heads: dict[int, bytes] = {}  # id of a shared dense descriptor -> its encoded head
+    entries: list[PlanEntry] = []
+    names: set[str] = set()
+    cursor = table = 0
+    dense_size = ENTRY.size + DENSE_PLACE.size
+    heads, place = _HEADS, DENSE_PLACE.pack
     for k, (name, d, sources) in enumerate(items):
         if not k & 1023:
             checkpoint()  # a file of many entries plans for seconds
-        nb = _name_bytes(name, "entry name", MAX_NAME_BYTES)
-        if name in names:
-            raise FormatError(f"duplicate entry name {name!r}", field="name")
+        try:
+            nb = name.encode("utf-8")
+        except (AttributeError, UnicodeEncodeError):
+            nb = b""
+        if type(name) is not str or not 0 < len(nb) <= MAX_NAME_BYTES or 0 in nb:
+            nb = _name_bytes(name, "entry name", MAX_NAME_BYTES)  # (refuses, naming why)
         names.add(name)
+        if len(names) <= k:  # (the set did not grow: a name met before)
+            raise FormatError(f"duplicate entry name {name!r}", field="name")
         if type(sources) is memoryview:
             # A dense entry whose bytes are written as they are: its descriptor's bytes
-            # are the head shared by its shape and type, then its place (wire.dense_head;
-            # d outlives the plan in dense_descriptor's cache and in items, so its id
-            # names it).
-            head = heads.get(id(d))
-            if head is None:
-                head = heads[id(d)] = dense_head(d)
+            # are the head shared by its shape and type, then its place (wire.dense_head).
+            cached = heads.get(id(d))
+            if cached is None or cached[0] is not d:
+                if len(heads) >= _CACHED:
+                    heads.clear()
+                cached = heads[id(d)] = (d, dense_head(d))
+            head = cached[1]
             n = len(sources)
             cursor = -(-cursor // alignment) * alignment
-            entries.append(PlanEntry(nb, head + DENSE_PLACE.pack(cursor, n), (sources,),
-                                     (cursor,)))
-            table += ENTRY.size + pad8(len(nb)) + len(head) + DENSE_PLACE.size
+            entries.append(_new_entry(PlanEntry, (nb, head + place(cursor, n), (sources,),
+                                                  (cursor,))))
+            table += dense_size + (len(nb) + 7) // 8 * 8 + len(head)
             cursor += n
             continue
         specs = d.buffer_layout()
@@ -264,7 +289,8 @@ def plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
     dense = dense_reader()
     # (shape, type tag) -> descriptor: dense_descriptor's own key hashes the DType, whose
     # hash is Python code over all its fields.
-    descriptors: dict[tuple[tuple[int, ...], int], Descriptor] = {}
+    descriptors = _DESCRIPTORS
+    sharded = False  # whether an entry has a shard section (a dense array has none)
     for name, value in mapping.items():
         if not isinstance(name, str):
             raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
@@ -274,6 +300,8 @@ def plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
             dtype, shape, view = parts
             d = descriptors.get((shape, dtype.tag))
             if d is None:
+                if len(descriptors) >= _CACHED:
+                    descriptors.clear()
                 d = descriptors[shape, dtype.tag] = dense_descriptor(shape, dtype)
             keep.append(value)
             items.append((name, d, view))
@@ -281,14 +309,17 @@ def plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
         saver = deferred_save(type(value)) if defer else None
         if saver is not None:
             d = saver.describe(value)
+            sharded = sharded or d.shard is not None
             deferred.append((len(items), saver, value, d))
             # Not a piece to write: plan_items places it, _write_deferred leaves it to the saver.
             items.append((name, d, [cast(Piece, Pending(d.nbytes))]))
             continue
         for entry, t in host_entries(name, value):
             keep.append(t)
+            sharded = sharded or t.descriptor.shard is not None
             items.append((entry, t.descriptor, [t.memoryview(b.role) for b in t.buffers]))
-    check_shard_entries({name: d for name, d, _ in items})
+    if sharded:  # (else no entry is a shard, and there is nothing to check)
+        check_shard_entries({name: d for name, d, _ in items})
     plan = plan_items(items, metadata, alignment, checksums, keep)
     plan.deferred = deferred
     return plan

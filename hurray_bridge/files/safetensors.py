@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .._gc import collection_paused
+from .._gc import collection_paused, covers_write
 from .._trailing import check_bool8_bytes
 from ..descriptor import Descriptor, dense_descriptor, form_name
 from ..dtypes import DType
@@ -30,7 +30,7 @@ from ..tensor import Tensor
 from .convert import safetensors_plan
 from .data_checks import check_checksum, check_head_padding, check_padding_and_bits, verify_file
 from .disk import atomic_output, check_suffix, fspath, open_regular, write_all
-from .engine import DataWriter, write_data
+from .engine import CHUNK, RUN, DataWriter, Item, run_feed, write_data, write_views
 from .format import BUFFER_ALIGNMENT, FLAG_DATA_CHECKSUMS, MAGIC, EntryInfo, Header, read_head
 from .plan import dense_reader, encode_metadata, host_tensor
 from .pread import read_range
@@ -239,22 +239,39 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
                                        f"{name!r}")
             parts = None if dense is None else dense(value)
             values[name] = host_tensor(name, value) if parts is None else parts
-        names: dict[int, str] = {}
+        names = _DENSE_NAMES
         outs = [_out_of(name, v) if isinstance(v, Tensor) else _dense_out(name, v, names)
                 for name, v in values.items()]
+        if covers_write(sum(o.nbytes for o in outs)):
+            del values  # (this call's objects go before collection resumes; see _gc)
+            count = _write_safetensors(target, outs, metadata, fsync=fsync, progress=progress)
+            del outs
+            return count
     return _write_safetensors(target, outs, metadata, fsync=fsync, progress=progress)
+
+
+# The safetensors name of each element type (by tag) that a plain array of it was saved as.
+_DENSE_NAMES: dict[int, str] = {}
 
 
 def _dense_out(name: str, parts: tuple[DType, tuple[int, ...], memoryview],
                names: dict[int, str]) -> _Out:
     """:func:`_out_of` of a plain host array (``plan.dense_reader``'s parts):
     ``names`` keeps the safetensors name of each element type met (tag -> name), which
-    for such arrays depends on the type alone."""
+    for such arrays depends on the type alone (:data:`_DENSE_NAMES`, kept between saves)."""
     dtype, shape, view = parts
     st = names.get(dtype.tag)
     if st is None or name == _METADATA_KEY:
         st = names[dtype.tag] = _safetensors_dtype(name, dense_descriptor(shape, dtype))
-    return _Out(name, st, list(shape), len(view), ((view, None, True),))
+    return _new_out(_Out, (name, st, list(shape), len(view), ((view, None, True),)))
+
+
+_new_out = tuple.__new__  # _Out's own __new__ is a Python function: a call more a tensor
+
+
+# What json.dumps(header, separators=(",", ":"), ensure_ascii=False) writes, without the
+# encoder json.dumps builds at every call given options.
+_HEADER_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
@@ -279,12 +296,45 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
             header[o.name] = {"dtype": o.dtype, "shape": o.shape,
                               "data_offsets": [pos, pos + o.nbytes]}
             pos += o.nbytes
-        raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        raw = _HEADER_JSON.encode(header).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # safetensors pads its header with spaces to 8 bytes
     if len(raw) > MAX_HEADER_SIZE:
         raise UnsupportedError(f"the safetensors header would be {len(raw)} bytes, over the "
                                f"{MAX_HEADER_SIZE}-byte limit")
     head = _LEN.pack(len(raw)) + raw
+
+    views = None if progress is not None or slots or pos >= CHUNK else _small_views(outs)
+    if views is not None:
+        # A small save's head and data in one pass (as hb.save's small files).
+        with atomic_output(dst, fsync=fsync) as fd:
+            write_views(fd, [head, *views])
+        return len(outs)
+    items = _data_items(outs, len(head))
+    with atomic_output(dst, fsync=fsync) as fd:
+        write_all(fd, head)
+        crcs = write_data(fd, len(head), pos, slots, items, durable=fsync, progress=progress)
+        if check is not None:
+            check(crcs)
+    return len(outs)
+
+
+def _small_views(outs: Sequence[_Out]) -> list[memoryview | bytes] | None:
+    """The data of ``outs`` as the views to write after the head, when each output is one
+    view in memory that nothing checksums; else None."""
+    views: list[memoryview | bytes] = []
+    for o in outs:
+        if len(o.pieces) != 1:
+            return None
+        piece, slot, written = o.pieces[0]
+        if slot is not None or not written or type(piece) is not memoryview:
+            return None
+        views.append(piece)
+    return views
+
+
+def _data_items(outs: Sequence[_Out], start: int) -> list[Item]:
+    """The items of the data writer for ``outs``, whose bytes begin at file offset
+    ``start``."""
 
     def feeder(o: _Out) -> Callable[[DataWriter], None]:
         if len(o.pieces) == 1 and o.pieces[0][2]:
@@ -300,17 +350,34 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
                     out.checksum(piece, slot)
         return feed
 
-    items, at = [], len(head)
+    # Outputs of one view in memory and no checksum (a save's), the common case, go in
+    # runs of up to RUN outputs, an item each (DataWriter.put_run), not a partial each.
+    items: list[Item] = []
+    at, run_start = start, 0
+    run_at: list[int] = []
+    run_src: list[memoryview] = []
     with collection_paused():
         for o in outs:
+            if len(o.pieces) == 1:
+                piece, slot, written = o.pieces[0]
+                if slot is None and written and type(piece) is memoryview:
+                    if not run_at:
+                        run_start = at
+                    run_at.append(at)
+                    run_src.append(piece)
+                    at += o.nbytes
+                    if len(run_at) == RUN:
+                        items.append((run_start, run_feed(run_at, run_src, None)))
+                        run_at, run_src = [], []
+                    continue
+            if run_at:
+                items.append((run_start, run_feed(run_at, run_src, None)))
+                run_at, run_src = [], []
             items.append((at, feeder(o)))
             at += o.nbytes
-    with atomic_output(dst, fsync=fsync) as fd:
-        write_all(fd, head)
-        crcs = write_data(fd, len(head), pos, slots, items, durable=fsync, progress=progress)
-        if check is not None:
-            check(crcs)
-    return len(outs)
+        if run_at:
+            items.append((run_start, run_feed(run_at, run_src, None)))
+    return items
 
 
 def _put_piece(piece: Piece, slot: int | None, out: DataWriter) -> None:

@@ -2,7 +2,8 @@
 
 A save is atomic (:mod:`~hurray_bridge.files.disk`): a temporary in the target's
 directory, its data written and checksummed by :mod:`~hurray_bridge.files.engine`, the
-head last, fsync, ``os.replace``. Entries whose parts other processes hold (a Dask array)
+head last (a small file's head and data in one pass once its checksums are known),
+fsync, ``os.replace``. Entries whose parts other processes hold (a Dask array)
 are written by those processes into the preallocated temporary (:func:`write_box`).
 """
 
@@ -15,14 +16,24 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._deferred import FileTarget, Job, Run, box_runs
-from .._gc import collection_paused
+from .._gc import collection_paused, covers_write
 from .._trailing import written_pieces
 from ..descriptor import Descriptor
 from ..dtypes import bool8
 from ..errors import FormatError, UnsupportedError
 from .checksums import crc32, crc32_combine
 from .disk import atomic_output, atomic_temporary, bad_count, check_suffix, fspath, write_all
-from .engine import CHUNK, DataWriter, Item, Progress, write_data
+from .engine import (
+    CHUNK,
+    RUN,
+    DataWriter,
+    Item,
+    Progress,
+    run_feed,
+    write_data,
+    write_views,
+    zeros,
+)
 from .format import BUFFER_ALIGNMENT
 from .plan import Plan, PlanEntry, plan_tensors, serialise
 from .regions import Piece
@@ -39,6 +50,32 @@ def write_plan(path: str | os.PathLike[str], plan: Plan, *, fsync: bool,
     written, and an error it raises leaves ``path`` as it was; with ``sums`` the data
     checksums it gets are computed even when the file stores none."""
     slots = len(plan.entries) if plan.checksums or sums else 0
+    small = None if progress is not None else _small_file(plan, slots)
+    if small is not None:
+        # Head and data in one pass, the checksums (of the same views) known first.
+        views, crcs = small
+        with atomic_output(path, fsync=fsync) as fd:
+            views[0] = plan.head(crcs)
+            write_views(fd, views)
+            if check is not None:
+                check(crcs)
+        return
+    items = _data_items(plan, slots)
+    with atomic_output(path, fsync=fsync) as fd:
+        # The data first, checksummed as it goes; the head, which holds the
+        # checksums, last. Its size is known in advance, so one pass suffices.
+        os.lseek(fd, plan.data_offset, os.SEEK_SET)
+        crcs = write_data(fd, plan.data_offset, plan.data_length, slots, items,
+                          durable=fsync, progress=progress) or [0] * len(plan.entries)
+        if check is not None:
+            check(crcs)
+        os.lseek(fd, 0, os.SEEK_SET)
+        write_all(fd, plan.head(crcs))
+
+
+def _data_items(plan: Plan, slots: int) -> list[Item]:
+    """The items of the data writer for ``plan``'s entries (slot ``i`` for entry ``i``
+    when ``slots``)."""
     items: list[Item] = []
     end = plan.data_offset  # where the bytes of the entries so far end
 
@@ -50,13 +87,36 @@ def write_plan(path: str | os.PathLike[str], plan: Plan, *, fsync: bool,
                     out.put(src, i if slots else None)
         return feed
 
+    # Entries of one view in memory, the common case, go in runs of up to RUN entries, an
+    # item each (DataWriter.put_run): an item per entry cost a partial and a call each.
+    base, run_start, run_first = plan.data_offset, end, 0
+    run_at: list[int] = []
+    run_src: list[memoryview] = []
+
+    def close_run() -> None:
+        items.append((run_start, run_feed(run_at, run_src, run_first if slots else None)))
+
     with collection_paused():
         for i, e in enumerate(plan.entries):
-            if len(e.sources) == 1:
+            sources = e.sources
+            if len(sources) == 1 and type(src := sources[0]) is memoryview and len(src):
+                if not run_at:
+                    run_start, run_first = end, i
+                at = base + e.offsets[0]
+                run_at.append(at)
+                run_src.append(src)
+                end = at + len(src)
+                if len(run_at) == RUN:
+                    close_run()
+                    run_at, run_src = [], []
+                continue
+            if run_at:
+                close_run()
+                run_at, run_src = [], []
+            if len(sources) == 1:
                 # (a partial costs a third of a closure; most entries have one piece)
-                src = e.sources[0]
                 if len(src):
-                    at = plan.data_offset + e.offsets[0]
+                    at = base + e.offsets[0]
                     items.append((end, functools.partial(_put_one, at, src,
                                                          i if slots else None)))
                     end = at + len(src)
@@ -67,16 +127,37 @@ def write_plan(path: str | os.PathLike[str], plan: Plan, *, fsync: bool,
             for src, off in zip(e.sources, e.offsets, strict=True):
                 if len(src):
                     end = plan.data_offset + off + len(src)
-    with atomic_output(path, fsync=fsync) as fd:
-        # The data first, checksummed as it goes; the head, which holds the
-        # checksums, last. Its size is known in advance, so one pass suffices.
-        os.lseek(fd, plan.data_offset, os.SEEK_SET)
-        crcs = write_data(fd, plan.data_offset, plan.data_length, slots, items,
-                          durable=fsync, progress=progress) or [0] * len(plan.entries)
-        if check is not None:
-            check(crcs)
-        os.lseek(fd, 0, os.SEEK_SET)
-        write_all(fd, plan.head(crcs))
+        if run_at:
+            close_run()
+    return items
+
+
+def _small_file(plan: Plan, slots: int) -> tuple[list[memoryview | bytes], list[int]] | None:
+    """A file of under a :data:`CHUNK` of data, every entry one view in memory (or none), as
+    the views to write from offset 0 (the head's place first, then the data and its
+    padding) and the CRCs of the entries' bytes; None for any other file.
+
+    A save of a few tensors spent more on the data writer's set-up (and on two more
+    system calls: the head written apart, last) than on its bytes."""
+    if plan.data_length >= CHUNK:
+        return None
+    views: list[memoryview | bytes] = [b""]
+    crcs = [0] * len(plan.entries)
+    base = end = plan.data_offset
+    for i, e in enumerate(plan.entries):
+        sources = e.sources
+        if len(sources) != 1 or type(src := sources[0]) is not memoryview:
+            return None
+        if not len(src):
+            continue
+        at = base + e.offsets[0]
+        if at > end:
+            views.append(zeros(at - end))
+        views.append(src)
+        if slots:
+            crcs[i] = crc32(src, 0)
+        end = at + len(src)
+    return views, crcs
 
 
 def _put_one(at: int, src: Piece, slot: int | None, out: DataWriter) -> None:
@@ -230,6 +311,10 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
     check_suffix(fspath(path, "path"), "hurray")
     with collection_paused():
         plan = plan_tensors(mapping, metadata, alignment, checksums, defer=True)
+        if not plan.deferred and covers_write(plan.file_size):
+            write_plan(path, plan, fsync=fsync)
+            del plan  # (before collection resumes: none of its objects is left to collect)
+            return
     if plan.deferred:
         _write_deferred(path, plan, fsync=fsync)
     else:

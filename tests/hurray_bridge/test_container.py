@@ -393,8 +393,10 @@ def test_verify_detects_a_data_flip(tmp_path: pathlib.Path) -> None:
 
 
 # ------------------------------------------------------------------ atomic writes
+@pytest.mark.parametrize("size, fail_at", [(1000, 1), (600_000, 2)])
 def test_save_is_atomic_when_the_write_fails(tmp_path: pathlib.Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+                                             monkeypatch: pytest.MonkeyPatch, size: int,
+                                             fail_at: int) -> None:
     path = tmp_path / "a.hurray"
     hb.save(path, {"old": np.ones(3)})
     before = path.read_bytes()
@@ -404,17 +406,17 @@ def test_save_is_atomic_when_the_write_fails(tmp_path: pathlib.Path,
     def failing(real: Any) -> Any:
         def write(fd: int, data: Any) -> int:
             calls.append(real)
-            if len(calls) == 2:
+            if len(calls) == fail_at:
                 raise OSError(28, "No space left on device")
             return int(real(fd, data))
         return write
 
-    # Small pieces are written together (writev), the head alone (write): the second
-    # call fails, whichever it is.
+    # A small file is written in one call (head and data), a larger one in several (its
+    # data, then the head alone): the only call fails, or the second, whichever it is.
     monkeypatch.setattr(os, "write", failing(real_write))
     monkeypatch.setattr(os, "writev", failing(real_writev))
     with pytest.raises(OSError, match="No space"):
-        hb.save(path, {"new": np.zeros(1000), "more": np.zeros(10)})
+        hb.save(path, {"new": np.zeros(size), "more": np.zeros(10)})
     monkeypatch.undo()
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.hurray"]  # no temporary left

@@ -168,12 +168,14 @@ def _enospc_after(monkeypatch: pytest.MonkeyPatch, calls: int) -> None:
             monkeypatch.setattr(os, name, failing(getattr(os, name)))
 
 
+@pytest.mark.parametrize("size, calls", [(1000, 0), (600_000, 1)])
 def test_a_full_disk_is_reported_against_the_output(tmp_path: pathlib.Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    out = tmp_path / "o.hurray"
-    _enospc_after(monkeypatch, 1)
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    size: int, calls: int) -> None:
+    out = tmp_path / "o.hurray"  # (a small file is written in one call, a larger in several)
+    _enospc_after(monkeypatch, calls)
     with pytest.raises(OSError) as e:
-        hb.save(out, {"w": np.ones(1000)})
+        hb.save(out, {"w": np.ones(size)})
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(out)
     assert list(tmp_path.iterdir()) == []
 
@@ -220,14 +222,17 @@ def test_a_failing_progress_callback_surfaces_as_itself(tmp_path: pathlib.Path,
 
 
 # ----------------------------------------------------- counts a file cannot have moved
+@pytest.mark.parametrize("size, call", [(1000, "writev"), (600_000, "write")])
 def test_a_write_of_nothing_raises_instead_of_looping(tmp_path: pathlib.Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      size: int, call: str) -> None:
     out = tmp_path / "z.hurray"
     hb.save(out, {"old": np.ones(2)})
     before = out.read_bytes()
     monkeypatch.setattr(os, "write", lambda fd, data: 0)
-    with pytest.raises(OSError, match=r"write\(\) returned 0") as e:
-        hb.save(out, {"w": np.ones(1000)})
+    monkeypatch.setattr(os, "writev", lambda fd, views: 0)
+    with pytest.raises(OSError, match=rf"{call}\(\) returned 0") as e:  # (a small file: one writev)
+        hb.save(out, {"w": np.ones(size)})
     monkeypatch.undo()
     assert e.value.errno == errno.EIO and e.value.filename == str(out)
     assert out.read_bytes() == before and others(tmp_path, "z.hurray") == []
