@@ -644,7 +644,7 @@ class FlightTensorServer(flight.FlightServerBase):
         uri = str(location.uri.decode() if isinstance(location, flight.Location) else location)
         # A TCP URI ends in its port, which may be 0 (bind any): clients need the real one.
         self._uri = uri if uri.startswith("grpc+unix") else uri.rsplit(":", 1)[0] + ":{port}"
-        self._streams: dict[bytes, tuple[pa.Schema, list[tuple[pa.RecordBatch, Any]]]] = {}
+        self._streams: dict[bytes, _Held] = {}
         self._lock = threading.Lock()
 
     @property
@@ -664,23 +664,27 @@ class FlightTensorServer(flight.FlightServerBase):
         schema = _stream_schema(arrow_schema)
         kept: list[tuple[pa.RecordBatch, Any]] = []
         ended = False
+        nbytes = 0
         for chunk in reader:
             if ended:
                 raise FormatError("a message after the end-of-stream message",
                                   field=f"message[{len(kept)}]")
             data, md = chunk
-            ended = _check(schema, len(kept), data, md) is _END
+            msg = _check(schema, len(kept), data, md)
+            ended = msg is _END
+            if not ended:  # the buffers' bytes, not the column's (which holds their gaps)
+                nbytes += _buffer_bytes(msg.resolved)
             kept.append((data, md))
         if not ended:
             raise FormatError(f"the stream {key!r} ended after {len(kept)} tensors without an "
                               "end-of-stream message; nothing was kept", field="stream")
         with self._lock:
-            self._streams[key] = (arrow_schema, kept)
+            self._streams[key] = _Held(arrow_schema, kept, nbytes)
 
     def do_get(self, context: Any, ticket: Any) -> Any:
         """Serve a stream by name (the ticket); a ``KeyError`` for an unknown one."""
-        arrow_schema, messages = self._entry(ticket.ticket)
-        return flight.GeneratorStream(arrow_schema, iter(messages))
+        held = self._entry(ticket.ticket)
+        return flight.GeneratorStream(held.schema, iter(held.messages))
 
     def get_flight_info(self, context: Any, descriptor: Any) -> Any:
         """A stream's ``FlightInfo``, by its path descriptor; a ``KeyError`` for an unknown
@@ -701,7 +705,7 @@ class FlightTensorServer(flight.FlightServerBase):
             if key.startswith(criteria or b""):
                 yield _info(key, entry)
 
-    def _entry(self, key: bytes) -> tuple[pa.Schema, list[tuple[pa.RecordBatch, Any]]]:
+    def _entry(self, key: bytes) -> _Held:
         with self._lock:
             entry = self._streams.get(key)
             held = sorted(self._streams)
@@ -720,13 +724,25 @@ def _path_key(descriptor: Any) -> bytes:
     return bytes(descriptor.path[0])
 
 
-def _info(key: bytes, entry: tuple[pa.Schema, list[tuple[pa.RecordBatch, Any]]]) -> Any:
-    arrow_schema, messages = entry
-    return flight.FlightInfo(arrow_schema, flight.FlightDescriptor.for_path(key),
+class _Held(NamedTuple):
+    """A stream a server keeps: its Flight schema, its messages as received (the end one
+    last) and the bytes of its tensors' buffers."""
+
+    schema: pa.Schema
+    messages: list[tuple[pa.RecordBatch, Any]]
+    nbytes: int
+
+
+@lru_cache(maxsize=256)
+def _buffer_bytes(d: Descriptor | None) -> int:
+    return 0 if d is None else sum(s.nbytes for s in d.buffer_layout())
+
+
+def _info(key: bytes, held: _Held) -> Any:
+    return flight.FlightInfo(held.schema, flight.FlightDescriptor.for_path(key),
                              [flight.FlightEndpoint(key, [])],
-                             total_records=len(messages) - 1,  # the end message is none
-                             total_bytes=sum(batch.num_rows for batch, _ in messages),
-                             ordered=True)
+                             total_records=len(held.messages) - 1,  # the end message is none
+                             total_bytes=held.nbytes, ordered=True)
 
 
 class StreamInfo(NamedTuple):

@@ -371,7 +371,7 @@ class _Scripted(F.FlightTensorServer):
         self.script = script
 
     def do_get(self, context: Any, ticket: Any) -> Any:
-        arrow_schema, messages = self._streams[ticket.ticket]
+        arrow_schema, messages, _ = self._streams[ticket.ticket]
         return flight.GeneratorStream(arrow_schema, self.script(messages))
 
 
@@ -433,7 +433,7 @@ from hurray_bridge.adapters.arrow import flight as F
 
 class Slow(F.FlightTensorServer):
     def do_get(self, context, ticket):
-        schema, messages = self._streams[ticket.ticket]
+        schema, messages, _ = self._streams[ticket.ticket]
         def gen():
             yield messages[0]
             time.sleep(120)  # the parent kills this process here
@@ -597,6 +597,18 @@ def test_list_flights_and_get_flight_info_describe_each_stream(
         F.StreamInfo("b/one", schema, 2, 84), F.StreamInfo("b/empty", schema, 0, 0)]
     (two,) = F.list_streams(server.location, "a", timeout=TIMEOUT)
     assert two == F.StreamInfo("a/two", Descriptor([10], hb.int16), 1, 20)
+
+
+def test_a_listed_stream_counts_the_bytes_of_its_buffers_not_their_gaps(
+        server: F.FlightTensorServer) -> None:
+    # A quantized tensor's three buffers sit at 64-byte offsets in its message's column:
+    # 6 + 12 + 3 bytes of buffers in a column of 131.
+    q = Quantization(QuantScheme.PER_AXIS, "float32", "int8", axis=1)
+    t = make(Descriptor([2, 3], hb.int8, quantization=q), np.arange(6, dtype=np.int8),
+             np.array([0.5, 1, 2], np.float32), np.array([1, 0, -1], np.int8))
+    F.put(server.location, "q", [t, t], timeout=TIMEOUT)
+    (info,) = F.list_streams(server, timeout=TIMEOUT)
+    assert info.tensors == 2 and info.nbytes == 2 * sum(b.nbytes for b in t.buffers) == 42
 
 
 def test_a_failed_put_is_not_listed(server: F.FlightTensorServer) -> None:
