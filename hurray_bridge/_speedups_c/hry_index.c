@@ -51,12 +51,26 @@ typedef struct {
 
 /* {descriptor bytes, offset zeroed: describe's answer}, across loads */
 static PyObject *seen_descriptors;
-#define DESCRIBED_MAX 4096 /* emptied when it holds more */
+
+typedef struct {
+    PyObject *describe;
+    const unsigned char *d;
+    Py_ssize_t n;
+} EntryDescriptor;
+
+static PyObject *
+describe_bytes(void *arg)
+{
+    EntryDescriptor *e = arg;
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)e->d, e->n);
+    PyObject *got = raw ? PyObject_CallOneArg(e->describe, raw) : NULL;
+    Py_XDECREF(raw);
+    return got;
+}
 
 /* describe(descriptor bytes) for an entry's descriptor d[0:n], whose one buffer's offset
- * is at d[at:at + 8]: (Descriptor, shape, dtype, padded, buffer length) or None. A new
- * reference: the cache may be emptied while the caller still reads the answer (a
- * collection during the tensor's allocation can run code that loads another file). */
+ * is at d[at:at + 8]: (Descriptor, shape, dtype, padded, buffer length) or None; a new
+ * reference (hb_cached_answer). */
 static PyObject *
 described(Table *t, const unsigned char *d, Py_ssize_t n, Py_ssize_t at)
 {
@@ -65,34 +79,9 @@ described(Table *t, const unsigned char *d, Py_ssize_t n, Py_ssize_t at)
         return NULL;
     }
     memset(PyBytes_AS_STRING(key) + at, 0, 8);
-    if (seen_descriptors == NULL && (seen_descriptors = PyDict_New()) == NULL) {
-        Py_DECREF(key);
-        return NULL;
-    }
-    PyObject *got = PyDict_GetItemWithError(seen_descriptors, key);
-    if (got != NULL || PyErr_Occurred()) {
-        Py_DECREF(key);
-        return Py_XNewRef(got);
-    }
-    PyObject *raw = PyBytes_FromStringAndSize((const char *)d, n);
-    got = raw ? PyObject_CallOneArg(t->describe, raw) : NULL;
-    Py_XDECREF(raw);
-    if (got != NULL && got != Py_None
-            && (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 5
-                || !PyTuple_Check(PyTuple_GET_ITEM(got, 1))
-                || !PyLong_Check(PyTuple_GET_ITEM(got, 4)))) {
-        PyErr_SetString(PyExc_TypeError, "hurray_tensors: describe's answer is not "
-                        "(Descriptor, shape, DType, padded, buffer length) or None");
-        Py_CLEAR(got);
-    }
-    if (got != NULL && PyDict_GET_SIZE(seen_descriptors) >= DESCRIBED_MAX) {
-        PyDict_Clear(seen_descriptors);
-    }
-    if (got == NULL || PyDict_SetItem(seen_descriptors, key, got) < 0) {
-        Py_DECREF(key);
-        Py_XDECREF(got);
-        return NULL;
-    }
+    EntryDescriptor e = {t->describe, d, n};
+    PyObject *got = hb_cached_answer(&seen_descriptors, key, describe_bytes, &e, 5, 4,
+                                     "(Descriptor, shape, DType, padded, buffer length)");
     Py_DECREF(key);
     return got;
 }

@@ -132,6 +132,10 @@ typedef struct {
 } HbSpans;
 HB_INTERNAL int hb_spans_push(HbSpans *spans, uint64_t begin, uint64_t end); /* -1: error */
 HB_INTERNAL void hb_spans_sort(HbSpans *spans); /* by begin, then end */
+#define HB_ANSWERS_MAX 4096 /* a cache of describe's answers is emptied when this full */
+HB_INTERNAL PyObject *hb_cached_answer(PyObject **cache, PyObject *key,
+                                       PyObject *(*make)(void *), void *arg, Py_ssize_t size,
+                                       Py_ssize_t int_at, const char *form);
 
 /* hry_index.c: hurray_tensors(), hb.load's reader of plain Hurray entry tables */
 HB_INTERNAL PyObject *hb_hurray_tensors(PyObject *module, PyObject *args);

@@ -172,14 +172,67 @@ typedef struct {
     Py_ssize_t metadata_at;
 } Reader;
 
+/* The answer cached under ``key`` in ``*cache`` (a dict made at first use, kept across
+ * loads, emptied when it holds HB_ANSWERS_MAX), else ``make(arg)``, kept if it is None or
+ * a tuple of ``size`` items whose item 1 is a tuple and item ``int_at`` an int (else a
+ * TypeError saying ``form``). Both compiled readers keep describe's answers here. A new
+ * reference: the cache may be emptied while the caller still reads the answer (a
+ * collection during a tensor's allocation can run code that loads another file). */
+PyObject *
+hb_cached_answer(PyObject **cache, PyObject *key, PyObject *(*make)(void *), void *arg,
+                 Py_ssize_t size, Py_ssize_t int_at, const char *form)
+{
+    if (*cache == NULL && (*cache = PyDict_New()) == NULL) {
+        return NULL;
+    }
+    PyObject *got = PyDict_GetItemWithError(*cache, key);
+    if (got != NULL || PyErr_Occurred()) {
+        return Py_XNewRef(got);
+    }
+    got = make(arg);
+    if (got != NULL && got != Py_None
+            && (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != size
+                || !PyTuple_Check(PyTuple_GET_ITEM(got, 1))
+                || !PyLong_Check(PyTuple_GET_ITEM(got, int_at)))) {
+        PyErr_Format(PyExc_TypeError, "describe's answer is not %s or None", form);
+        Py_CLEAR(got);
+    }
+    if (got != NULL && PyDict_GET_SIZE(*cache) >= HB_ANSWERS_MAX) {
+        PyDict_Clear(*cache);
+    }
+    if (got == NULL || PyDict_SetItem(*cache, key, got) < 0) {
+        Py_XDECREF(got);
+        return NULL;
+    }
+    return got;
+}
+
 /* {b'"dtype":...,"shape":[...]': describe's answer}, across loads */
 static PyObject *described_texts;
-#define DESCRIBED_MAX 4096 /* emptied when it holds more */
+
+typedef struct {
+    Reader *r;
+    Py_ssize_t st_a, st_b;
+    int ndim;
+    const int64_t *dims;
+} EntryText;
+
+static PyObject *
+describe_text(void *arg)
+{
+    EntryText *e = arg;
+    PyObject *shape = hb_shape_tuple(e->ndim, e->dims);
+    PyObject *st = shape ? PyUnicode_DecodeUTF8(e->r->s + e->st_a, e->st_b - e->st_a,
+                                                "strict") : NULL;
+    PyObject *got = st ? PyObject_CallFunctionObjArgs(e->r->describe, shape, st, NULL) : NULL;
+    Py_XDECREF(shape);
+    Py_XDECREF(st);
+    return got;
+}
 
 /* describe(shape, type name) for the text s[a:b] of one entry's type and shape, once
- * per distinct text: (Descriptor, shape tuple, byte count, DType) or None. A new
- * reference: the cache may be emptied while the caller still reads the answer (a
- * collection during the tensor's allocation can run code that loads another file). */
+ * per distinct text: (Descriptor, shape tuple, byte count, DType) or None; a new
+ * reference (hb_cached_answer). */
 static PyObject *
 described(Reader *r, Py_ssize_t a, Py_ssize_t b, Py_ssize_t st_a, Py_ssize_t st_b,
           int ndim, const int64_t *dims)
@@ -188,36 +241,9 @@ described(Reader *r, Py_ssize_t a, Py_ssize_t b, Py_ssize_t st_a, Py_ssize_t st_
     if (key == NULL) {
         return NULL;
     }
-    if (described_texts == NULL && (described_texts = PyDict_New()) == NULL) {
-        Py_DECREF(key);
-        return NULL;
-    }
-    PyObject *got = PyDict_GetItemWithError(described_texts, key);
-    if (got != NULL || PyErr_Occurred()) {
-        Py_DECREF(key);
-        return Py_XNewRef(got);
-    }
-    PyObject *shape = hb_shape_tuple(ndim, dims);
-    PyObject *st = shape ? PyUnicode_DecodeUTF8(r->s + st_a, st_b - st_a, "strict") : NULL;
-    got = st ? PyObject_CallFunctionObjArgs(r->describe, shape, st, NULL) : NULL;
-    Py_XDECREF(shape);
-    Py_XDECREF(st);
-    if (got != NULL && got != Py_None
-            && (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 4
-                || !PyTuple_Check(PyTuple_GET_ITEM(got, 1))
-                || !PyLong_Check(PyTuple_GET_ITEM(got, 2)))) {
-        PyErr_SetString(PyExc_TypeError, "safetensors_tensors: describe's answer is not "
-                        "(Descriptor, shape, nbytes, DType) or None");
-        Py_CLEAR(got);
-    }
-    if (got != NULL && PyDict_GET_SIZE(described_texts) >= DESCRIBED_MAX) {
-        PyDict_Clear(described_texts);
-    }
-    if (got == NULL || PyDict_SetItem(described_texts, key, got) < 0) {
-        Py_DECREF(key);
-        Py_XDECREF(got);
-        return NULL;
-    }
+    EntryText e = {r, st_a, st_b, ndim, dims};
+    PyObject *got = hb_cached_answer(&described_texts, key, describe_text, &e, 4, 2,
+                                     "(Descriptor, shape, nbytes, DType)");
     Py_DECREF(key);
     return got;
 }
