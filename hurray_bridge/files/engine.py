@@ -28,7 +28,7 @@ from .disk import WRITES_VECTORS, write_all, write_vectors
 from .pread import pread_into
 from .regions import Piece, Region
 
-__all__ = ["CHUNK", "RUN", "DataWriter", "Item", "Progress", "run_feed", "write_data",
+__all__ = ["CHUNK", "RUN", "DataWriter", "Item", "Progress", "Runs", "write_data",
            "write_views", "zeros"]
 
 CHUNK = 4 << 20  # write and checksum in slices that stay in the CPU cache
@@ -480,10 +480,10 @@ def write_views(fd: int, views: list[memoryview | bytes]) -> None:
         write_vectors(fd, cast(list[memoryview], views[k:k + _GATHER_OPS]))
 
 
-RUN = 256  # the pieces of one item of runs (run_feed): a split write cuts between items
+RUN = 256  # the pieces of one item of runs (_run_feed): a split write cuts between items
 
 
-def run_feed(ats: Sequence[int], srcs: Sequence[memoryview],
+def _run_feed(ats: Sequence[int], srcs: Sequence[memoryview],
              first: int | None) -> Callable[[DataWriter], None]:
     """The feed of an item of small pieces in memory (:meth:`DataWriter.put_run`): one for
     up to :data:`RUN` tensors, where a feed each cost a partial and a call each."""
@@ -493,6 +493,42 @@ def run_feed(ats: Sequence[int], srcs: Sequence[memoryview],
 def _put_run(ats: Sequence[int], srcs: Sequence[memoryview], first: int | None,
              out: DataWriter) -> None:
     out.put_run(ats, srcs, first)
+
+
+class Runs:
+    """The items of a data writer in which views in memory go in runs of up to :data:`RUN`
+    (:func:`_run_feed`), one item each: the one way both formats' writers build them.
+
+    :meth:`add` a view (a run is closed when full), :meth:`item` any other item (which
+    closes the run before it), :meth:`close` at the end; :attr:`items` is the list."""
+
+    __slots__ = ("ats", "first", "items", "srcs", "start")
+
+    def __init__(self) -> None:
+        self.items: list[Item] = []
+        self.ats: list[int] = []
+        self.srcs: list[memoryview] = []
+        self.start = 0
+        self.first: int | None = None
+
+    def add(self, start: int, at: int, src: memoryview, slot: int | None) -> None:
+        """The view ``src`` at file offset ``at``, after zeros from ``start``, summed into
+        ``slot`` (None: none); the views of one run have consecutive slots."""
+        if not self.ats:
+            self.start, self.first = start, slot
+        self.ats.append(at)
+        self.srcs.append(src)
+        if len(self.ats) == RUN:
+            self.close()
+
+    def item(self, item: Item) -> None:
+        self.close()
+        self.items.append(item)
+
+    def close(self) -> None:
+        if self.ats:
+            self.items.append((self.start, _run_feed(self.ats, self.srcs, self.first)))
+            self.ats, self.srcs = [], []
 
 
 def _split_point(items: Sequence[Item], base: int, total: int) -> tuple[int, int, int] | None:

@@ -30,7 +30,7 @@ from ..tensor import Tensor
 from .convert import safetensors_plan
 from .data_checks import check_checksum, check_head_padding, check_padding_and_bits, verify_file
 from .disk import atomic_output, check_suffix, fspath, open_regular, write_all
-from .engine import CHUNK, RUN, DataWriter, Item, run_feed, write_data, write_views
+from .engine import CHUNK, DataWriter, Item, Runs, write_data, write_views
 from .format import BUFFER_ALIGNMENT, FLAG_DATA_CHECKSUMS, MAGIC, EntryInfo, Header, read_head
 from .plan import dense_reader, encode_metadata, host_tensor
 from .pread import read_range
@@ -351,33 +351,21 @@ def _data_items(outs: Sequence[_Out], start: int) -> list[Item]:
         return feed
 
     # Outputs of one view in memory and no checksum (a save's), the common case, go in
-    # runs of up to RUN outputs, an item each (DataWriter.put_run), not a partial each.
-    items: list[Item] = []
-    at, run_start = start, 0
-    run_at: list[int] = []
-    run_src: list[memoryview] = []
+    # runs (engine.Runs), an item a run, not a partial each.
+    runs = Runs()
+    add, item, at = runs.add, runs.item, start
     with collection_paused():
         for o in outs:
             if len(o.pieces) == 1:
                 piece, slot, written = o.pieces[0]
                 if slot is None and written and type(piece) is memoryview:
-                    if not run_at:
-                        run_start = at
-                    run_at.append(at)
-                    run_src.append(piece)
+                    add(at, at, piece, None)
                     at += o.nbytes
-                    if len(run_at) == RUN:
-                        items.append((run_start, run_feed(run_at, run_src, None)))
-                        run_at, run_src = [], []
                     continue
-            if run_at:
-                items.append((run_start, run_feed(run_at, run_src, None)))
-                run_at, run_src = [], []
-            items.append((at, feeder(o)))
+            item((at, feeder(o)))
             at += o.nbytes
-        if run_at:
-            items.append((run_start, run_feed(run_at, run_src, None)))
-    return items
+        runs.close()
+    return runs.items
 
 
 def _put_piece(piece: Piece, slot: int | None, out: DataWriter) -> None:

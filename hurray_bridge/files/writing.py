@@ -25,11 +25,10 @@ from .checksums import crc32, crc32_combine
 from .disk import atomic_output, atomic_temporary, bad_count, check_suffix, fspath, write_all
 from .engine import (
     CHUNK,
-    RUN,
     DataWriter,
     Item,
     Progress,
-    run_feed,
+    Runs,
     write_data,
     write_views,
     zeros,
@@ -76,7 +75,6 @@ def write_plan(path: str | os.PathLike[str], plan: Plan, *, fsync: bool,
 def _data_items(plan: Plan, slots: int) -> list[Item]:
     """The items of the data writer for ``plan``'s entries (slot ``i`` for entry ``i``
     when ``slots``)."""
-    items: list[Item] = []
     end = plan.data_offset  # where the bytes of the entries so far end
 
     def feeder(i: int, e: PlanEntry) -> Callable[[DataWriter], None]:
@@ -87,49 +85,33 @@ def _data_items(plan: Plan, slots: int) -> list[Item]:
                     out.put(src, i if slots else None)
         return feed
 
-    # Entries of one view in memory, the common case, go in runs of up to RUN entries, an
-    # item each (DataWriter.put_run): an item per entry cost a partial and a call each.
-    base, run_start, run_first = plan.data_offset, end, 0
-    run_at: list[int] = []
-    run_src: list[memoryview] = []
-
-    def close_run() -> None:
-        items.append((run_start, run_feed(run_at, run_src, run_first if slots else None)))
-
+    # Entries of one view in memory, the common case, go in runs (engine.Runs), an item a
+    # run: an item per entry cost a partial and a call each.
+    runs = Runs()
+    add, item, base = runs.add, runs.item, plan.data_offset
     with collection_paused():
         for i, e in enumerate(plan.entries):
             sources = e.sources
             if len(sources) == 1 and type(src := sources[0]) is memoryview and len(src):
-                if not run_at:
-                    run_start, run_first = end, i
                 at = base + e.offsets[0]
-                run_at.append(at)
-                run_src.append(src)
+                add(end, at, src, i if slots else None)
                 end = at + len(src)
-                if len(run_at) == RUN:
-                    close_run()
-                    run_at, run_src = [], []
                 continue
-            if run_at:
-                close_run()
-                run_at, run_src = [], []
             if len(sources) == 1:
                 # (a partial costs a third of a closure; most entries have one piece)
                 if len(src):
                     at = base + e.offsets[0]
-                    items.append((end, functools.partial(_put_one, at, src,
-                                                         i if slots else None)))
+                    item((end, functools.partial(_put_one, at, src, i if slots else None)))
                     end = at + len(src)
                 else:
-                    items.append((end, _put_none))
+                    item((end, _put_none))
                 continue
-            items.append((end, feeder(i, e)))
+            item((end, feeder(i, e)))
             for src, off in zip(e.sources, e.offsets, strict=True):
                 if len(src):
                     end = plan.data_offset + off + len(src)
-        if run_at:
-            close_run()
-    return items
+        runs.close()
+    return runs.items
 
 
 def _small_file(plan: Plan, slots: int) -> tuple[list[memoryview | bytes], list[int]] | None:

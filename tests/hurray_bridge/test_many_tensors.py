@@ -404,9 +404,7 @@ def test_runs_of_small_tensors_write_the_bytes_of_one_call_each(
     # a run (an array of a buffer's size or more, empty, bool8, sub-byte) and across the
     # cut of a split write: the file is the one written an entry at a time (put_at).
     monkeypatch.setattr(engine, "_SPLIT_BYTES", 0 if split else None)
-    from hurray_bridge.files import writing
-    for module in (writing, files_safetensors):  # runs end among the 600, not at its end only
-        monkeypatch.setattr(module, "RUN", 7)
+    monkeypatch.setattr(engine, "RUN", 7)  # runs end among the 600, not at its end only
     sd: dict[str, Any] = {}
     extra = _mixed() if fmt == "hurray" else {"bool": np.array([True, False]),
                                               "empty": np.ones((0, 2), np.float32)}
