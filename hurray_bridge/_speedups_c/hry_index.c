@@ -196,16 +196,7 @@ read_table(Table *t)
     if (pos != t->table_length) {
         return 0;
     }
-    hb_spans_sort(&t->spans);
-    uint64_t prev_end = 0, mask = t->alignment - 1;
-    for (Py_ssize_t k = 0; k < t->spans.n; k++) {
-        uint64_t padded_end = (prev_end + mask) & ~mask;
-        if (t->spans.at[k].begin != padded_end || padded_end < prev_end) {
-            return 0;
-        }
-        prev_end = t->spans.at[k].end;
-    }
-    return prev_end == t->data_length;
+    return hb_spans_tile(&t->spans, t->alignment, t->data_length);
 }
 
 /* hurray_tensors(table, n_entries, checksums, data_length, alignment, base, owner,

@@ -131,7 +131,9 @@ typedef struct {
     Py_ssize_t n, cap;
 } HbSpans;
 HB_INTERNAL int hb_spans_push(HbSpans *spans, uint64_t begin, uint64_t end); /* -1: error */
-HB_INTERNAL void hb_spans_sort(HbSpans *spans); /* by begin, then end */
+/* 1 if the spans (sorted here) tile [0, total), each starting where the one before ends,
+ * rounded up to ``alignment`` (a power of two; 1: back to back); else 0 */
+HB_INTERNAL int hb_spans_tile(HbSpans *spans, uint64_t alignment, uint64_t total);
 #define HB_ANSWERS_MAX 4096 /* a cache of describe's answers is emptied when this full */
 HB_INTERNAL PyObject *hb_cached_answer(PyObject **cache, PyObject *key,
                                        PyObject *(*make)(void *), void *arg, Py_ssize_t size,

@@ -48,12 +48,28 @@ span_cmp(const void *a, const void *b)
     return (x->end > y->end) - (x->end < y->end);
 }
 
-void
-hb_spans_sort(HbSpans *spans)
+/* by begin, then end */
+static void
+spans_sort(HbSpans *spans)
 {
     if (spans->n > 1) { /* qsort's base may not be NULL, even for no items */
         qsort(spans->at, (size_t)spans->n, sizeof(HbSpan), span_cmp);
     }
+}
+
+int
+hb_spans_tile(HbSpans *spans, uint64_t alignment, uint64_t total)
+{
+    spans_sort(spans);
+    uint64_t end = 0, mask = alignment - 1;
+    for (Py_ssize_t k = 0; k < spans->n; k++) {
+        uint64_t padded = (end + mask) & ~mask;
+        if (padded < end || spans->at[k].begin != padded) {
+            return 0;
+        }
+        end = spans->at[k].end;
+    }
+    return end == total;
 }
 
 static Py_ssize_t
@@ -424,15 +440,7 @@ read_members(Reader *r)
     if (skip_ws(s, i, n) != n) {
         return 0;
     }
-    hb_spans_sort(&r->spans);
-    uint64_t at = 0;
-    for (Py_ssize_t k = 0; k < r->spans.n; k++) {
-        if (r->spans.at[k].begin != at) {
-            return 0;
-        }
-        at = r->spans.at[k].end;
-    }
-    return at == r->data_size;
+    return hb_spans_tile(&r->spans, 1, r->data_size); /* back to back, no gap */
 }
 
 /* safetensors_tensors(header, data_size, base, owner, describe, checkpoint, cap)
