@@ -341,7 +341,7 @@ def parse_header(prefix: bytes | memoryview, file_size: int) -> SafetensorsIndex
 def _parse(prefix: bytes | memoryview,
            file_size: int) -> tuple[SafetensorsIndex, list[Descriptor]]:
     """:func:`parse_header`, and the descriptor of each entry it checked them by."""
-    raw = _header_bytes(prefix, file_size)
+    raw = header_bytes(prefix, file_size)
     data_start = LENGTH.size + len(raw)
     data_size = file_size - data_start
     r = _Reader(raw, data_size)
@@ -354,9 +354,10 @@ def _parse(prefix: bytes | memoryview,
     return SafetensorsIndex(tuple(entries), metadata, data_start, file_size), descriptors
 
 
-def _header_bytes(prefix: bytes | memoryview, file_size: int) -> memoryview:
-    """The JSON header's bytes in ``prefix``, once its length, its place in the file, its
-    first byte and its UTF-8 are checked."""
+def header_bytes(prefix: bytes | memoryview, file_size: int) -> memoryview:
+    """The JSON header's bytes in ``prefix`` (a file's first ``8 + N`` bytes), once its
+    length, its place in the file, its first byte and its UTF-8 are checked: what
+    :func:`compiled_tensors` reads."""
     try:
         view = memoryview(prefix).cast("B")
     except TypeError:
@@ -557,12 +558,6 @@ def read_prefix(f: Any) -> tuple[memoryview, int]:
             got = f.readinto(memoryview(buf)[LENGTH.size:])
             return memoryview(buf)[:LENGTH.size + (got or 0)], size
     return memoryview(head), size
-
-
-def header_bytes(prefix: bytes | memoryview, file_size: int) -> memoryview:
-    """The JSON header in ``prefix`` (a file's first ``8 + N`` bytes), once its length,
-    place, first byte and UTF-8 are checked: what :func:`compiled_tensors` reads."""
-    return _header_bytes(prefix, file_size)
 
 
 def read_metadata(raw: memoryview, at: int, data_size: int) -> dict[str, str]:
