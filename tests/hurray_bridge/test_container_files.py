@@ -544,7 +544,7 @@ SIGNAL_AFTER_THE_WAIT = _SPLIT_SETUP + textwrap.dedent("""
     def slow(fd, data, offset):  # the other half is still writing when the wait begins
         if threading.current_thread().name.startswith("hurray-write") and not slowed:
             slowed.append(1)
-            time.sleep(0.5)
+            time.sleep(2)  # (0.5 s was not always enough for the caller's half on a loaded CI)
         return real(fd, data, offset)
     os.pwrite = slow
     def on_interrupt():
