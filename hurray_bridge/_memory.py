@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import mmap as _mmap
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from math import prod
 from typing import Any
 
@@ -133,6 +133,14 @@ _GetBuffer = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_P
 _ReleaseBuffer = ctypes.PYFUNCTYPE(None, ctypes.POINTER(_PyBuffer))(("PyBuffer_Release", _api))
 _PyBUF_SIMPLE = 0
 
+# The same address without ctypes (_speedups_c/tensor.c), or None where the compiled
+# module was not built (or built before it had one).
+_compiled_address: Callable[[Any], int] | None
+try:
+    from ._speedups import buffer_address as _compiled_address
+except ImportError:
+    _compiled_address = None
+
 
 def buffer_address(obj: object) -> tuple[int, int, bool, memoryview]:
     """Address, length and read-only flag of any contiguous buffer-protocol object.
@@ -146,6 +154,8 @@ def buffer_address(obj: object) -> tuple[int, int, bool, memoryview]:
     view = view.cast("B") if view.ndim != 1 or view.format != "B" else view
     if view.nbytes == 0:
         return 0, 0, view.readonly, view
+    if _compiled_address is not None:
+        return _compiled_address(view), view.nbytes, view.readonly, view
     pb = _PyBuffer()
     _GetBuffer(view, ctypes.byref(pb), _PyBUF_SIMPLE)
     try:

@@ -24,6 +24,9 @@ static PyMethodDef speedups_functions[] = {
     {"stop_foreign_releases", hb_stop_foreign_releases, METH_O,
      "stop_foreign_releases(timeout_ms) -> unfinished deleter calls: at exit, threads "
      "without the GIL stop releasing exports"},
+    {"buffer_address", hb_buffer_address, METH_O,
+     "buffer_address(obj) -> the address of obj's contiguous buffer (the caller keeps it "
+     "exported)"},
     {"crc32", (PyCFunction)(void (*)(void))hb_crc32, METH_FASTCALL,
      "crc32(data, value=0, /) -> zlib.crc32's value, faster where CRC32_CLMUL"},
     {"crc32_by", (PyCFunction)(void (*)(void))hb_crc32_by, METH_FASTCALL,

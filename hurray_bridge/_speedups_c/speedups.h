@@ -119,6 +119,7 @@ HB_INTERNAL int hb_span_ok(uint64_t data, uint64_t byte_offset, int ndim, const 
                            const int64_t *strides, unsigned bits, uint64_t *element0);
 HB_INTERNAL PyObject *hb_exchange_setup(PyObject *module, PyObject *args);
 HB_INTERNAL PyObject *hb_swallow(void);
+HB_INTERNAL PyObject *hb_buffer_address(PyObject *module, PyObject *obj);
 
 /* st_header.c: safetensors_tensors(), hb.load's reader of plain safetensors headers,
  * and the byte ranges both readers of file indexes check for overlaps and holes */

@@ -429,6 +429,11 @@ def index_from(h: Header, entries: Sequence[EntryInfo], meta: dict[str, str]) ->
 # ------------------------------------------------------------------- reading
 def _read_exact(f: Any, n: int) -> bytes:
     data = f.read(n)
+    while len(data) < n:  # an unbuffered file (open_regular_raw) may read less at a time
+        more = f.read(n - len(data))
+        if not more:
+            break
+        data += more
     if len(data) != n:
         raise FormatError(f"truncated: wanted {n} bytes, read {len(data)} (did the file change "
                           "while it was read?)", field="file_size")
@@ -441,10 +446,12 @@ def read_head(f: Any) -> tuple[Header, list[EntryInfo], dict[str, str]]:
     return h, entries, meta
 
 
-def read_raw_index(f: Any) -> tuple[Header, memoryview]:
+def read_raw_index(f: Any, size: int | None = None) -> tuple[Header, memoryview]:
     """The checked header of the file open as ``f`` (at offset 0) and its index's bytes
-    (table and metadata), read but not yet checked (:func:`parse_index` checks them)."""
-    size = os.fstat(f.fileno()).st_size
+    (table and metadata), read but not yet checked (:func:`parse_index` checks them).
+    ``size``: the file's, where the caller has its stat already."""
+    if size is None:
+        size = os.fstat(f.fileno()).st_size
     h = parse_header(f.read(HEADER_SIZE), size)
     return h, memoryview(_read_exact(f, h.index_end - HEADER_SIZE))
 

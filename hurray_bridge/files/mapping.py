@@ -148,15 +148,17 @@ def _map(f: Any, size: int) -> _mmap.mmap:
 
 
 def map_file(f: Any, size: int, path: str,
-             check: Callable[[memoryview], None] | None = None) -> MapOwner:
+             check: Callable[[memoryview], None] | None = None,
+             st: os.stat_result | None = None) -> MapOwner:
     """The open file ``f`` mapped (:func:`_map`) as the owner of views into it, after ``check``
-    of the whole map (if given); on any failure the map is closed again."""
+    of the whole map (if given); on any failure the map is closed again. ``st``: the open
+    file's stat, where the caller has it (its stamp is the owner's)."""
     mm = _map(f, size)
     view = memoryview(mm)
     try:
         if check is not None:
             check(view)
-        return MapOwner(view, mm, path, file_stamp(os.fstat(f.fileno())))
+        return MapOwner(view, mm, path, file_stamp(os.fstat(f.fileno()) if st is None else st))
     except BaseException:
         _close(view, mm)
         raise

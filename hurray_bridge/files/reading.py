@@ -36,7 +36,7 @@ from .data_checks import (
     verify_data,
     verify_file,
 )
-from .disk import bad_count, fspath, open_regular
+from .disk import bad_count, fspath, open_regular, open_regular_raw
 from .format import (
     BUFFER_ALIGNMENT,
     HEADER_SIZE,
@@ -229,15 +229,15 @@ def load(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], mmap: 
 
 def load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> TensorFile:
     """One file's entries as they are (shards one by one): the body of :func:`load`."""
-    with open_regular(path) as f:
-        head = f.read(16)
-        f.seek(0)
+    f, st = open_regular_raw(path)
+    with f:
+        head = os.pread(f.fileno(), 16, 0)
         if head[:4] != MAGIC and looks_like_safetensors(head):
-            return load_safetensors(f, os.fspath(path), mmap=mmap, verify=verify)
+            return load_safetensors(f, os.fspath(path), mmap=mmap, verify=verify, st=st)
         with collection_paused():
-            h, index = read_raw_index(f)
+            h, index = read_raw_index(f, st.st_size)
         if mmap and not verify and h.data_length and compiled_reader():
-            fast = _mapped_hurray(f, os.fspath(path), h, index)
+            fast = _mapped_hurray(f, os.fspath(path), h, index, st)
             if fast is not None:
                 return fast
         with collection_paused():
@@ -249,7 +249,7 @@ def load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> TensorF
             # Nothing to map: every tensor is empty and points nowhere.
             return TensorFile(tensors_over(entries, 0, None, True), meta, h.alignment)
         owner = map_file(f, h.file_size, os.fspath(path),
-                         (lambda view: verify_data(view, h, entries)) if verify else None)
+                         (lambda view: verify_data(view, h, entries)) if verify else None, st=st)
     # A page-aligned map: every buffer is aligned as the file says.
     alignment = pow2_alignment(owner.address + h.data_offset, h.alignment)
     with collection_paused():
@@ -257,14 +257,15 @@ def load_file(path: str | os.PathLike[str], mmap: bool, verify: bool) -> TensorF
     return TensorFile(tensors, meta, alignment)
 
 
-def _mapped_hurray(f: Any, path: str, h: Header, index: memoryview) -> TensorFile | None:
+def _mapped_hurray(f: Any, path: str, h: Header, index: memoryview,
+                   st: os.stat_result) -> TensorFile | None:
     """:func:`load_file` (mapped, without ``verify``) of a file whose entries are all plain
     dense tensors, read by the compiled reader (``format.compiled_tensors``) straight into
     tensors over the map: no entry or buffer object per tensor. ``None`` (the map closed
     again) where it declines or the module was not built: :func:`parse_index` then reads
     the index, so that every refusal is its own, in its order."""
     check_index_crc(h, index)  # parse_index's first refusal, the same
-    owner = map_file(f, h.file_size, path)
+    owner = map_file(f, h.file_size, path, st=st)
     tensors = None
     try:
         with collection_paused():
@@ -291,7 +292,7 @@ def _drop_then_unmap(tensors: dict[str, Tensor] | None, owner: MapOwner) -> None
 
 
 def load_safetensors(f: Any, path: str, *, mmap: bool = True,
-                     verify: bool = False) -> TensorFile:
+                     verify: bool = False, st: os.stat_result | None = None) -> TensorFile:
     """A safetensors file, opened as ``f`` (a regular file at offset 0), as a ``TensorFile``.
 
     What :func:`hurray_bridge.load` returns for a safetensors file: the tensors
@@ -303,7 +304,7 @@ def load_safetensors(f: Any, path: str, *, mmap: bool = True,
     if sys.byteorder != "little":
         raise UnsupportedError("safetensors is little-endian; this host is big-endian")
     if mmap and compiled_safetensors_reader():
-        fast = _mapped_compiled(f, path)
+        fast = _mapped_compiled(f, path, st)
         if fast is not None:
             return fast
         f.seek(0)
@@ -320,7 +321,7 @@ def load_safetensors(f: Any, path: str, *, mmap: bool = True,
     if idx.file_size == idx.data_start:  # no tensor bytes: nothing to map
         return TensorFile(tensors_over(entries, 0, None, True), dict(idx.metadata),
                           BUFFER_ALIGNMENT)
-    owner = map_file(f, idx.file_size, path)
+    owner = map_file(f, idx.file_size, path, st=st)
     base = owner.address + idx.data_start
     # safetensors places tensors back to back: the guaranteed alignment is what they share
     alignment = BUFFER_ALIGNMENT
@@ -335,18 +336,18 @@ def load_safetensors(f: Any, path: str, *, mmap: bool = True,
     return TensorFile(tensors, dict(idx.metadata), alignment)
 
 
-def _mapped_compiled(f: Any, path: str) -> TensorFile | None:
+def _mapped_compiled(f: Any, path: str, st: os.stat_result | None) -> TensorFile | None:
     """:func:`load_safetensors` of a header in the form safetensors' writer gives it, read
     by the compiled reader (``compiled_tensors``) straight into tensors over the map: no
     index, entry or descriptor object per tensor. ``None`` (the map closed again) where the
     reader declines or the module was not built: the Python path then reads it all, so
     that every refusal is its own, in its order."""
-    prefix, size = read_prefix(f)
+    prefix, size = read_prefix(f, None if st is None else st.st_size)
     raw = header_bytes(prefix, size)  # the Python path's first refusals, the same
     data_start = LENGTH.size + len(raw)
     if size == data_start:  # nothing to map: the Python path's own case
         return None
-    owner = map_file(f, size, path)
+    owner = map_file(f, size, path, st=st)
     tensors = None
     try:
         with collection_paused():

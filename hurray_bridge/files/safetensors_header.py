@@ -544,19 +544,26 @@ def read_header_and_descriptors(f: Any) -> tuple[SafetensorsIndex, list[Descript
     return _parse(*read_prefix(f))
 
 
-def read_prefix(f: Any) -> tuple[memoryview, int]:
+def read_prefix(f: Any, size: int | None = None) -> tuple[memoryview, int]:
     """The first ``8 + N`` bytes of a safetensors file open as ``f`` (at offset 0), or as
-    many as the file justifies reading, and the file's size: what :func:`parse_header` and
-    :func:`header_bytes` take."""
-    size = os.fstat(f.fileno()).st_size
+    many as the file justifies reading, and the file's size (``size``: where the caller
+    has its stat already): what :func:`parse_header` and :func:`header_bytes` take."""
+    if size is None:
+        size = os.fstat(f.fileno()).st_size
     head = f.read(LENGTH.size)
     if len(head) == LENGTH.size:
         (n,) = LENGTH.unpack(head)
         if n <= min(MAX_HEADER_SIZE, size - LENGTH.size):  # read only what the file justifies
             buf = bytearray(LENGTH.size + n)  # read into place: the header is held once
             buf[:LENGTH.size] = head
-            got = f.readinto(memoryview(buf)[LENGTH.size:])
-            return memoryview(buf)[:LENGTH.size + (got or 0)], size
+            view = memoryview(buf)
+            have = LENGTH.size
+            while have < len(buf):  # an unbuffered file may read less at a time
+                got = f.readinto(view[have:])
+                if not got:
+                    break
+                have += got
+            return view[:have], size
     return memoryview(head), size
 
 

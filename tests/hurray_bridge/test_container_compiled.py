@@ -182,8 +182,8 @@ def test_a_load_maps_the_file_once_with_or_without_the_compiled_reader(
         monkeypatch.setattr(file_format, "_compiled", None)
     maps: list[str] = []
     real = reading.map_file
-    monkeypatch.setattr(reading, "map_file", lambda f, size, path, *a: maps.append(path)
-                        or real(f, size, path, *a))
+    monkeypatch.setattr(reading, "map_file", lambda f, size, path, *a, **kw: maps.append(path)
+                        or real(f, size, path, *a, **kw))
     path = _write(str(tmp_path), _plain())
     assert len(hb.load(path)) == 7
     assert maps == [path]

@@ -645,8 +645,8 @@ def test_a_file_emptied_before_it_is_mapped_is_a_format_error(
     hb.save(path, {"w": np.ones(1000, np.float32)}, fsync=False)
     real = reading.read_raw_index
 
-    def read_then_empty(f: Any) -> Any:
-        got = real(f)
+    def read_then_empty(f: Any, *size: int) -> Any:
+        got = real(f, *size)
         os.truncate(path, 0)
         return got
 

@@ -259,8 +259,8 @@ def test_a_load_maps_the_file_once_with_or_without_the_compiled_reader(
         monkeypatch.setattr(sh, "_compiled", None)
     maps: list[str] = []
     real = reading.map_file
-    monkeypatch.setattr(reading, "map_file", lambda f, size, path, *a: maps.append(path)
-                        or real(f, size, path, *a))
+    monkeypatch.setattr(reading, "map_file", lambda f, size, path, *a, **kw: maps.append(path)
+                        or real(f, size, path, *a, **kw))
     path = _file(str(tmp_path), *READ["writer form"])
     assert len(hb.load(path)) == 2
     assert maps == [path]
