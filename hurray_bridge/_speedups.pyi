@@ -60,3 +60,7 @@ def safetensors_tensors(header: Any, data_size: int, base: int, owner: Any,
 def hurray_tensors(table: Any, n_entries: int, checksums: bool, data_length: int, alignment: int,
                    base: int, owner: Any, describe: Callable[[bytes], Any]
                    ) -> dict[str, Any] | None: ...
+def small_file(mapping: dict[Any, Any], alignment: int, checksums: bool, metadata: bytes,
+               n_metadata: int, limit: int,
+               describe: Callable[[Any], tuple[bytes, tuple[int, ...], int, Any] | None],
+               /) -> list[bytes | memoryview] | None: ...

@@ -5,8 +5,8 @@
  * front (front.c), the deleters of our DLPack exports (deleters.c), the dense
  * descriptor decoder (decoder.c), hb.Tensor from C (tensor.c) and DLPack import and
  * export through the C exchange API (xapi_in.c, xapi_out.c), the data checksums'
- * CRC-32 (crc32.c) and hb.load's readers of plain safetensors headers (st_header.c) and
- * Hurray entry tables (hry_index.c).
+ * CRC-32 (crc32.c), hb.load's readers of plain safetensors headers (st_header.c) and
+ * Hurray entry tables (hry_index.c) and hb.save's planner of small files (hry_plan.c).
  * This file only puts them into one module.
  */
 #include "speedups.h"
@@ -39,6 +39,9 @@ static PyMethodDef speedups_functions[] = {
     {"hurray_tensors", hb_hurray_tensors, METH_VARARGS,
      "hurray_tensors(table, n_entries, checksums, data_length, alignment, base, owner, "
      "describe) -> {name: Tensor} or None"},
+    {"small_file", hb_small_file, METH_VARARGS,
+     "small_file(mapping, alignment, checksums, metadata, n_metadata, limit, describe) -> "
+     "[head, bytes ...] or None"},
     {NULL}
 };
 

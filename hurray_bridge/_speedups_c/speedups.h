@@ -10,6 +10,7 @@
  * crc32.c    zlib.crc32's CRC-32, by carry-less multiplication where the CPU has it
  * st_header.c safetensors headers in the writer's own form, read into hb.Tensors
  * hry_index.c Hurray entry tables of plain dense tensors, read into hb.Tensors
+ * hry_plan.c small Hurray files of plain dense arrays, planned for hb.save
  *
  * The directory is not called _speedups: a directory of that name next to the module
  * would import as a namespace package wherever the module was not built, and
@@ -142,6 +143,9 @@ HB_INTERNAL PyObject *hb_cached_answer(PyObject **cache, PyObject *key,
 
 /* hry_index.c: hurray_tensors(), hb.load's reader of plain Hurray entry tables */
 HB_INTERNAL PyObject *hb_hurray_tensors(PyObject *module, PyObject *args);
+
+/* hry_plan.c: small_file(), hb.save's planner of small files of plain dense arrays */
+HB_INTERNAL PyObject *hb_small_file(PyObject *module, PyObject *args);
 
 /* xapi_in.c */
 HB_INTERNAL int hb_add_import(PyObject *module);

@@ -37,6 +37,7 @@ _FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a charact
 SUFFIX_FORMATS = {".hurray": "hurray", ".hry": "hurray", ".safetensors": "safetensors",
                   ".npy": "npy", ".npz": "npz"}
 """File name suffixes whose format is known: a file's name never claims another format."""
+_OWN_SUFFIX = {"hurray": ".hurray", "safetensors": ".safetensors", "npy": ".npy", "npz": ".npz"}
 _WRITERS = {"hurray": "hb.save(path, tensors)",
             "safetensors": "hurray_bridge.safetensors_io.save(path, tensors)",
             "npy": "numpy.save", "npz": "numpy.savez"}
@@ -49,7 +50,9 @@ def fspath(path: Any, what: str) -> str:
             f"{what}: got the int {path!r}, which Python's open() would take as file descriptor "
             f"{path} and close when done; pass a path (str or os.PathLike) instead "
             f"(for an open descriptor on Linux, the path /proc/self/fd/{path})")
-    return os.fsdecode(os.fspath(path))  # bytes paths as str: one kind of name from here on
+    p = os.fspath(path)
+    # bytes paths as str: one kind of name from here on (os.fsdecode is a Python call)
+    return p if type(p) is str else os.fsdecode(p)
 
 
 def _not_regular(path: str, st: os.stat_result, doing: str) -> None:
@@ -107,6 +110,9 @@ def open_regular_raw(path: Any, what: str = "path") -> tuple[io.FileIO, os.stat_
 def check_suffix(path: str | os.PathLike[str], fmt: str) -> None:
     """Refuse to write ``fmt`` content under a name whose suffix says another format."""
     p = os.fspath(path)
+    own = _OWN_SUFFIX.get(fmt)
+    if own is not None and type(p) is str and p.endswith(own):
+        return  # the usual name, its own format's (splitext is Python calls, cold each save)
     claimed = SUFFIX_FORMATS.get(os.path.splitext(p)[1].lower())
     if claimed is None or claimed == fmt:
         return
@@ -254,50 +260,88 @@ def stale_temporaries(path: str | os.PathLike[str]) -> list[str]:
 
 
 def _stale_in(directory: str, prefix: str = ".") -> tuple[list[str], int]:
-    """(stale temporaries in ``directory`` whose names start with ``prefix``, entries seen)."""
-    tag, found, seen = _host_tag(), [], 0
+    """(stale temporaries in ``directory`` whose names start with ``prefix``, how many
+    temporaries of this host's live writers it holds).
+
+    The names come from ``os.listdir``, not ``os.scandir``: an entry object each, cold at
+    every save, made the scan of a folder of ten files a tenth of a small save. Only a
+    candidate (our pattern, this host, a dead writer) is looked at with ``lstat``."""
+    tag, found, live = _host_tag(), [], 0
     exact = prefix != "."  # one target's: the tail starts right after its prefix
     try:
-        with os.scandir(directory) as it:
-            for entry in it:
-                seen += 1
-                name = entry.name
-                if not (name.startswith(prefix) and name.endswith(".tmp")):
-                    continue
-                m = TEMP_NAME.match(name, len(prefix)) if exact else TEMP_NAME.search(name, 2)
-                if (m is None or name[m.start() - 1] != "."
-                        or m["host"] != tag or _pid_alive(int(m["pid"]))
-                        or not entry.is_file(follow_symlinks=False)):
-                    continue
-                found.append(entry.path)
+        names = os.listdir(directory)
     except OSError:
-        return [], seen
-    return sorted(found), seen
+        return [], 0
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        m = TEMP_NAME.match(name, len(prefix)) if exact else TEMP_NAME.search(name, 2)
+        if m is None or name[m.start() - 1] != "." or m["host"] != tag:
+            continue
+        if _pid_alive(int(m["pid"])):
+            live += 1
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                found.append(path)
+        except OSError:  # gone meanwhile
+            continue
+    return sorted(found), live
 
 
-# directory -> (time.monotonic() of its last scan for stale temporaries, seconds it took)
-_SCANS: dict[str, tuple[float, float]] = {}
+# directory -> (time.monotonic() of its last scan for stale temporaries, seconds it took,
+# whether it held no temporary of a live writer, the folder's stamp (_folder_stamp) after
+# the last save into it since, or None)
+_SCANS: dict[str, tuple[float, float, bool, tuple[int, int, int] | None]] = {}
+UNCHANGED_RESCAN = 10.0
+"""Seconds after which a folder unchanged since the last save into it is scanned again."""
+
+
+def _folder_stamp(directory: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
 def _remove_stale(directory: str) -> None:
     """Remove the stale temporaries of every target in ``directory`` (best effort).
 
-    A folder is scanned at every save while a scan is cheap (under a
-    millisecond: up to a few thousand entries); a larger one again only after
-    100 times as long as its last scan took (at most a minute), so that many
-    saves into one big folder spend at most about 1% of their time here.
+    A folder is scanned at a save unless nothing can have changed in it: a folder
+    unchanged (its modification time the same) since the last save into it, whose scan
+    found no temporary of a live writer (which may die without changing the folder), is
+    not scanned again for :data:`UNCHANGED_RESCAN` seconds. A killed save's temporary
+    changed the folder when it was made. (The scan of a folder of ten files was a tenth
+    of a small save.) A folder slow to scan (over a millisecond: a few thousand entries)
+    is scanned again only after 100 times as long as its last scan took (at most a
+    minute), so that many saves into one big folder spend at most about 1% of their
+    time here.
     """
     now = time.monotonic()
     last = _SCANS.get(directory)
-    if last is not None and last[1] >= 1e-3 and now - last[0] < min(100 * last[1], 60.0):
-        return
-    stale, _ = _stale_in(directory)
+    if last is not None:
+        at, took, _, stamp = last
+        if took >= 1e-3 and now - at < min(100 * took, 60.0):
+            return
+        if (stamp is not None and now - at < UNCHANGED_RESCAN
+                and stamp == _folder_stamp(directory)):
+            return
+    stale, live = _stale_in(directory)
     for p in stale:
         with contextlib.suppress(OSError):
             os.unlink(p)
     if len(_SCANS) >= 4096:
         _SCANS.clear()
-    _SCANS[directory] = (now, time.monotonic() - now)
+    _SCANS[directory] = (now, time.monotonic() - now, not live, None)
+
+
+def _saved_into(directory: str) -> None:
+    """Note the folder's stamp after a save's rename (see :func:`_remove_stale`)."""
+    last = _SCANS.get(directory)
+    if last is not None and last[2]:
+        _SCANS[directory] = (last[0], last[1], True, _folder_stamp(directory))
 
 
 def _existing_target(target: str) -> os.stat_result | None:
@@ -354,6 +398,27 @@ def atomic_temporary(path: str | os.PathLike[str], *, fsync: bool = True) -> _At
     return _Atomic(path, fsync, True)
 
 
+# absolute target -> (its directory, its temporaries' paths up to the random part, the pid)
+_PLACES: dict[str, tuple[str, str, int]] = {}
+
+
+def _place(target: str) -> tuple[str, str]:
+    """The directory of ``target`` and the start of its temporaries' paths
+    (``DIR/.NAME.PID-HOST-``), kept for an absolute ``target``: the path functions that
+    make them were a twentieth of a small save, cold at each call."""
+    got = _PLACES.get(target)
+    pid = os.getpid()
+    if got is None or got[2] != pid:  # (a forked child writes under its own pid)
+        directory = os.path.dirname(os.path.abspath(target))
+        got = (directory, os.path.join(directory, f"{_temp_prefix(target)}{pid}-{_host_tag()}-"),
+               pid)
+        if os.path.isabs(target):  # (a relative one depends on the working directory)
+            if len(_PLACES) >= 4096:
+                _PLACES.clear()
+            _PLACES[target] = got
+    return got[0], got[1]
+
+
 class _Atomic:
     """What :func:`atomic_temporary` returns. A class, not a generator under
     ``contextlib.contextmanager``: a save of a few tensors spent a sixth of its time in
@@ -369,11 +434,11 @@ class _Atomic:
     def __enter__(self) -> Any:
         target = self.target
         old = _existing_target(target)
-        directory = self.directory = os.path.dirname(os.path.abspath(target))
+        directory, start = _place(target)
+        self.directory = directory
         _remove_stale(directory)
-        tmp = self.tmp = os.path.join(
-            directory, f"{_temp_prefix(target)}{os.getpid()}-{_host_tag()}-"
-                       f"{os.urandom(6).hex()}.tmp")  # what secrets.token_hex(6) is
+        # (os.urandom(6).hex(): what secrets.token_hex(6) is)
+        tmp = self.tmp = f"{start}{os.urandom(6).hex()}.tmp"
         try:
             fd = self.fd = os.open(tmp, _CREATE_FLAGS, 0o666)  # the umask applies
         except OSError as exc:  # name the target, not the temporary
@@ -404,12 +469,13 @@ class _Atomic:
         except BaseException as err:
             self._abandon(err, closed=True)
             raise
-        if self.fsync:
-            try:
+        try:
+            if self.fsync:
                 _fsync_dir(self.directory)
-            except BaseException as err:  # a signal or an I/O error, with the new file in place
-                err.output_replaced = True  # type: ignore[attr-defined]  # read by the CLI
-                raise
+            _saved_into(self.directory)
+        except BaseException as err:  # a signal or an I/O error, with the new file in place
+            err.output_replaced = True  # type: ignore[attr-defined]  # read by the CLI
+            raise
 
     def _abandon(self, exc: BaseException, *, closed: bool) -> None:
         """Close (unless ``closed``) and remove the temporary; an OSError names the target."""

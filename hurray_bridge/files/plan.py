@@ -21,7 +21,7 @@ from .._trailing import placed_pieces
 from ..conversion import asarray, asarray_one
 from ..descriptor import Descriptor, dense_descriptor
 from ..dtypes import DType
-from ..errors import FormatError, UnsupportedError
+from ..errors import FormatError, HurrayError, UnsupportedError
 from ..shards import ShardedTensor
 from ..tensor import Tensor
 from ..wire import DENSE_PLACE, dense_head, encode
@@ -51,7 +51,7 @@ from .regions import Piece, Region
 from .sharded import check_shard_entries
 
 __all__ = ["Plan", "PlanEntry", "dense_reader", "encode_metadata", "host_entries", "host_tensor",
-           "plan_items", "plan_tensors", "serialise"]
+           "plan_items", "plan_tensors", "serialise", "small_dense_file"]
 
 
 _NAME_PADS = tuple(bytes(n) for n in range(8))  # the zeros after a name of 8k - n bytes
@@ -323,6 +323,52 @@ def plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
     plan = plan_items(items, metadata, alignment, checksums, keep)
     plan.deferred = deferred
     return plan
+
+
+# The compiled planner of small files of plain dense arrays (_speedups_c/hry_plan.c), or
+# None where hurray_bridge._speedups was not built (or built before it had one).
+_small: Callable[..., list[bytes | memoryview] | None] | None
+try:
+    from .._speedups import small_file as _small
+except ImportError:
+    _small = None
+
+
+def small_dense_file(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
+                     alignment: int, checksums: bool,
+                     limit: int) -> list[bytes | memoryview] | None:
+    """The bytes of a file of ``mapping`` as pieces to write from offset 0 (the head, then
+    each array's bytes after its padding), planned in C without a :class:`Plan`, when
+    ``mapping`` is a dict whose every value is a plain dense array (``_host.dense_bytes``),
+    with under ``limit`` bytes of data and of head: what :func:`plan_tensors` and
+    :meth:`Plan.head` give for it, byte for byte. ``None`` for anything else, and where
+    the compiled module was not built: :func:`plan_tensors` then plans the file and
+    raises its errors."""
+    if (_small is None or type(mapping) is not dict or not mapping or dense_reader() is None
+            or type(alignment) is not int or alignment & (alignment - 1)
+            or not BUFFER_ALIGNMENT <= alignment <= MAX_BUFFER_ALIGNMENT
+            or sys.byteorder != "little"):
+        return None
+    meta, n_meta = b"", 0
+    if metadata is not None:
+        try:
+            meta, n_meta = encode_metadata(metadata)
+        except HurrayError:  # plan_tensors raises it, after what it checks first
+            return None
+    return _small(mapping, alignment, bool(checksums), meta, n_meta, limit, _describe_array)
+
+
+def _describe_array(value: Any) -> tuple[bytes, tuple[int, ...], int, object] | None:
+    """What the compiled planner needs of an array, once per (type, dtype, shape): its
+    descriptor's bytes up to its buffer's place (``wire.dense_head``), its shape, its
+    byte count and its ``dtype`` object (which the kept answer holds); ``None`` for a
+    value :func:`plan_tensors` plans another way."""
+    dense = dense_reader()
+    parts = None if dense is None else dense(value)
+    if parts is None:
+        return None
+    dtype, shape, view = parts
+    return dense_head(dense_descriptor(shape, dtype)), shape, view.nbytes, value.dtype
 
 
 def serialise(plan: Plan) -> bytes:

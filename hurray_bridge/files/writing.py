@@ -34,7 +34,7 @@ from .engine import (
     zeros,
 )
 from .format import BUFFER_ALIGNMENT
-from .plan import Plan, PlanEntry, plan_tensors, serialise
+from .plan import Plan, PlanEntry, plan_tensors, serialise, small_dense_file
 from .regions import Piece
 
 __all__ = ["dumps", "save", "write_box", "write_plan"]
@@ -292,6 +292,14 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
     """
     check_suffix(fspath(path, "path"), "hurray")
     with collection_paused():
+        # A file of plain arrays under a CHUNK of data (and of head), planned in C: the
+        # bytes write_plan's small file would be; under 2 CHUNKs, so covers_write holds.
+        small = small_dense_file(mapping, metadata, alignment, checksums, CHUNK)
+        if small is not None:
+            with atomic_output(path, fsync=fsync) as fd:
+                write_views(fd, small)
+            del small  # (before collection resumes, as the plan below)
+            return
         plan = plan_tensors(mapping, metadata, alignment, checksums, defer=True)
         if not plan.deferred and covers_write(plan.file_size):
             write_plan(path, plan, fsync=fsync)
