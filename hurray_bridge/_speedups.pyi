@@ -60,7 +60,12 @@ def safetensors_tensors(header: Any, data_size: int, base: int, owner: Any,
 def hurray_tensors(table: Any, n_entries: int, checksums: bool, data_length: int, alignment: int,
                    base: int, owner: Any, describe: Callable[[bytes], Any]
                    ) -> dict[str, Any] | None: ...
+# The planners of small files of plain dense arrays of hb.save and safetensors_io.save
+# (_speedups_c/small_files.c)
 def small_file(mapping: dict[Any, Any], alignment: int, checksums: bool, metadata: bytes,
                n_metadata: int, limit: int,
                describe: Callable[[Any], tuple[bytes, tuple[int, ...], int, Any] | None],
                /) -> list[bytes | memoryview] | None: ...
+def small_safetensors(mapping: dict[Any, Any], metadata_json: bytes, max_header: int, limit: int,
+                      describe: Callable[[Any], tuple[bytes, tuple[int, ...], int, Any] | None],
+                      /) -> list[bytes | memoryview] | None: ...

@@ -6,7 +6,8 @@
  * descriptor decoder (decoder.c), hb.Tensor from C (tensor.c) and DLPack import and
  * export through the C exchange API (xapi_in.c, xapi_out.c), the data checksums'
  * CRC-32 (crc32.c), hb.load's readers of plain safetensors headers (st_header.c) and
- * Hurray entry tables (hry_index.c) and hb.save's planner of small files (hry_plan.c).
+ * Hurray entry tables (hry_index.c) and the planners of small files of hb.save and
+ * safetensors_io.save (small_files.c).
  * This file only puts them into one module.
  */
 #include "speedups.h"
@@ -41,6 +42,9 @@ static PyMethodDef speedups_functions[] = {
      "describe) -> {name: Tensor} or None"},
     {"small_file", hb_small_file, METH_VARARGS,
      "small_file(mapping, alignment, checksums, metadata, n_metadata, limit, describe) -> "
+     "[head, bytes ...] or None"},
+    {"small_safetensors", hb_small_safetensors, METH_VARARGS,
+     "small_safetensors(mapping, metadata_json, max_header, limit, describe) -> "
      "[head, bytes ...] or None"},
     {NULL}
 };

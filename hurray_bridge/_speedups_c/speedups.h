@@ -10,7 +10,8 @@
  * crc32.c    zlib.crc32's CRC-32, by carry-less multiplication where the CPU has it
  * st_header.c safetensors headers in the writer's own form, read into hb.Tensors
  * hry_index.c Hurray entry tables of plain dense tensors, read into hb.Tensors
- * hry_plan.c small Hurray files of plain dense arrays, planned for hb.save
+ * small_files.c small files of plain dense arrays, planned for hb.save and
+ *            safetensors_io.save
  *
  * The directory is not called _speedups: a directory of that name next to the module
  * would import as a namespace package wherever the module was not built, and
@@ -144,8 +145,10 @@ HB_INTERNAL PyObject *hb_cached_answer(PyObject **cache, PyObject *key,
 /* hry_index.c: hurray_tensors(), hb.load's reader of plain Hurray entry tables */
 HB_INTERNAL PyObject *hb_hurray_tensors(PyObject *module, PyObject *args);
 
-/* hry_plan.c: small_file(), hb.save's planner of small files of plain dense arrays */
+/* small_files.c: small_file() and small_safetensors(), the planners of small files of
+ * plain dense arrays of hb.save and safetensors_io.save */
 HB_INTERNAL PyObject *hb_small_file(PyObject *module, PyObject *args);
+HB_INTERNAL PyObject *hb_small_safetensors(PyObject *module, PyObject *args);
 
 /* xapi_in.c */
 HB_INTERNAL int hb_add_import(PyObject *module);

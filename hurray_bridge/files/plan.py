@@ -325,7 +325,7 @@ def plan_tensors(mapping: Mapping[str, Any], metadata: Mapping[str, str] | None,
     return plan
 
 
-# The compiled planner of small files of plain dense arrays (_speedups_c/hry_plan.c), or
+# The compiled planner of small files of plain dense arrays (_speedups_c/small_files.c), or
 # None where hurray_bridge._speedups was not built (or built before it had one).
 _small: Callable[..., list[bytes | memoryview] | None] | None
 try:

@@ -23,7 +23,7 @@ from .._gc import collection_paused, covers_write
 from .._trailing import check_bool8_bytes
 from ..descriptor import Descriptor, dense_descriptor, form_name
 from ..dtypes import DType
-from ..errors import FormatError, UnsupportedError
+from ..errors import FormatError, HurrayError, UnsupportedError
 from ..layout import Layout
 from ..shards import ShardedTensor
 from ..tensor import Tensor
@@ -233,6 +233,14 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
     values: dict[str, Tensor | tuple[DType, tuple[int, ...], memoryview]] = {}
     dense = dense_reader()  # plain host arrays need no hb.Tensor (as in hb.save)
     with collection_paused():
+        # A file of plain arrays under a CHUNK of data (and of header), planned in C: the
+        # bytes _write_safetensors' small file would be; covered (covers_write) as hb.save's.
+        small = None if progress is not None else _small_pieces(mapping, metadata)
+        if small is not None:
+            with atomic_output(target, fsync=fsync) as fd:
+                write_views(fd, small)
+            del small
+            return len(mapping)
         for name, value in mapping.items():
             if not isinstance(name, str):
                 raise UnsupportedError(f"entry names must be str, got {type(name).__name__} "
@@ -252,6 +260,47 @@ def save(path: str | os.PathLike[str], mapping: Mapping[str, Any],
 
 # The safetensors name of each element type (by tag) that a plain array of it was saved as.
 _DENSE_NAMES: dict[int, str] = {}
+
+# The compiled planner of small files of plain dense arrays (_speedups_c/small_files.c),
+# or None where hurray_bridge._speedups was not built (or built before it had one).
+_small: Callable[..., list[bytes | memoryview] | None] | None
+try:
+    from .._speedups import small_safetensors as _small
+except ImportError:
+    _small = None
+
+
+def _small_pieces(mapping: Mapping[str, Any],
+                  metadata: Mapping[str, str] | None) -> list[bytes | memoryview] | None:
+    """The bytes of a safetensors file of ``mapping`` as pieces to write from offset 0
+    (the length and header, then each array's bytes), planned in C, when ``mapping`` is
+    a dict whose every value is a plain dense array (``_host.dense_bytes``) of a type
+    safetensors names, with under a :data:`CHUNK` of data and of header: what
+    :func:`_write_safetensors` writes for it, byte for byte. ``None`` for anything else,
+    and where the compiled module was not built."""
+    if (_small is None or type(mapping) is not dict or not mapping or dense_reader() is None
+            or sys.byteorder != "little"):
+        return None
+    meta = _HEADER_JSON.encode(dict(metadata)).encode("utf-8") if metadata else b""
+    return _small(mapping, meta, MAX_HEADER_SIZE, CHUNK, _describe_array)
+
+
+def _describe_array(value: Any) -> tuple[bytes, tuple[int, ...], int, object] | None:
+    """What the compiled planner needs of an array, once per (type, dtype, shape): the
+    text of its header object up to its offsets (``{"dtype":"F32","shape":[2,3],
+    "data_offsets":[``), its shape, its byte count and its ``dtype`` object (which the
+    kept answer holds); ``None`` for a value the Python path writes another way."""
+    dense = dense_reader()
+    parts = None if dense is None else dense(value)
+    if parts is None:
+        return None
+    dtype, shape, view = parts
+    try:
+        st = _safetensors_dtype("", dense_descriptor(shape, dtype))
+    except HurrayError:  # a type safetensors cannot hold: the Python path says so
+        return None
+    text = _HEADER_JSON.encode({"dtype": st, "shape": list(shape), "data_offsets": [0, 0]})
+    return text[:-len("0,0]}")].encode("utf-8"), shape, view.nbytes, value.dtype
 
 
 def _dense_out(name: str, parts: tuple[DType, tuple[int, ...], memoryview],
@@ -296,7 +345,10 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
             header[o.name] = {"dtype": o.dtype, "shape": o.shape,
                               "data_offsets": [pos, pos + o.nbytes]}
             pos += o.nbytes
-        raw = _HEADER_JSON.encode(header).encode("utf-8")
+        try:
+            raw = _HEADER_JSON.encode(header).encode("utf-8")
+        except UnicodeEncodeError:  # (the metadata was checked: a name)
+            raise _not_utf8(header) from None
     raw += b" " * (-len(raw) % 8)  # safetensors pads its header with spaces to 8 bytes
     if len(raw) > MAX_HEADER_SIZE:
         raise UnsupportedError(f"the safetensors header would be {len(raw)} bytes, over the "
@@ -316,6 +368,19 @@ def _write_safetensors(dst: str | os.PathLike[str], outs: Sequence[_Out],
         if check is not None:
             check(crcs)
     return len(outs)
+
+
+def _not_utf8(header: Mapping[str, Any]) -> FormatError:
+    """The error for the first name of ``header`` that UTF-8 cannot encode (a lone
+    surrogate, as os.fsdecode makes of undecodable bytes)."""
+    for name in header:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return FormatError(f"entry name {name!r} is not encodable as UTF-8 ({exc.reason}); "
+                               "a safetensors header is UTF-8 JSON: rename the entry",
+                               field="name")
+    return FormatError("the safetensors header is not encodable as UTF-8", field="name")
 
 
 def _small_views(outs: Sequence[_Out]) -> list[memoryview | bytes] | None:

@@ -171,6 +171,18 @@ def test_refusals_name_the_entry(tmp_path: pathlib.Path) -> None:
     _cannot(tmp_path, tensor(sh, bytes(8)), "shard")
 
 
+def test_a_name_utf8_cannot_encode_is_a_format_error_naming_it(tmp_path: pathlib.Path) -> None:
+    # (a lone surrogate, as os.fsdecode makes of undecodable file names): it was a bare
+    # UnicodeEncodeError from the JSON encoding of the header
+    from hurray_bridge import safetensors_io
+
+    target = tmp_path / "s.safetensors"
+    with pytest.raises(hb.FormatError, match=r"'a\\udcff'.*UTF-8") as err:
+        safetensors_io.save(target, {"ok": np.ones(2), "a\udcff": np.ones(2)}, fsync=False)
+    assert err.value.field == "name"
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
 def test_a_type_outside_the_table_is_unsupported(tmp_path: pathlib.Path) -> None:
     names = [n for n in ("F6_E2M3", "F8_E4M3FNUZ") if n not in ST_TYPES]
     blob = st_file({"x": {"dtype": names[0], "shape": [4], "data_offsets": [0, 3]}}, bytes(3))

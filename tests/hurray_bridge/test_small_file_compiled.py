@@ -1,8 +1,9 @@
-"""hb.save's compiled planner of small files of plain dense arrays (``_speedups_c/hry_plan.c``)
-and the Python planner (``plan_tensors`` and ``Plan.head``, what ``hb.dumps`` writes) agree
-byte for byte; where it declines (any value, name or size the Python path treats otherwise)
-hb.save writes what the Python path writes and raises what it raises; the pieces it gives
-keep the arrays' memory; an interrupt inside it is never swallowed."""
+"""The compiled planners of small files of plain dense arrays (``_speedups_c/small_files.c``)
+and the Python ones agree byte for byte (hb.save's: ``plan_tensors`` and ``Plan.head``,
+what ``hb.dumps`` writes; safetensors_io.save's: ``_write_safetensors``); where they
+decline (any value, name or size the Python path treats otherwise) the save writes what
+the Python path writes and raises what it raises; the pieces keep the arrays' memory; an
+interrupt inside a planner is never swallowed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 import pytest
 
 import hurray_bridge as hb
+from hurray_bridge import safetensors_io
 from hurray_bridge.files import plan as file_plan
+from hurray_bridge.files import safetensors as st_file
 from hurray_bridge.files.engine import CHUNK
 
 np = pytest.importorskip("numpy")
@@ -90,8 +93,11 @@ def _declined_cases() -> list[tuple[str, Any]]:
         dtype = np.dtype(np.float32)
         shape = (3,)
 
-    class Unhashable(Duck):
-        shape = [3]  # type: ignore[assignment]
+    class Unhashable:  # a shape that is a list
+        dtype = np.dtype(np.float32)
+
+        def __init__(self) -> None:
+            self.shape = [3]
 
     return [
         ("an empty array", {"a": base, "e": np.zeros((2, 0), np.float32)}),
@@ -241,3 +247,102 @@ def test_a_describe_that_empties_the_dict_does_not_crash_it() -> None:
 
     got = file_plan._small(arrays, 64, True, b"", 0, CHUNK, emptying)
     assert got is None or isinstance(got, list)
+
+
+# ------------------------------------------------------------------ safetensors
+st_compiled = pytest.mark.skipif(st_file._small is None,
+                                 reason="hurray_bridge._speedups not built: no compiled planner")
+
+
+def _st_both(tmp_path: pathlib.Path, mapping: Any, metadata: Any,
+             monkeypatch: pytest.MonkeyPatch) -> tuple[bytes | BaseException, ...]:
+    """What safetensors_io.save writes (or raises) with the compiled planner, then without."""
+    out: list[bytes | BaseException] = []
+    for name in ("c.safetensors", "p.safetensors"):
+        try:
+            safetensors_io.save(tmp_path / name, mapping, metadata, fsync=False)
+            out.append((tmp_path / name).read_bytes())
+        except hb.HurrayError as exc:
+            out.append(exc)
+        monkeypatch.setattr(st_file, "_small", None)
+    monkeypatch.undo()
+    return tuple(out)
+
+
+@st_compiled
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.text(alphabet=st.characters(blacklist_categories=("Cs",)),
+                                  max_size=10),
+                          st.sampled_from(("float32", "float16", "int64", "uint8", "int8",
+                                           "float64", "int32", "uint16")),
+                          st.lists(st.integers(1, 4), max_size=3)),
+                min_size=1, max_size=10, unique_by=lambda t: t[0]),
+       st.one_of(st.none(), st.dictionaries(st.text(min_size=1, max_size=6).filter(
+           lambda k: "\0" not in k), st.text(max_size=6), max_size=3)))
+def test_any_dict_of_plain_arrays_is_written_to_safetensors_as_python_writes_it(
+        specs: list[tuple[str, str, list[int]]], metadata: dict[str, str] | None) -> None:
+    arrays = {name: (np.arange(int(np.prod(shape)), dtype=dt) + k).reshape(shape)
+              for k, (name, dt, shape) in enumerate(specs) if name != "__metadata__"}
+    assume(arrays)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as mp:
+        got = _st_both(pathlib.Path(folder), arrays, metadata, mp)
+    assert isinstance(got[0], bytes) == isinstance(got[1], bytes)
+    if isinstance(got[0], bytes):
+        assert got[0] == got[1]
+        assert st_file._small_pieces(arrays, metadata) is not None
+    else:
+        assert str(got[0]) == str(got[1])
+
+
+def _st_declined_cases() -> list[tuple[str, Any]]:
+    base = np.arange(6, dtype=np.float32)
+    return [
+        ("the metadata key as a name", {"__metadata__": base}),
+        ("a bool array", {"a": base, "m": np.ones(3, bool)}),
+        ("an empty array", {"a": base, "e": np.zeros(0, np.float32)}),
+        ("a non-contiguous array", {"a": np.ones((3, 3), np.float32).T}),
+        ("a big-endian array", {"a": np.arange(3, dtype=">f4")}),
+        ("an hb.Tensor", {"a": hb.asarray(base)}),
+        ("a non-str name", {1: base}),
+        ("a lone surrogate name", {"\udcff": base}),
+    ]
+
+
+@st_compiled
+@pytest.mark.parametrize(("case", "mapping"), _st_declined_cases(),
+                         ids=[c for c, _ in _st_declined_cases()])
+def test_the_safetensors_planner_declines_what_python_writes_otherwise(
+        case: str, mapping: dict[Any, Any], tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert st_file._small_pieces(mapping, None) is None
+    compiled_out, python_out = _st_both(tmp_path, mapping, None, monkeypatch)
+    if isinstance(python_out, BaseException):
+        assert type(compiled_out) is type(python_out)
+        assert str(compiled_out) == str(python_out)
+    else:
+        assert compiled_out == python_out
+
+
+@st_compiled
+def test_a_safetensors_save_takes_the_compiled_plan(tmp_path: pathlib.Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    arrays = {f"p{i}": np.full((i + 1, 2), i, np.float16) for i in range(10)}
+    calls = []
+    real = st_file._small
+    assert real is not None
+    monkeypatch.setattr(st_file, "_small", lambda *a: calls.append(1) or real(*a))
+    assert safetensors_io.save(tmp_path / "c.safetensors", arrays, {"m": "1"}, fsync=False) == 10
+    assert calls == [1]
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    back = safetensors_numpy.load_file(str(tmp_path / "c.safetensors"))
+    assert back.keys() == arrays.keys()
+    for name, a in arrays.items():
+        np.testing.assert_array_equal(back[name], a)
+    # a progress callback is the general writer's
+    calls.clear()
+    safetensors_io.save(tmp_path / "g.safetensors", arrays, {"m": "1"}, fsync=False,
+                        progress=lambda done, total: None)
+    assert calls == []
+    assert (tmp_path / "g.safetensors").read_bytes() == (tmp_path / "c.safetensors").read_bytes()
