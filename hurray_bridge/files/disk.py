@@ -191,9 +191,26 @@ def write_vectors(fd: int, views: list[memoryview], offset: int | None = None) -
     system allows (``os.writev``; where ``WRITES_VECTORS``), at most ``_IOV_MAX`` views each."""
     checkpoint()
     call = "writev" if offset is None else "pwritev"
+    n = 0
+    if offset is None and len(views) <= _IOV_MAX:
+        # A small file's views, empty ones included, in one call: the list copied and
+        # summed again only after a short write.
+        want = sum(map(len, views))
+        n = os.writev(fd, views)
+        if n == want:
+            return
+        if not 0 < n <= want:
+            raise bad_count(call, n, want)
     views = list(filter(len, views))  # (a copy: a short write replaces the view it ends in)
     i = 0
-    while i < len(views):
+    while True:
+        while n and n >= len(views[i]):  # the views written whole
+            n -= len(views[i])
+            i += 1
+        if n:  # a short write ended inside one: the rest of it goes next
+            views[i] = views[i][n:]
+        if i >= len(views):
+            return
         batch = views[i:i + _IOV_MAX]
         want = sum(map(len, batch))
         n = os.writev(fd, batch) if offset is None else os.pwritev(fd, batch, offset)
@@ -201,11 +218,6 @@ def write_vectors(fd: int, views: list[memoryview], offset: int | None = None) -
             raise bad_count(call, n, want)
         if offset is not None:
             offset += n
-        while n and n >= len(views[i]):  # the views written whole
-            n -= len(views[i])
-            i += 1
-        if n:  # a short write ended inside one: the rest of it goes next
-            views[i] = views[i][n:]
 
 
 TEMP_NAME = re.compile(r"(?P<pid>[0-9]+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{12}\.tmp\Z")
