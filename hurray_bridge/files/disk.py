@@ -272,13 +272,12 @@ def stale_temporaries(path: str | os.PathLike[str]) -> list[str]:
 
 
 def _stale_in(directory: str, prefix: str = ".") -> tuple[list[str], int]:
-    """(stale temporaries in ``directory`` whose names start with ``prefix``, how many
-    temporaries of this host's live writers it holds).
+    """(stale temporaries in ``directory`` whose names start with ``prefix``, entries seen).
 
     The names come from ``os.listdir``, not ``os.scandir``: an entry object each, cold at
     every save, made the scan of a folder of ten files a tenth of a small save. Only a
     candidate (our pattern, this host, a dead writer) is looked at with ``lstat``."""
-    tag, found, live = _host_tag(), [], 0
+    tag, found = _host_tag(), []
     exact = prefix != "."  # one target's: the tail starts right after its prefix
     try:
         names = os.listdir(directory)
@@ -288,10 +287,8 @@ def _stale_in(directory: str, prefix: str = ".") -> tuple[list[str], int]:
         if not (name.startswith(prefix) and name.endswith(".tmp")):
             continue
         m = TEMP_NAME.match(name, len(prefix)) if exact else TEMP_NAME.search(name, 2)
-        if m is None or name[m.start() - 1] != "." or m["host"] != tag:
-            continue
-        if _pid_alive(int(m["pid"])):
-            live += 1
+        if (m is None or name[m.start() - 1] != "."
+                or m["host"] != tag or _pid_alive(int(m["pid"]))):
             continue
         path = os.path.join(directory, name)
         try:
@@ -299,61 +296,32 @@ def _stale_in(directory: str, prefix: str = ".") -> tuple[list[str], int]:
                 found.append(path)
         except OSError:  # gone meanwhile
             continue
-    return sorted(found), live
+    return sorted(found), len(names)
 
 
-# directory -> (time.monotonic() of its last scan for stale temporaries, seconds it took,
-# whether it held no temporary of a live writer, the folder's stamp (_folder_stamp) after
-# the last save into it since, or None)
-_SCANS: dict[str, tuple[float, float, bool, tuple[int, int, int] | None]] = {}
-UNCHANGED_RESCAN = 10.0
-"""Seconds after which a folder unchanged since the last save into it is scanned again."""
-
-
-def _folder_stamp(directory: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(directory)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_mtime_ns
+# directory -> (time.monotonic() of its last scan for stale temporaries, seconds it took)
+_SCANS: dict[str, tuple[float, float]] = {}
 
 
 def _remove_stale(directory: str) -> None:
     """Remove the stale temporaries of every target in ``directory`` (best effort).
 
-    A folder is scanned at a save unless nothing can have changed in it: a folder
-    unchanged (its modification time the same) since the last save into it, whose scan
-    found no temporary of a live writer (which may die without changing the folder), is
-    not scanned again for :data:`UNCHANGED_RESCAN` seconds. A killed save's temporary
-    changed the folder when it was made. (The scan of a folder of ten files was a tenth
-    of a small save.) A folder slow to scan (over a millisecond: a few thousand entries)
-    is scanned again only after 100 times as long as its last scan took (at most a
-    minute), so that many saves into one big folder spend at most about 1% of their
-    time here.
+    A folder is scanned at every save while a scan is cheap (under a
+    millisecond: up to a few thousand entries); a larger one again only after
+    100 times as long as its last scan took (at most a minute), so that many
+    saves into one big folder spend at most about 1% of their time here.
     """
     now = time.monotonic()
     last = _SCANS.get(directory)
-    if last is not None:
-        at, took, _, stamp = last
-        if took >= 1e-3 and now - at < min(100 * took, 60.0):
-            return
-        if (stamp is not None and now - at < UNCHANGED_RESCAN
-                and stamp == _folder_stamp(directory)):
-            return
-    stale, live = _stale_in(directory)
+    if last is not None and last[1] >= 1e-3 and now - last[0] < min(100 * last[1], 60.0):
+        return
+    stale, _ = _stale_in(directory)
     for p in stale:
         with contextlib.suppress(OSError):
             os.unlink(p)
     if len(_SCANS) >= 4096:
         _SCANS.clear()
-    _SCANS[directory] = (now, time.monotonic() - now, not live, None)
-
-
-def _saved_into(directory: str) -> None:
-    """Note the folder's stamp after a save's rename (see :func:`_remove_stale`)."""
-    last = _SCANS.get(directory)
-    if last is not None and last[2]:
-        _SCANS[directory] = (last[0], last[1], True, _folder_stamp(directory))
+    _SCANS[directory] = (now, time.monotonic() - now)
 
 
 def _existing_target(target: str) -> os.stat_result | None:
@@ -481,13 +449,12 @@ class _Atomic:
         except BaseException as err:
             self._abandon(err, closed=True)
             raise
-        try:
-            if self.fsync:
+        if self.fsync:
+            try:
                 _fsync_dir(self.directory)
-            _saved_into(self.directory)
-        except BaseException as err:  # a signal or an I/O error, with the new file in place
-            err.output_replaced = True  # type: ignore[attr-defined]  # read by the CLI
-            raise
+            except BaseException as err:  # a signal or an I/O error, with the new file in place
+                err.output_replaced = True  # type: ignore[attr-defined]  # read by the CLI
+                raise
 
     def _abandon(self, exc: BaseException, *, closed: bool) -> None:
         """Close (unless ``closed``) and remove the temporary; an OSError names the target."""

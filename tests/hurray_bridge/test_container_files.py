@@ -370,58 +370,14 @@ def test_scans_of_a_big_folder_are_amortised(tmp_path: pathlib.Path,
         return real(directory, prefix)
 
     monkeypatch.setattr(_disk, "_stale_in", counting)
-    monkeypatch.setitem(_disk._SCANS, str(tmp_path), (time.monotonic(), 0.5, False, None))
+    monkeypatch.setitem(_disk._SCANS, str(tmp_path), (time.monotonic(), 0.5))
     hb.save(tmp_path / "x.hurray", {"w": np.ones(2)})  # its last scan took 0.5 s: not again yet
     assert scans == []
-    monkeypatch.setitem(_disk._SCANS, str(tmp_path), (0.0, 0.5, False, None))  # long ago
+    monkeypatch.setitem(_disk._SCANS, str(tmp_path), (0.0, 0.5))  # long ago
     hb.save(tmp_path / "x.hurray", {"w": np.ones(2)})
     assert scans == [str(tmp_path)]
-    (tmp_path / "y").write_bytes(b"")  # a small folder that changed: scanned again
-    hb.save(tmp_path / "x.hurray", {"w": np.ones(2)})
+    hb.save(tmp_path / "x.hurray", {"w": np.ones(2)})  # a small folder: scanned every time
     assert scans == [str(tmp_path)] * 2
-
-
-def _counting_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    scans: list[str] = []
-    real = _disk._stale_in
-
-    def counting(directory: str, prefix: str = ".") -> tuple[list[str], int]:
-        scans.append(directory)
-        return real(directory, prefix)
-
-    monkeypatch.setattr(_disk, "_stale_in", counting)
-    return scans
-
-
-def test_a_folder_unchanged_since_the_last_save_is_not_scanned_again(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    scans = _counting_scans(monkeypatch)
-    for _ in range(3):
-        hb.save(tmp_path / "x.hurray", {"w": np.ones(2)}, fsync=False)
-    assert scans == [str(tmp_path)]  # (only this process's saves changed it)
-    monkeypatch.setattr(_disk, "UNCHANGED_RESCAN", 0.0)  # ... for a while only
-    hb.save(tmp_path / "x.hurray", {"w": np.ones(2)}, fsync=False)
-    assert scans == [str(tmp_path)] * 2
-
-
-@pytest.mark.skipif(not POSIX, reason="process ids")
-def test_a_live_writers_temporary_keeps_the_folder_scanned_until_it_is_stale(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A writer may die without changing the folder: while a scan sees a live writer's
-    # temporary, every save scans, and the one after its death removes it.
-    scans = _counting_scans(monkeypatch)
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        live = tmp_path / f".x.hurray.{sleeper.pid}-{_disk._host_tag()}-0123456789ab.tmp"
-        live.write_bytes(b"x")
-        for _ in range(2):
-            hb.save(tmp_path / "x.hurray", {"w": np.ones(2)}, fsync=False)
-        assert scans == [str(tmp_path)] * 2 and live.exists()
-    finally:
-        sleeper.kill()
-        sleeper.wait()
-    hb.save(tmp_path / "x.hurray", {"w": np.ones(2)}, fsync=False)
-    assert scans == [str(tmp_path)] * 3 and not live.exists()
 
 
 # ------------------------------------------------------------------- what load opens
