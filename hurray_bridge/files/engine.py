@@ -476,6 +476,9 @@ def zeros(n: int) -> memoryview | bytes:
 def write_views(fd: int, views: list[memoryview | bytes]) -> None:
     """Write ``views`` in order at ``fd``'s position, as many in one call as a
     :class:`DataWriter` writes at once (each call a checkpoint, as each of its flushes)."""
+    if len(views) <= _GATHER_OPS:  # (no slice, no cast: a small file's one call)
+        write_vectors(fd, views)
+        return
     for k in range(0, len(views), _GATHER_OPS):
         write_vectors(fd, cast(list[memoryview], views[k:k + _GATHER_OPS]))
 
