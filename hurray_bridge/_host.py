@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 else:
     np = numpy()
 
-__all__ = ["bool8_dirty", "check_sizes", "clean_bool8", "dense_bytes", "dense_kind", "dtype_of",
+__all__ = ["bool8_dirty", "check_sizes", "clean_bool8", "dense_bytes", "dtype_of",
            "from_hurray", "native_dtype", "native_dtypes", "tensor_view", "to_hurray"]
 
 # The element-type table's column, the kernel's own module name, and the name that
@@ -136,20 +136,6 @@ def dense_bytes(obj: Any) -> tuple[DType, tuple[int, ...], memoryview] | None:
     A save of many small arrays spends most of its time building an hb.Tensor per array;
     this is what the file needs of one, at a fifth of the cost.
     """
-    kind = dense_kind(obj)
-    if kind is None:
-        return None
-    view = memoryview(obj)  # (ndarray exports a buffer)
-    if not view.c_contiguous:
-        return None
-    return kind[0], kind[1], view.cast("B")
-
-
-def dense_kind(obj: Any) -> tuple[DType, tuple[int, ...], int] | None:
-    """What :func:`dense_bytes` decides from an array's type, dtype and shape alone (its
-    element type, shape and byte count; None where it declines for those), not from
-    its memory (C-contiguous or not): what the compiled planners of small files ask once
-    per (type, dtype, shape), checking each array's memory themselves."""
     if type(obj) is not _ndarray:
         return None
     dtype = _DENSE.get(obj.dtype)
@@ -160,10 +146,10 @@ def dense_kind(obj: Any) -> tuple[DType, tuple[int, ...], int] | None:
         dtype = _DENSE.get(obj.dtype)
         if dtype is None:
             return None
-    nbytes = obj.nbytes
-    if not nbytes:
+    view = memoryview(obj)  # type: ignore[arg-type]  # (ndarray exports a buffer)
+    if not view.c_contiguous or not view.nbytes:
         return None  # (a view with no bytes cannot be cast)
-    return dtype, obj.shape, nbytes
+    return dtype, obj.shape, view.cast("B")
 
 
 def to_hurray(obj: Any, *, copy: bool | None = None) -> Tensor:

@@ -73,14 +73,20 @@ clear_if_ordinary(void)
 /* The array's answer (a new reference: None when declined) and its bytes in p->bytes;
  * NULL with an exception set: describe's own (a bug, not a value to decline) or an
  * interrupt. Any value may be given: one whose dtype, shape or buffer cannot be had is
- * declined. */
+ * declined. Its memory is checked before describe is asked (C-contiguous, not empty):
+ * what is kept per (type, dtype, shape) must not depend on one array's memory (a
+ * transposed array's answer kept would have declined every later array of its kind). */
 static PyObject *
 plan_value(PyObject *value, PyObject *describe, PyObject **cache, Planned *p)
 {
-    PyObject *dtype = PyObject_GetAttrString(value, "dtype");
-    PyObject *shape = dtype ? PyObject_GetAttrString(value, "shape") : NULL;
-    PyObject *at = shape ? PyLong_FromVoidPtr(dtype) : NULL;
-    PyObject *key = NULL;
+    PyObject *view = PyMemoryView_FromObject(value);
+    Py_buffer *b = view ? PyMemoryView_GET_BUFFER(view) : NULL;
+    PyObject *dtype = NULL, *shape = NULL, *at = NULL, *key = NULL;
+    if (b != NULL && b->len > 0 && PyBuffer_IsContiguous(b, 'C')) {
+        dtype = PyObject_GetAttrString(value, "dtype");
+        shape = dtype ? PyObject_GetAttrString(value, "shape") : NULL;
+        at = shape ? PyLong_FromVoidPtr(dtype) : NULL;
+    }
     if (at != NULL && PyTuple_CheckExact(shape)) {
         int ints = 1;  /* (so that the key hashes: NumPy's shapes are tuples of ints) */
         for (Py_ssize_t k = 0; ints && k < PyTuple_GET_SIZE(shape); k++) {
@@ -92,6 +98,7 @@ plan_value(PyObject *value, PyObject *describe, PyObject **cache, Planned *p)
     Py_XDECREF(at);
     if (key == NULL) {
         Py_XDECREF(dtype);
+        Py_XDECREF(view);
         if (!PyErr_Occurred()) {
             return Py_NewRef(Py_None);
         }
@@ -100,28 +107,20 @@ plan_value(PyObject *value, PyObject *describe, PyObject **cache, Planned *p)
     Ask a = {describe, value};
     PyObject *got = hb_cached_answer(cache, key, ask, &a, 4, 2, "(bytes, shape, nbytes, dtype)");
     Py_DECREF(key);
-    if (got == NULL) {
-        Py_DECREF(dtype);
-        return NULL;
-    }
     /* an answer kept for another dtype at that address cannot be: it holds its dtype */
-    int mine = got != Py_None && PyTuple_GET_ITEM(got, 3) == dtype;
+    int mine = got != NULL && got != Py_None && PyTuple_GET_ITEM(got, 3) == dtype
+               && PyBytes_Check(PyTuple_GET_ITEM(got, 0));
     Py_DECREF(dtype);
-    if (!mine || !PyBytes_Check(PyTuple_GET_ITEM(got, 0))) {
-        Py_DECREF(got);
-        return Py_NewRef(Py_None);
-    }
-    unsigned long long nbytes = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(got, 2));
-    PyObject *view = nbytes != (unsigned long long)-1 ? PyMemoryView_FromObject(value) : NULL;
+    unsigned long long nbytes = mine ? PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(got, 2)) : 0;
     PyObject *flat = NULL;
-    if (view != NULL) {
-        Py_buffer *b = PyMemoryView_GET_BUFFER(view);
-        if (PyBuffer_IsContiguous(b, 'C') && (uint64_t)b->len == nbytes && nbytes) {
-            flat = b->ndim == 1 && b->format != NULL && strcmp(b->format, "B") == 0
-                       ? Py_NewRef(view)
-                       : PyObject_CallMethodOneArg(view, cast_name, byte_format);
-        }
-        Py_DECREF(view);
+    if (mine && nbytes == (unsigned long long)b->len) {
+        flat = b->ndim == 1 && b->format != NULL && strcmp(b->format, "B") == 0
+                   ? Py_NewRef(view)
+                   : PyObject_CallMethodOneArg(view, cast_name, byte_format);
+    }
+    Py_DECREF(view);
+    if (got == NULL) {
+        return NULL;
     }
     if (flat == NULL) {
         Py_DECREF(got);
@@ -137,15 +136,18 @@ plan_value(PyObject *value, PyObject *describe, PyObject **cache, Planned *p)
 }
 
 /* Every entry of `mapping` planned into e[] (name, describe's text, bytes): 1; 0 where
- * one is declined; -1 with an exception set. `held` (a tuple of 2n) takes describe's
- * answers and the names; it and the entries' bytes are the caller's to release.
- * `hurray_names`: names of 1 to HRY_MAX_NAME_BYTES bytes without NUL only; else any
- * name but the one safetensors' header keeps for the metadata. */
+ * one is declined, or as soon as the bytes reach `limit` (a big checkpoint is declined
+ * at its first 4 MiB, not after every array was looked at); -1 with an exception set.
+ * `held` (a tuple of 2n) takes describe's answers and the names; it and the entries'
+ * bytes are the caller's to release. `hurray_names`: names of 1 to HRY_MAX_NAME_BYTES
+ * bytes without NUL only; else any name but the one safetensors' header keeps for the
+ * metadata. */
 static int
 plan_entries(PyObject *mapping, PyObject *describe, PyObject **cache, int hurray_names,
-             Planned *e, PyObject *held)
+             uint64_t limit, Planned *e, PyObject *held)
 {
     Py_ssize_t n = PyDict_GET_SIZE(mapping), pos = 0, i = 0;
+    uint64_t total = 0;
     PyObject *name, *value;
     while (PyDict_Next(mapping, &pos, &name, &value)) {
         if (i >= n || !PyUnicode_CheckExact(name)) {
@@ -172,6 +174,10 @@ plan_entries(PyObject *mapping, PyObject *describe, PyObject **cache, int hurray
         PyTuple_SET_ITEM(held, i, got);
         i++;  /* (from here the entry's bytes are the caller's to release) */
         if (got == Py_None) {
+            return 0;
+        }
+        total += e[i - 1].length;
+        if (total >= limit) {
             return 0;
         }
     }
@@ -418,7 +424,7 @@ safetensors_pieces(Planned *e, Py_ssize_t n, const char *meta, Py_ssize_t meta_l
 /* The arguments both take; the entries planned (1), declined (0) or an error (-1). */
 static int
 plan_small(PyObject *mapping, PyObject *describe, PyObject **cache, int hurray_names,
-           Planned **e, PyObject **held)
+           uint64_t limit, Planned **e, PyObject **held)
 {
     if (cast_name == NULL && ((cast_name = PyUnicode_InternFromString("cast")) == NULL
                               || (byte_format = PyUnicode_InternFromString("B")) == NULL)) {
@@ -435,7 +441,7 @@ plan_small(PyObject *mapping, PyObject *describe, PyObject **cache, int hurray_n
         }
         return -1;
     }
-    return plan_entries(mapping, describe, cache, hurray_names, *e, *held);
+    return plan_entries(mapping, describe, cache, hurray_names, limit, *e, *held);
 }
 
 static void
@@ -469,7 +475,7 @@ hb_small_file(PyObject *Py_UNUSED(module), PyObject *args)
     Planned *e = NULL;
     PyObject *held = NULL;
     Py_ssize_t n = PyDict_GET_SIZE(mapping);
-    int planned = plan_small(mapping, describe, &hurray_answers, 1, &e, &held);
+    int planned = plan_small(mapping, describe, &hurray_answers, 1, limit, &e, &held);
     PyObject *out = planned < 0 ? NULL
                   : planned == 0 ? Py_NewRef(Py_None)
                   : hurray_pieces(e, n, alignment, checksums, meta, meta_length, n_meta, limit);
@@ -491,7 +497,7 @@ hb_small_safetensors(PyObject *Py_UNUSED(module), PyObject *args)
     Planned *e = NULL;
     PyObject *held = NULL;
     Py_ssize_t n = PyDict_GET_SIZE(mapping);
-    int planned = plan_small(mapping, describe, &safetensors_answers, 0, &e, &held);
+    int planned = plan_small(mapping, describe, &safetensors_answers, 0, limit, &e, &held);
     PyObject *out = planned < 0 ? NULL
                   : planned == 0 ? Py_NewRef(Py_None)
                   : safetensors_pieces(e, n, meta, meta_length, max_header, limit);

@@ -51,7 +51,7 @@ from .regions import Piece, Region
 from .sharded import check_shard_entries
 
 __all__ = ["Plan", "PlanEntry", "dense_reader", "encode_metadata", "host_entries", "host_tensor",
-           "kind_reader", "plan_items", "plan_tensors", "serialise", "small_dense_file"]
+           "plan_items", "plan_tensors", "serialise", "small_dense_file"]
 
 
 _NAME_PADS = tuple(bytes(n) for n in range(8))  # the zeros after a name of 8k - n bytes
@@ -196,13 +196,6 @@ def dense_reader() -> Callable[[Any], tuple[DType, tuple[int, ...], memoryview] 
 _dense_bytes: Callable[[Any], tuple[DType, tuple[int, ...], memoryview] | None] | None = None
 
 
-def kind_reader() -> Callable[[Any], tuple[DType, tuple[int, ...], int] | None] | None:
-    """``_host.dense_kind`` once the host kernel is imported, else None (as
-    :func:`dense_reader`)."""
-    if _numpy.loaded() is None:
-        return None
-    from .._host import dense_kind
-    return dense_kind
 
 
 def plan_items(items: Sequence[tuple[str, Descriptor, Sequence[Piece] | memoryview]],
@@ -372,12 +365,12 @@ def _describe_array(value: Any) -> tuple[bytes, tuple[int, ...], int, object] | 
     descriptor's bytes up to its buffer's place (``wire.dense_head``), its shape, its
     byte count and its ``dtype`` object (which the kept answer holds); ``None`` for a
     value :func:`plan_tensors` plans another way."""
-    kind = kind_reader()
-    parts = None if kind is None else kind(value)  # (its memory the planner checks)
+    dense = dense_reader()
+    parts = None if dense is None else dense(value)  # (asked of a contiguous array only)
     if parts is None:
         return None
-    dtype, shape, nbytes = parts
-    return dense_head(dense_descriptor(shape, dtype)), shape, nbytes, value.dtype
+    dtype, shape, view = parts
+    return dense_head(dense_descriptor(shape, dtype)), shape, view.nbytes, value.dtype
 
 
 def serialise(plan: Plan) -> bytes:

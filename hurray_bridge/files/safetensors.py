@@ -32,7 +32,7 @@ from .data_checks import check_checksum, check_head_padding, check_padding_and_b
 from .disk import atomic_output, check_suffix, fspath, open_regular, write_all
 from .engine import CHUNK, DataWriter, Item, Runs, write_data, write_views
 from .format import BUFFER_ALIGNMENT, FLAG_DATA_CHECKSUMS, MAGIC, EntryInfo, Header, read_head
-from .plan import dense_reader, encode_metadata, host_tensor, kind_reader
+from .plan import dense_reader, encode_metadata, host_tensor
 from .pread import read_range
 from .reading import copy_tensors, file_reader, load, load_safetensors
 from .regions import Piece, Region
@@ -290,17 +290,17 @@ def _describe_array(value: Any) -> tuple[bytes, tuple[int, ...], int, object] | 
     text of its header object up to its offsets (``{"dtype":"F32","shape":[2,3],
     "data_offsets":[``), its shape, its byte count and its ``dtype`` object (which the
     kept answer holds); ``None`` for a value the Python path writes another way."""
-    kind = kind_reader()
-    parts = None if kind is None else kind(value)  # (its memory the planner checks)
+    dense = dense_reader()
+    parts = None if dense is None else dense(value)  # (asked of a contiguous array only)
     if parts is None:
         return None
-    dtype, shape, nbytes = parts
+    dtype, shape, view = parts
     try:
         st = _safetensors_dtype("", dense_descriptor(shape, dtype))
     except HurrayError:  # a type safetensors cannot hold: the Python path says so
         return None
     text = _HEADER_JSON.encode({"dtype": st, "shape": list(shape), "data_offsets": [0, 0]})
-    return text[:-len("0,0]}")].encode("utf-8"), shape, nbytes, value.dtype
+    return text[:-len("0,0]}")].encode("utf-8"), shape, view.nbytes, value.dtype
 
 
 def _dense_out(name: str, parts: tuple[DType, tuple[int, ...], memoryview],
