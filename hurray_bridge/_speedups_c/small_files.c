@@ -421,37 +421,57 @@ safetensors_pieces(Planned *e, Py_ssize_t n, const char *meta, Py_ssize_t meta_l
     return pieces_after(head, e, n);
 }
 
-/* The arguments both take; the entries planned (1), declined (0) or an error (-1). */
-static int
+/* What the layouts take besides the entries: a save's options. */
+typedef struct {
+    uint32_t alignment, n_meta; /* (Hurray) */
+    int checksums;              /* (Hurray) */
+    const char *meta;           /* the metadata block (Hurray) or JSON text (safetensors) */
+    Py_ssize_t meta_length;
+    uint64_t max_header;        /* (safetensors) */
+    uint64_t limit;
+} Options;
+
+static PyObject *
+hurray_layout(Planned *e, Py_ssize_t n, const Options *o)
+{
+    return hurray_pieces(e, n, o->alignment, o->checksums, o->meta, o->meta_length, o->n_meta,
+                         o->limit);
+}
+
+static PyObject *
+safetensors_layout(Planned *e, Py_ssize_t n, const Options *o)
+{
+    return safetensors_pieces(e, n, o->meta, o->meta_length, o->max_header, o->limit);
+}
+
+/* The entries of `mapping` planned (plan_entries) and laid out by `layout`: the pieces,
+ * None where declined, NULL with an exception set. */
+static PyObject *
 plan_small(PyObject *mapping, PyObject *describe, PyObject **cache, int hurray_names,
-           uint64_t limit, Planned **e, PyObject **held)
+           PyObject *(*layout)(Planned *, Py_ssize_t, const Options *), const Options *o)
 {
     if (cast_name == NULL && ((cast_name = PyUnicode_InternFromString("cast")) == NULL
                               || (byte_format = PyUnicode_InternFromString("B")) == NULL)) {
         Py_CLEAR(cast_name);
-        return -1;
+        return NULL;
     }
     Py_ssize_t n = PyDict_GET_SIZE(mapping);
-    *e = PyMem_Calloc((size_t)(n ? n : 1), sizeof **e);
+    Planned *e = PyMem_Calloc((size_t)(n ? n : 1), sizeof *e);
     /* describe's answers, then the names: held while their bytes are read */
-    *held = *e ? PyTuple_New(2 * n) : NULL;
-    if (*held == NULL) {
-        if (*e == NULL) {
-            PyErr_NoMemory();
-        }
-        return -1;
+    PyObject *held = e ? PyTuple_New(2 * n) : NULL;
+    PyObject *out = NULL;
+    if (held != NULL) {
+        int planned = plan_entries(mapping, describe, cache, hurray_names, o->limit, e, held);
+        out = planned < 0 ? NULL : planned == 0 ? Py_NewRef(Py_None) : layout(e, n, o);
+    } else if (e == NULL) {
+        PyErr_NoMemory();
     }
-    return plan_entries(mapping, describe, cache, hurray_names, limit, *e, *held);
-}
-
-static void
-release(Planned *e, PyObject *held, Py_ssize_t n)
-{
     for (Py_ssize_t k = 0; e != NULL && k < n; k++) {
         Py_XDECREF(e[k].bytes);
     }
     PyMem_Free(e);
     Py_XDECREF(held);
+    return out;
 }
 
 HB_INTERNAL PyObject *
@@ -459,12 +479,10 @@ hb_small_file(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *mapping, *describe;
     unsigned int alignment, n_meta;
-    int checksums;
-    const char *meta;
-    Py_ssize_t meta_length;
     unsigned long long limit;
+    Options o = {0};
     if (!PyArg_ParseTuple(args, "O!Ipy#IKO:small_file", &PyDict_Type, &mapping, &alignment,
-                          &checksums, &meta, &meta_length, &n_meta, &limit, &describe)) {
+                          &o.checksums, &o.meta, &o.meta_length, &n_meta, &limit, &describe)) {
         return NULL;
     }
     if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
@@ -472,35 +490,23 @@ hb_small_file(PyObject *Py_UNUSED(module), PyObject *args)
                      alignment);
         return NULL;
     }
-    Planned *e = NULL;
-    PyObject *held = NULL;
-    Py_ssize_t n = PyDict_GET_SIZE(mapping);
-    int planned = plan_small(mapping, describe, &hurray_answers, 1, limit, &e, &held);
-    PyObject *out = planned < 0 ? NULL
-                  : planned == 0 ? Py_NewRef(Py_None)
-                  : hurray_pieces(e, n, alignment, checksums, meta, meta_length, n_meta, limit);
-    release(e, held, n);
-    return out;
+    o.alignment = alignment;
+    o.n_meta = n_meta;
+    o.limit = limit;
+    return plan_small(mapping, describe, &hurray_answers, 1, hurray_layout, &o);
 }
 
 HB_INTERNAL PyObject *
 hb_small_safetensors(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *mapping, *describe;
-    const char *meta;
-    Py_ssize_t meta_length;
     unsigned long long max_header, limit;
-    if (!PyArg_ParseTuple(args, "O!y#KKO:small_safetensors", &PyDict_Type, &mapping, &meta,
-                          &meta_length, &max_header, &limit, &describe)) {
+    Options o = {0};
+    if (!PyArg_ParseTuple(args, "O!y#KKO:small_safetensors", &PyDict_Type, &mapping, &o.meta,
+                          &o.meta_length, &max_header, &limit, &describe)) {
         return NULL;
     }
-    Planned *e = NULL;
-    PyObject *held = NULL;
-    Py_ssize_t n = PyDict_GET_SIZE(mapping);
-    int planned = plan_small(mapping, describe, &safetensors_answers, 0, limit, &e, &held);
-    PyObject *out = planned < 0 ? NULL
-                  : planned == 0 ? Py_NewRef(Py_None)
-                  : safetensors_pieces(e, n, meta, meta_length, max_header, limit);
-    release(e, held, n);
-    return out;
+    o.max_header = max_header;
+    o.limit = limit;
+    return plan_small(mapping, describe, &safetensors_answers, 0, safetensors_layout, &o);
 }

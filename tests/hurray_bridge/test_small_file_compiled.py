@@ -39,6 +39,15 @@ def _python_file(mapping: dict[str, Any], metadata: dict[str, str] | None = None
     return hb.dumps(mapping, metadata, **kw)  # plan_tensors and serialise: all Python
 
 
+def _same_outcome(compiled: bytes | BaseException, python: bytes | BaseException) -> None:
+    """The same bytes written, or the same error raised."""
+    if isinstance(python, BaseException):
+        assert type(compiled) is type(python)
+        assert str(compiled) == str(python)
+    else:
+        assert compiled == python
+
+
 def _saved(tmp_path: pathlib.Path, name: str, mapping: Any, **kw: Any) -> bytes:
     path = tmp_path / name
     hb.save(path, mapping, fsync=False, **kw)
@@ -135,11 +144,7 @@ def test_the_planner_declines_what_python_plans_otherwise(
         python_bytes: bytes | BaseException = _saved(tmp_path, "p.hurray", mapping)
     except hb.HurrayError as exc:
         python_bytes = exc
-    if isinstance(python_bytes, BaseException):
-        assert type(compiled_bytes) is type(python_bytes)
-        assert str(compiled_bytes) == str(python_bytes)
-    else:
-        assert compiled_bytes == python_bytes
+    _same_outcome(compiled_bytes, python_bytes)
 
 
 @compiled
@@ -322,11 +327,7 @@ def test_the_safetensors_planner_declines_what_python_writes_otherwise(
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert st_file._small_pieces(mapping, None) is None
     compiled_out, python_out = _st_both(tmp_path, mapping, None, monkeypatch)
-    if isinstance(python_out, BaseException):
-        assert type(compiled_out) is type(python_out)
-        assert str(compiled_out) == str(python_out)
-    else:
-        assert compiled_out == python_out
+    _same_outcome(compiled_out, python_out)
 
 
 @st_compiled
