@@ -62,10 +62,11 @@ def hurray_tensors(table: Any, n_entries: int, checksums: bool, data_length: int
                    ) -> dict[str, Any] | None: ...
 # The planners of small files of plain dense arrays of hb.save and safetensors_io.save
 # (_speedups_c/small_files.c)
+_Answer = tuple[bytes | None, tuple[int, ...], int, Any, type]
 def small_file(mapping: dict[Any, Any], alignment: int, checksums: bool, metadata: bytes,
                n_metadata: int, limit: int,
-               describe: Callable[[Any], tuple[bytes, tuple[int, ...], int, Any] | None],
+               describe: Callable[[Any], _Answer],
                /) -> list[bytes | memoryview] | None: ...
 def small_safetensors(mapping: dict[Any, Any], metadata_json: bytes, max_header: int, limit: int,
-                      describe: Callable[[Any], tuple[bytes, tuple[int, ...], int, Any] | None],
+                      describe: Callable[[Any], _Answer],
                       /) -> list[bytes | memoryview] | None: ...

@@ -31,11 +31,11 @@
 #define PLACE_SIZE 16  /* wire.DENSE_PLACE: the data buffer's offset and length */
 #define PAGE 4096u     /* format.PAGE_ALIGNMENT */
 
-/* (bytes, shape, byte count, dtype) or None, per (type, id(dtype), shape), across saves:
- * one cache a format. The key holds the dtype's address, not the dtype: a NumPy dtype
- * hashes by building a tuple of its fields (twice a lookup, a fifth of the planning);
- * the answer holds the dtype itself, so no other can have that address while the
- * answer is kept. */
+/* (bytes or None, shape, byte count, dtype, type), per (id(type), id(dtype), shape),
+ * across saves: one cache a format. The key holds the addresses, not the objects: a
+ * NumPy dtype hashes by building a tuple of its fields (twice a lookup, a fifth of the
+ * planning), and a type may define its own equality; the answer, a "no" too, holds the
+ * dtype and the type themselves, so no other can have those addresses while it is kept. */
 static PyObject *hurray_answers, *safetensors_answers;
 static PyObject *cast_name, *byte_format; /* "cast", "B" */
 
@@ -81,21 +81,24 @@ plan_value(PyObject *value, PyObject *describe, PyObject **cache, Planned *p)
 {
     PyObject *view = PyMemoryView_FromObject(value);
     Py_buffer *b = view ? PyMemoryView_GET_BUFFER(view) : NULL;
-    PyObject *dtype = NULL, *shape = NULL, *at = NULL, *key = NULL;
+    PyObject *type = (PyObject *)Py_TYPE(value);
+    PyObject *dtype = NULL, *shape = NULL, *at = NULL, *kind = NULL, *key = NULL;
     if (b != NULL && b->len > 0 && PyBuffer_IsContiguous(b, 'C')) {
         dtype = PyObject_GetAttrString(value, "dtype");
         shape = dtype ? PyObject_GetAttrString(value, "shape") : NULL;
         at = shape ? PyLong_FromVoidPtr(dtype) : NULL;
+        kind = at ? PyLong_FromVoidPtr(type) : NULL;
     }
-    if (at != NULL && PyTuple_CheckExact(shape)) {
+    if (kind != NULL && PyTuple_CheckExact(shape)) {
         int ints = 1;  /* (so that the key hashes: NumPy's shapes are tuples of ints) */
         for (Py_ssize_t k = 0; ints && k < PyTuple_GET_SIZE(shape); k++) {
             ints = PyLong_CheckExact(PyTuple_GET_ITEM(shape, k));
         }
-        key = ints ? PyTuple_Pack(3, (PyObject *)Py_TYPE(value), at, shape) : NULL;
+        key = ints ? PyTuple_Pack(3, kind, at, shape) : NULL;
     }
     Py_XDECREF(shape);
     Py_XDECREF(at);
+    Py_XDECREF(kind);
     if (key == NULL) {
         Py_XDECREF(dtype);
         Py_XDECREF(view);
@@ -105,11 +108,13 @@ plan_value(PyObject *value, PyObject *describe, PyObject **cache, Planned *p)
         return clear_if_ordinary() ? Py_NewRef(Py_None) : NULL;
     }
     Ask a = {describe, value};
-    PyObject *got = hb_cached_answer(cache, key, ask, &a, 4, 2, "(bytes, shape, nbytes, dtype)");
+    PyObject *got = hb_cached_answer(cache, key, ask, &a, 5, 2,
+                                     "(bytes or None, shape, nbytes, dtype, type)");
     Py_DECREF(key);
-    /* an answer kept for another dtype at that address cannot be: it holds its dtype */
+    /* an answer kept for another type or dtype at those addresses cannot be: it holds
+     * both (a "no" too: (None, ...)); a plain None (not describe's form) is a "no" */
     int mine = got != NULL && got != Py_None && PyTuple_GET_ITEM(got, 3) == dtype
-               && PyBytes_Check(PyTuple_GET_ITEM(got, 0));
+               && PyTuple_GET_ITEM(got, 4) == type && PyBytes_Check(PyTuple_GET_ITEM(got, 0));
     Py_DECREF(dtype);
     unsigned long long nbytes = mine ? PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(got, 2)) : 0;
     PyObject *flat = NULL;
@@ -135,27 +140,25 @@ plan_value(PyObject *value, PyObject *describe, PyObject **cache, Planned *p)
     return got;
 }
 
-/* Every entry of `mapping` planned into e[] (name, describe's text, bytes): 1; 0 where
- * one is declined, or as soon as the bytes reach `limit` (a big checkpoint is declined
- * at its first 4 MiB, not after every array was looked at); -1 with an exception set.
- * `held` (a tuple of 2n) takes describe's answers and the names; it and the entries'
- * bytes are the caller's to release. `hurray_names`: names of 1 to HRY_MAX_NAME_BYTES
- * bytes without NUL only; else any name but the one safetensors' header keeps for the
- * metadata. */
+/* Every entry of `items` (a snapshot of the dict's items: describe may run any code,
+ * another thread's included, which may change the dict) planned into e[] (name,
+ * describe's text, bytes): 1; 0 where one is declined, or as soon as the bytes reach
+ * `limit` (a big checkpoint is declined at its first 4 MiB, not after every array was
+ * looked at); -1 with an exception set. `held` (a list) takes describe's answers; it,
+ * `items` and the entries' bytes are the caller's to release. `hurray_names`: names of
+ * 1 to HRY_MAX_NAME_BYTES bytes without NUL only; else any name but the one
+ * safetensors' header keeps for the metadata. */
 static int
-plan_entries(PyObject *mapping, PyObject *describe, PyObject **cache, int hurray_names,
+plan_entries(PyObject *items, PyObject *describe, PyObject **cache, int hurray_names,
              uint64_t limit, Planned *e, PyObject *held)
 {
-    Py_ssize_t n = PyDict_GET_SIZE(mapping), pos = 0, i = 0;
     uint64_t total = 0;
-    PyObject *name, *value;
-    while (PyDict_Next(mapping, &pos, &name, &value)) {
-        if (i >= n || !PyUnicode_CheckExact(name)) {
-            return 0;  /* (a dict changed size under a describe call: the Python way) */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *name = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 0);
+        PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 1);
+        if (!PyUnicode_CheckExact(name)) {
+            return 0;
         }
-        /* describe may run any code, even take the name out of the dict: the name (whose
-         * UTF-8 form is read at the end) and the value are held */
-        PyTuple_SET_ITEM(held, n + i, Py_NewRef(name));
         e[i].name = PyUnicode_AsUTF8AndSize(name, &e[i].name_length);
         if (e[i].name == NULL) {
             return clear_if_ordinary() ? 0 : -1;
@@ -165,23 +168,24 @@ plan_entries(PyObject *mapping, PyObject *describe, PyObject **cache, int hurray
                          : e[i].name_length == 12 && memcmp(e[i].name, "__metadata__", 12) == 0) {
             return 0;
         }
-        Py_INCREF(value);
         PyObject *got = plan_value(value, describe, cache, &e[i]);
-        Py_DECREF(value);
         if (got == NULL) {
             return -1;
         }
-        PyTuple_SET_ITEM(held, i, got);
-        i++;  /* (from here the entry's bytes are the caller's to release) */
+        int kept = PyList_Append(held, got);
+        Py_DECREF(got);
+        if (kept < 0) {
+            return -1;
+        }
         if (got == Py_None) {
             return 0;
         }
-        total += e[i - 1].length;
+        total += e[i].length;
         if (total >= limit) {
             return 0;
         }
     }
-    return i == n;
+    return 1;
 }
 
 static uint64_t
@@ -455,13 +459,17 @@ plan_small(PyObject *mapping, PyObject *describe, PyObject **cache, int hurray_n
         Py_CLEAR(cast_name);
         return NULL;
     }
-    Py_ssize_t n = PyDict_GET_SIZE(mapping);
+    /* the names and values as they are now, held while their bytes are read */
+    PyObject *items = PyDict_Items(mapping);
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(items);
     Planned *e = PyMem_Calloc((size_t)(n ? n : 1), sizeof *e);
-    /* describe's answers, then the names: held while their bytes are read */
-    PyObject *held = e ? PyTuple_New(2 * n) : NULL;
+    PyObject *held = e ? PyList_New(0) : NULL;  /* describe's answers */
     PyObject *out = NULL;
     if (held != NULL) {
-        int planned = plan_entries(mapping, describe, cache, hurray_names, o->limit, e, held);
+        int planned = plan_entries(items, describe, cache, hurray_names, o->limit, e, held);
         out = planned < 0 ? NULL : planned == 0 ? Py_NewRef(Py_None) : layout(e, n, o);
     } else if (e == NULL) {
         PyErr_NoMemory();
@@ -471,6 +479,7 @@ plan_small(PyObject *mapping, PyObject *describe, PyObject **cache, int hurray_n
     }
     PyMem_Free(e);
     Py_XDECREF(held);
+    Py_DECREF(items);
     return out;
 }
 

@@ -21,7 +21,7 @@ from .._trailing import placed_pieces
 from ..conversion import asarray, asarray_one
 from ..descriptor import Descriptor, dense_descriptor
 from ..dtypes import DType
-from ..errors import FormatError, HurrayError, UnsupportedError
+from ..errors import FormatError, UnsupportedError
 from ..shards import ShardedTensor
 from ..tensor import Tensor
 from ..wire import DENSE_PLACE, dense_head, encode
@@ -349,28 +349,29 @@ def small_dense_file(mapping: Mapping[str, Any], metadata: Mapping[str, str] | N
     if (_small is None or type(mapping) is not dict or not mapping or dense_reader() is None
             or type(alignment) is not int or alignment & (alignment - 1)
             or not BUFFER_ALIGNMENT <= alignment <= MAX_BUFFER_ALIGNMENT
-            or sys.byteorder != "little"):
+            or type(checksums) is not bool or sys.byteorder != "little"):
         return None
     meta, n_meta = b"", 0
     if metadata is not None:
         try:
             meta, n_meta = encode_metadata(metadata)
-        except HurrayError:  # plan_tensors raises it, after what it checks first
+        except Exception:  # plan_tensors raises it (or its own), after what it checks first
             return None
-    return _small(mapping, alignment, bool(checksums), meta, n_meta, limit, _describe_array)
+    return _small(mapping, alignment, checksums, meta, n_meta, limit, _describe_array)
 
 
-def _describe_array(value: Any) -> tuple[bytes, tuple[int, ...], int, object] | None:
+def _describe_array(value: Any) -> tuple[bytes | None, tuple[int, ...], int, object, type]:
     """What the compiled planner needs of an array, once per (type, dtype, shape): its
-    descriptor's bytes up to its buffer's place (``wire.dense_head``), its shape, its
-    byte count and its ``dtype`` object (which the kept answer holds); ``None`` for a
-    value :func:`plan_tensors` plans another way."""
+    descriptor's bytes up to its buffer's place (``wire.dense_head``; None for a value
+    :func:`plan_tensors` plans another way), its shape, its byte count, and its ``dtype``
+    and type, which the kept answer holds (see ``_speedups_c/small_files.c``)."""
     dense = dense_reader()
     parts = None if dense is None else dense(value)  # (asked of a contiguous array only)
     if parts is None:
-        return None
+        return None, (), 0, value.dtype, type(value)
     dtype, shape, view = parts
-    return dense_head(dense_descriptor(shape, dtype)), shape, view.nbytes, value.dtype
+    return (dense_head(dense_descriptor(shape, dtype)), shape, view.nbytes, value.dtype,
+            type(value))
 
 
 def serialise(plan: Plan) -> bytes:

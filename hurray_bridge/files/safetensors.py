@@ -285,22 +285,25 @@ def _small_pieces(mapping: Mapping[str, Any],
     return _small(mapping, meta, MAX_HEADER_SIZE, CHUNK, _describe_array)
 
 
-def _describe_array(value: Any) -> tuple[bytes, tuple[int, ...], int, object] | None:
+def _describe_array(value: Any) -> tuple[bytes | None, tuple[int, ...], int, object, type]:
     """What the compiled planner needs of an array, once per (type, dtype, shape): the
     text of its header object up to its offsets (``{"dtype":"F32","shape":[2,3],
-    "data_offsets":[``), its shape, its byte count and its ``dtype`` object (which the
-    kept answer holds); ``None`` for a value the Python path writes another way."""
+    "data_offsets":[``; None for a value the Python path writes another way), its shape,
+    its byte count, and its ``dtype`` and type, which the kept answer holds (see
+    ``_speedups_c/small_files.c``)."""
     dense = dense_reader()
     parts = None if dense is None else dense(value)  # (asked of a contiguous array only)
+    no = None, (), 0, value.dtype, type(value)
     if parts is None:
-        return None
+        return no
     dtype, shape, view = parts
     try:
         st = _safetensors_dtype("", dense_descriptor(shape, dtype))
     except HurrayError:  # a type safetensors cannot hold: the Python path says so
-        return None
+        return no
     text = _HEADER_JSON.encode({"dtype": st, "shape": list(shape), "data_offsets": [0, 0]})
-    return text[:-len("0,0]}")].encode("utf-8"), shape, view.nbytes, value.dtype
+    return (text[:-len("0,0]}")].encode("utf-8"), shape, view.nbytes, value.dtype,
+            type(value))
 
 
 def _dense_out(name: str, parts: tuple[DType, tuple[int, ...], memoryview],

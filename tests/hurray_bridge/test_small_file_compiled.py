@@ -393,3 +393,138 @@ def test_a_big_mapping_is_declined_at_the_limit_not_after_every_array(fmt: str) 
         got = planner(arrays, b"", 100_000, 4096, counting)
     assert got is None
     assert 1 <= len(asked) <= 5, len(asked)
+
+
+# ------------------------------------------------------------ what an attacker tried
+@compiled
+@pytest.mark.parametrize("fmt", ["hurray", "safetensors"])
+def test_a_dict_changed_while_it_is_planned_gives_a_consistent_file(
+        fmt: str, tmp_path: pathlib.Path) -> None:
+    # The planner reads a snapshot of the items: a dict changed under it (another thread,
+    # a signal handler; here a profile hook at describe's call) never yields a name twice.
+    import sys
+
+    d = {"a": np.arange(11, dtype=np.int16).reshape(11, 1, 1, 1, 1),
+         "b": np.arange(11, dtype=np.int16).reshape(1, 11, 1, 1, 1),
+         "c": np.zeros(3, np.int16).reshape(1, 1, 3, 1, 1)}  # (kinds no other test saves)
+    changed: list[int] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_name == "_describe_array" and not changed:
+            changed.append(1)
+            del d["a"], d["b"]
+            d["a"] = np.ones(2, np.int16)
+
+    path = tmp_path / f"x.{fmt}"
+    save = hb.save if fmt == "hurray" else safetensors_io.save
+    sys.setprofile(hook)
+    try:
+        save(path, d, fsync=False)
+    finally:
+        sys.setprofile(None)
+    assert changed == [1]
+    loaded = hb.load(path)
+    assert sorted(loaded) == ["a", "b", "c"]  # the dict as the save found it
+    np.testing.assert_array_equal(np.asarray(hb.convert(loaded["b"], "numpy")),
+                                  np.arange(11, dtype=np.int16).reshape(1, 11, 1, 1, 1))
+
+
+def test_nothing_half_built_is_reachable_while_a_file_is_planned() -> None:
+    # A value's dtype property may run any code, gc.get_referrers included: the planner's
+    # own containers must never be seen with empty slots (it read one and crashed).
+    code = """
+import gc, numpy as np, hurray_bridge as hb
+name = "".join(["uniq", "ue"])
+seen = 0
+class Buf(bytearray):
+    shape = (4,)
+    @property
+    def dtype(self):
+        global seen
+        for r in gc.get_referrers(name):
+            if type(r) in (tuple, list):
+                seen += 1
+                [x for x in r]
+        return np.dtype("f4")
+import tempfile, os
+with tempfile.TemporaryDirectory() as d:
+    try:
+        hb.save(os.path.join(d, "y.hurray"), {name: np.ones(4, np.float32), "z": Buf(16)},
+                fsync=False)
+    except hb.HurrayError:
+        pass
+print("ok", seen > 0)
+"""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), (r.returncode, r.stderr[-2000:])
+
+
+@compiled
+@pytest.mark.parametrize("fmt", ["hurray", "safetensors"])
+def test_a_no_is_kept_with_the_type_and_dtype_it_was_said_of(fmt: str) -> None:
+    # A kept "no" holds its dtype and type, as a "yes" does: no other dtype or type can
+    # take their addresses and be declined (or planned) by an answer meant for another.
+    describe = file_plan._describe_array if fmt == "hurray" else st_file._describe_array
+    be = np.arange(3, dtype=">f4")
+    no = describe(be)
+    assert no[0] is None and no[3] is be.dtype and no[4] is np.ndarray
+    yes = describe(np.arange(3, dtype="<f4"))
+    assert isinstance(yes[0], bytes) and yes[4] is np.ndarray
+
+
+@compiled
+def test_a_type_that_claims_to_equal_ndarray_gets_no_answer_of_it(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Liar(type):
+        def __eq__(cls, other: object) -> bool:
+            return True
+
+        def __hash__(cls) -> int:
+            return hash(np.ndarray)
+
+    class Fake(bytearray, metaclass=Liar):
+        pass
+
+    a = np.arange(4, dtype=np.float32)
+    assert file_plan.small_dense_file({"a": a}, None, 64, True, CHUNK) is not None
+    assert st_file._small_pieces({"a": a}, None) is not None
+    fake = Fake(b"ABCDEFGHIJKLMNOP")
+    fake.dtype = a.dtype  # type: ignore[attr-defined]
+    fake.shape = (4,)  # type: ignore[attr-defined]
+    assert file_plan.small_dense_file({"a": fake}, None, 64, True, CHUNK) is None
+    assert st_file._small_pieces({"a": fake}, None) is None
+
+
+class _BadTruth:
+    def __bool__(self) -> bool:
+        raise ValueError("no truth")
+
+
+class _BadStr(str):
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:
+        raise ValueError("enc")
+
+
+@compiled
+@pytest.mark.parametrize(("mapping", "metadata", "checksums"), [
+    ({1: np.ones(2)}, None, _BadTruth()),
+    ({"a": np.ones(2)}, None, _BadTruth()),
+    ({1: np.ones(2)}, {"k": _BadStr("v")}, True),
+], ids=["bad checksums, bad name", "bad checksums", "bad metadata, bad name"])
+def test_odd_options_are_left_to_the_python_path_and_its_errors(
+        mapping: Any, metadata: Any, checksums: Any, tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert file_plan.small_dense_file(mapping, metadata, 64, checksums, CHUNK) is None
+    got: list[bytes | Exception] = []
+    for name in ("c.hurray", "p.hurray"):
+        try:
+            hb.save(tmp_path / name, mapping, metadata, checksums=checksums, fsync=False)
+            got.append((tmp_path / name).read_bytes())
+        except Exception as exc:  # (the Python path's own error, whatever it is)
+            got.append(exc)
+        monkeypatch.setattr(file_plan, "_small", None)
+    assert type(got[0]) is type(got[1]) and str(got[0]) == str(got[1])
