@@ -50,8 +50,9 @@ from .format import (
 from .regions import Piece, Region
 from .sharded import check_shard_entries
 
-__all__ = ["Plan", "PlanEntry", "dense_reader", "encode_metadata", "host_entries", "host_tensor",
-           "plan_items", "plan_tensors", "serialise", "small_dense_file"]
+__all__ = ["SMALL_ENTRIES", "Plan", "PlanEntry", "dense_reader", "encode_metadata",
+           "host_entries", "host_tensor", "plan_items", "plan_tensors", "serialise",
+           "small_dense_file"]
 
 
 _NAME_PADS = tuple(bytes(n) for n in range(8))  # the zeros after a name of 8k - n bytes
@@ -346,8 +347,8 @@ def small_dense_file(mapping: Mapping[str, Any], metadata: Mapping[str, str] | N
     :meth:`Plan.head` give for it, byte for byte. ``None`` for anything else, and where
     the compiled module was not built: :func:`plan_tensors` then plans the file and
     raises its errors."""
-    if (_small is None or type(mapping) is not dict or not mapping or dense_reader() is None
-            or type(alignment) is not int or alignment & (alignment - 1)
+    if (_small is None or type(mapping) is not dict or not 0 < len(mapping) <= SMALL_ENTRIES
+            or dense_reader() is None or type(alignment) is not int or alignment & (alignment - 1)
             or not BUFFER_ALIGNMENT <= alignment <= MAX_BUFFER_ALIGNMENT
             or type(checksums) is not bool or sys.byteorder != "little"):
         return None
@@ -358,6 +359,12 @@ def small_dense_file(mapping: Mapping[str, Any], metadata: Mapping[str, str] | N
         except Exception:  # plan_tensors raises it (or its own), after what it checks first
             return None
     return _small(mapping, alignment, checksums, meta, n_meta, limit, _describe_array)
+
+
+SMALL_ENTRIES = 1 << 16
+"""The most entries the compiled planners take (each is at least 64 bytes of a small
+file's 4 MiB in a Hurray file; more go to the Python planner without the planner's
+snapshot of every item first)."""
 
 
 def _describe_array(value: Any) -> tuple[bytes | None, tuple[int, ...], int, object, type]:

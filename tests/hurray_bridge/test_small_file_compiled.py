@@ -528,3 +528,23 @@ def test_odd_options_are_left_to_the_python_path_and_its_errors(
             got.append(exc)
         monkeypatch.setattr(file_plan, "_small", None)
     assert type(got[0]) is type(got[1]) and str(got[0]) == str(got[1])
+
+
+@compiled
+def test_more_entries_than_a_small_file_holds_go_straight_to_python(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # (at 64 bytes an entry at least, 65,537 cannot fit 4 MiB: no snapshot of them is made)
+    monkeypatch.setattr(file_plan, "SMALL_ENTRIES", 3)
+    monkeypatch.setattr(st_file, "SMALL_ENTRIES", 3)
+    arrays = {f"a{i}": np.ones(2, np.float32) for i in range(4)}
+    calls: list[int] = []
+    real, st_real = file_plan._small, st_file._small
+    monkeypatch.setattr(file_plan, "_small", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(st_file, "_small", lambda *a: calls.append(1) or st_real(*a))
+    assert file_plan.small_dense_file(arrays, None, 64, True, CHUNK) is None
+    assert st_file._small_pieces(arrays, None) is None
+    assert calls == []
+    del arrays["a3"]
+    assert file_plan.small_dense_file(arrays, None, 64, True, CHUNK) is not None
+    assert st_file._small_pieces(arrays, None) is not None
+    assert calls == [1, 1]
