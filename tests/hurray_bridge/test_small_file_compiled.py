@@ -48,6 +48,26 @@ def _same_outcome(compiled: bytes | BaseException, python: bytes | BaseException
         assert compiled == python
 
 
+Outcome = bytes | BaseException
+
+
+def _outcomes(save: Any, planner: Any, folder: pathlib.Path, suffix: str,
+              monkeypatch: pytest.MonkeyPatch, *args: Any,
+              catch: type[BaseException] = hb.HurrayError, **kw: Any) -> tuple[Outcome, Outcome]:
+    """What ``save(path, *args, **kw)`` writes (or raises, of ``catch``) with the compiled
+    planner of the module ``planner``, then with its Python path."""
+    out: list[Outcome] = []
+    for name in ("c", "p"):
+        path = folder / f"{name}{suffix}"
+        try:
+            save(path, *args, fsync=False, **kw)
+            out.append(path.read_bytes())
+        except catch as exc:
+            out.append(exc)
+        monkeypatch.setattr(planner, "_small", None)
+    return out[0], out[1]
+
+
 def _saved(tmp_path: pathlib.Path, name: str, mapping: Any, **kw: Any) -> bytes:
     path = tmp_path / name
     hb.save(path, mapping, fsync=False, **kw)
@@ -135,16 +155,7 @@ def test_the_planner_declines_what_python_plans_otherwise(
         case: str, mapping: dict[Any, Any], tmp_path: pathlib.Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert file_plan.small_dense_file(mapping, None, 64, True, CHUNK) is None
-    try:
-        compiled_bytes: bytes | BaseException = _saved(tmp_path, "c.hurray", mapping)
-    except hb.HurrayError as exc:
-        compiled_bytes = exc
-    monkeypatch.setattr(file_plan, "_small", None)
-    try:
-        python_bytes: bytes | BaseException = _saved(tmp_path, "p.hurray", mapping)
-    except hb.HurrayError as exc:
-        python_bytes = exc
-    _same_outcome(compiled_bytes, python_bytes)
+    _same_outcome(*_outcomes(hb.save, file_plan, tmp_path, ".hurray", monkeypatch, mapping))
 
 
 @compiled
@@ -263,21 +274,6 @@ st_compiled = pytest.mark.skipif(st_file._small is None,
                                  reason="hurray_bridge._speedups not built: no compiled planner")
 
 
-def _st_both(tmp_path: pathlib.Path, mapping: Any, metadata: Any,
-             monkeypatch: pytest.MonkeyPatch) -> tuple[bytes | BaseException, ...]:
-    """What safetensors_io.save writes (or raises) with the compiled planner, then without."""
-    out: list[bytes | BaseException] = []
-    for name in ("c.safetensors", "p.safetensors"):
-        try:
-            safetensors_io.save(tmp_path / name, mapping, metadata, fsync=False)
-            out.append((tmp_path / name).read_bytes())
-        except hb.HurrayError as exc:
-            out.append(exc)
-        monkeypatch.setattr(st_file, "_small", None)
-    monkeypatch.undo()
-    return tuple(out)
-
-
 @st_compiled
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.text(alphabet=st.characters(blacklist_categories=("Cs",)),
@@ -296,7 +292,8 @@ def test_any_dict_of_plain_arrays_is_written_to_safetensors_as_python_writes_it(
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as mp:
-        got = _st_both(pathlib.Path(folder), arrays, metadata, mp)
+        got = _outcomes(safetensors_io.save, st_file, pathlib.Path(folder), ".safetensors", mp,
+                        arrays, metadata)
     assert isinstance(got[0], bytes) == isinstance(got[1], bytes)
     if isinstance(got[0], bytes):
         assert got[0] == got[1]
@@ -326,8 +323,8 @@ def test_the_safetensors_planner_declines_what_python_writes_otherwise(
         case: str, mapping: dict[Any, Any], tmp_path: pathlib.Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert st_file._small_pieces(mapping, None) is None
-    compiled_out, python_out = _st_both(tmp_path, mapping, None, monkeypatch)
-    _same_outcome(compiled_out, python_out)
+    _same_outcome(*_outcomes(safetensors_io.save, st_file, tmp_path, ".safetensors",
+                             monkeypatch, mapping))
 
 
 @st_compiled
@@ -519,14 +516,9 @@ def test_odd_options_are_left_to_the_python_path_and_its_errors(
         mapping: Any, metadata: Any, checksums: Any, tmp_path: pathlib.Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert file_plan.small_dense_file(mapping, metadata, 64, checksums, CHUNK) is None
-    got: list[bytes | Exception] = []
-    for name in ("c.hurray", "p.hurray"):
-        try:
-            hb.save(tmp_path / name, mapping, metadata, checksums=checksums, fsync=False)
-            got.append((tmp_path / name).read_bytes())
-        except Exception as exc:  # (the Python path's own error, whatever it is)
-            got.append(exc)
-        monkeypatch.setattr(file_plan, "_small", None)
+    # (the Python path's own error, whatever it is)
+    got = _outcomes(hb.save, file_plan, tmp_path, ".hurray", monkeypatch, mapping, metadata,
+                    catch=Exception, checksums=checksums)
     assert type(got[0]) is type(got[1]) and str(got[0]) == str(got[1])
 
 
