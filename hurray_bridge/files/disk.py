@@ -37,7 +37,10 @@ _FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a charact
 SUFFIX_FORMATS = {".hurray": "hurray", ".hry": "hurray", ".safetensors": "safetensors",
                   ".npy": "npy", ".npz": "npz"}
 """File name suffixes whose format is known: a file's name never claims another format."""
-_OWN_SUFFIX = {"hurray": ".hurray", "safetensors": ".safetensors", "npy": ".npy", "npz": ".npz"}
+_OWN_SUFFIX: dict[str, str] = {}
+"""Each format's own suffix: the first of :data:`SUFFIX_FORMATS` that names it."""
+for _suffix, _fmt in SUFFIX_FORMATS.items():
+    _OWN_SUFFIX.setdefault(_fmt, _suffix)
 _WRITERS = {"hurray": "hb.save(path, tensors)",
             "safetensors": "hurray_bridge.safetensors_io.save(path, tensors)",
             "npy": "numpy.save", "npz": "numpy.savez"}
@@ -88,6 +91,21 @@ def open_regular(path: Any, what: str = "path") -> Any:
     return io.BufferedReader(f)
 
 
+def readinto_full(f: Any, view: memoryview) -> int:
+    """Fill ``view`` from ``f``'s position, as many reads as it takes (an unbuffered file
+    may give fewer bytes a read); the bytes read: fewer only where the file ends."""
+    got = 0
+    while got < len(view):
+        want = len(view) - got
+        n = f.readinto(view[got:])
+        if not n:
+            break
+        if not 0 < n <= want:
+            raise bad_count("readinto", n, want)
+        got += n
+    return got
+
+
 def open_regular_raw(path: Any, what: str = "path") -> tuple[io.FileIO, os.stat_result]:
     """:func:`open_regular` unbuffered, with the descriptor's ``os.stat_result``: for the
     loaders, which read a header and then map or ``pread`` the rest. A buffer's set-up
@@ -117,7 +135,7 @@ def check_suffix(path: str | os.PathLike[str], fmt: str) -> None:
     if claimed is None or claimed == fmt:
         return
     names = {"hurray": "Hurray", "npy": ".npy", "npz": ".npz"}
-    suffix = next(s for s, f in SUFFIX_FORMATS.items() if f == fmt)
+    suffix = _OWN_SUFFIX[fmt]
     raise FormatError(
         f"{p!r} names a {names.get(claimed, claimed)} file but this writes "
         f"{names.get(fmt, fmt)}: a {names.get(claimed, claimed)} reader would refuse it; write "

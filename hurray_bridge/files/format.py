@@ -25,7 +25,7 @@ from ..dtypes import DType
 from ..errors import FormatError
 from ..layout import BufferRole, Layout
 from ..wire import BufferEntry, decode_prefix
-from .disk import open_regular
+from .disk import open_regular, readinto_full
 from .safetensors_header import looks_like_safetensors
 
 __all__ = [
@@ -427,15 +427,11 @@ def index_from(h: Header, entries: Sequence[EntryInfo], meta: dict[str, str]) ->
 
 
 # ------------------------------------------------------------------- reading
-def _read_exact(f: Any, n: int) -> bytes:
-    data = f.read(n)
-    while len(data) < n:  # an unbuffered file (open_regular_raw) may read less at a time
-        more = f.read(n - len(data))
-        if not more:
-            break
-        data += more
-    if len(data) != n:
-        raise FormatError(f"truncated: wanted {n} bytes, read {len(data)} (did the file change "
+def _read_exact(f: Any, n: int) -> bytearray:
+    data = bytearray(n)
+    got = readinto_full(f, memoryview(data))
+    if got != n:
+        raise FormatError(f"truncated: wanted {n} bytes, read {got} (did the file change "
                           "while it was read?)", field="file_size")
     return data
 
@@ -453,7 +449,7 @@ def read_raw_index(f: Any, size: int | None = None) -> tuple[Header, memoryview]
     if size is None:
         size = os.fstat(f.fileno()).st_size
     h = parse_header(f.read(HEADER_SIZE), size)
-    return h, memoryview(_read_exact(f, h.index_end - HEADER_SIZE))
+    return h, memoryview(_read_exact(f, h.index_end - HEADER_SIZE)).toreadonly()
 
 
 def plain_entry(raw: bytes) -> tuple[Descriptor, tuple[int, ...], DType, bool, int] | None:

@@ -36,7 +36,7 @@ from .data_checks import (
     verify_data,
     verify_file,
 )
-from .disk import bad_count, fspath, open_regular, open_regular_raw
+from .disk import fspath, open_regular, open_regular_raw, readinto_full
 from .format import (
     BUFFER_ALIGNMENT,
     HEADER_SIZE,
@@ -82,15 +82,8 @@ def file_reader(f: io.BufferedIOBase, data_start: int) -> Callable[[int, memoryv
     """
     def read(offset: int, dest: memoryview) -> None:
         f.seek(data_start + offset)
-        got = 0
-        while got < len(dest):
-            want = len(dest) - got
-            n = f.readinto(dest[got:])
-            if not n:
-                raise truncated_read()
-            if not 0 < n <= want:
-                raise bad_count("readinto", n, want)
-            got += n
+        if readinto_full(f, dest) < len(dest):
+            raise truncated_read()
 
     return read
 

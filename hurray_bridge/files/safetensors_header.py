@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from ..descriptor import DYNAMIC, MAX_RANK, Descriptor, dense_descriptor
 from ..dtypes import DType, all_dtypes
 from ..errors import FormatError, UnsupportedError
-from .disk import checkpoint, open_regular
+from .disk import checkpoint, open_regular, readinto_full
 
 MAX_HEADER_SIZE = 100_000_000  # safetensors' own limit (tensor.rs MAX_HEADER_SIZE)
 LENGTH = struct.Struct("<Q")  # the header length N, before the JSON
@@ -557,13 +557,7 @@ def read_prefix(f: Any, size: int | None = None) -> tuple[memoryview, int]:
             buf = bytearray(LENGTH.size + n)  # read into place: the header is held once
             buf[:LENGTH.size] = head
             view = memoryview(buf)
-            have = LENGTH.size
-            while have < len(buf):  # an unbuffered file may read less at a time
-                got = f.readinto(view[have:])
-                if not got:
-                    break
-                have += got
-            return view[:have], size
+            return view[:LENGTH.size + readinto_full(f, view[LENGTH.size:])], size
     return memoryview(head), size
 
 
