@@ -51,8 +51,8 @@ from .regions import Piece, Region
 from .sharded import check_shard_entries
 
 __all__ = ["SMALL_ENTRIES", "Plan", "PlanEntry", "dense_reader", "encode_metadata",
-           "host_entries", "host_tensor", "plan_items", "plan_tensors", "serialise",
-           "small_dense_file"]
+           "host_entries", "host_tensor", "no_answer", "plan_items", "plan_tensors", "serialise",
+           "small_candidate", "small_dense_file"]
 
 
 _NAME_PADS = tuple(bytes(n) for n in range(8))  # the zeros after a name of 8k - n bytes
@@ -347,10 +347,10 @@ def small_dense_file(mapping: Mapping[str, Any], metadata: Mapping[str, str] | N
     :meth:`Plan.head` give for it, byte for byte. ``None`` for anything else, and where
     the compiled module was not built: :func:`plan_tensors` then plans the file and
     raises its errors."""
-    if (_small is None or type(mapping) is not dict or not 0 < len(mapping) <= SMALL_ENTRIES
-            or dense_reader() is None or type(alignment) is not int or alignment & (alignment - 1)
+    if (_small is None or not small_candidate(mapping) or type(alignment) is not int
+            or alignment & (alignment - 1)
             or not BUFFER_ALIGNMENT <= alignment <= MAX_BUFFER_ALIGNMENT
-            or type(checksums) is not bool or sys.byteorder != "little"):
+            or type(checksums) is not bool):
         return None
     meta, n_meta = b"", 0
     if metadata is not None:
@@ -367,6 +367,20 @@ file's 4 MiB in a Hurray file; more go to the Python planner without the planner
 snapshot of every item first)."""
 
 
+def small_candidate(mapping: object) -> bool:
+    """Whether a compiled planner of small files (either format's) may be asked about
+    ``mapping``: a dict of 1 to :data:`SMALL_ENTRIES` entries, the host kernel imported
+    (else no value can be one of its arrays), a little-endian host."""
+    return (type(mapping) is dict and 0 < len(mapping) <= SMALL_ENTRIES
+            and dense_reader() is not None and sys.byteorder == "little")
+
+
+def no_answer(value: Any) -> tuple[None, tuple[()], int, object, type]:
+    """A describe's "no" to a compiled planner of small files: it holds the value's
+    dtype and type, as a "yes" does (see ``_speedups_c/small_files.c``)."""
+    return None, (), 0, value.dtype, type(value)
+
+
 def _describe_array(value: Any) -> tuple[bytes | None, tuple[int, ...], int, object, type]:
     """What the compiled planner needs of an array, once per (type, dtype, shape): its
     descriptor's bytes up to its buffer's place (``wire.dense_head``; None for a value
@@ -375,7 +389,7 @@ def _describe_array(value: Any) -> tuple[bytes | None, tuple[int, ...], int, obj
     dense = dense_reader()
     parts = None if dense is None else dense(value)  # (asked of a contiguous array only)
     if parts is None:
-        return None, (), 0, value.dtype, type(value)
+        return no_answer(value)
     dtype, shape, view = parts
     return (dense_head(dense_descriptor(shape, dtype)), shape, view.nbytes, value.dtype,
             type(value))

@@ -32,7 +32,7 @@ from .data_checks import check_checksum, check_head_padding, check_padding_and_b
 from .disk import atomic_output, check_suffix, fspath, open_regular, write_all
 from .engine import CHUNK, DataWriter, Item, Runs, write_data, write_views
 from .format import BUFFER_ALIGNMENT, FLAG_DATA_CHECKSUMS, MAGIC, EntryInfo, Header, read_head
-from .plan import SMALL_ENTRIES, dense_reader, encode_metadata, host_tensor
+from .plan import dense_reader, encode_metadata, host_tensor, no_answer, small_candidate
 from .pread import read_range
 from .reading import copy_tensors, file_reader, load, load_safetensors
 from .regions import Piece, Region
@@ -278,8 +278,7 @@ def _small_pieces(mapping: Mapping[str, Any],
     safetensors names, with under a :data:`CHUNK` of data and of header: what
     :func:`_write_safetensors` writes for it, byte for byte. ``None`` for anything else,
     and where the compiled module was not built."""
-    if (_small is None or type(mapping) is not dict or not 0 < len(mapping) <= SMALL_ENTRIES
-            or dense_reader() is None or sys.byteorder != "little"):
+    if _small is None or not small_candidate(mapping):
         return None
     meta = _HEADER_JSON.encode(dict(metadata)).encode("utf-8") if metadata else b""
     return _small(mapping, meta, MAX_HEADER_SIZE, CHUNK, _describe_array)
@@ -293,14 +292,13 @@ def _describe_array(value: Any) -> tuple[bytes | None, tuple[int, ...], int, obj
     ``_speedups_c/small_files.c``)."""
     dense = dense_reader()
     parts = None if dense is None else dense(value)  # (asked of a contiguous array only)
-    no = None, (), 0, value.dtype, type(value)
     if parts is None:
-        return no
+        return no_answer(value)
     dtype, shape, view = parts
     try:
         st = _safetensors_dtype("", dense_descriptor(shape, dtype))
     except HurrayError:  # a type safetensors cannot hold: the Python path says so
-        return no
+        return no_answer(value)
     text = _HEADER_JSON.encode({"dtype": st, "shape": list(shape), "data_offsets": [0, 0]})
     return (text[:-len("0,0]}")].encode("utf-8"), shape, view.nbytes, value.dtype,
             type(value))

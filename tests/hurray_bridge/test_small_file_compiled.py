@@ -526,8 +526,7 @@ def test_odd_options_are_left_to_the_python_path_and_its_errors(
 def test_more_entries_than_a_small_file_holds_go_straight_to_python(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # (at 64 bytes an entry at least, 65,537 cannot fit 4 MiB: no snapshot of them is made)
-    monkeypatch.setattr(file_plan, "SMALL_ENTRIES", 3)
-    monkeypatch.setattr(st_file, "SMALL_ENTRIES", 3)
+    monkeypatch.setattr(file_plan, "SMALL_ENTRIES", 3)  # (both formats' bound)
     arrays = {f"a{i}": np.ones(2, np.float32) for i in range(4)}
     calls: list[int] = []
     real, st_real = file_plan._small, st_file._small
