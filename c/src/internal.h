@@ -4,6 +4,8 @@
 
 #include "hurray.h"
 
+#include <string.h>
+
 #if defined(__GNUC__) || defined(__clang__)
 #define HRY_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -59,6 +61,45 @@ static inline void hry__put64(uint8_t *p, uint64_t v)
     for (int i = 0; i < 8; i++) {
         p[i] = (uint8_t)(v >> (8 * i));
     }
+}
+
+/* An entry's 16 fixed bytes at p (container.md §4): name length, descriptor length, the
+ * data CRC-32 (0 without checksums) and the reserved word. */
+static inline void hry__put_entry_head(uint8_t *p, uint32_t name_length, uint32_t desc_length,
+                                       uint32_t crc)
+{
+    hry__put32(p, name_length);
+    hry__put32(p + 4, desc_length);
+    hry__put32(p + 8, crc);
+    hry__put32(p + 12, 0);
+}
+
+/* The file header at h (HRY_FILE_HEADER_SIZE bytes, its reserved ones already zero), with
+ * the CRC-32 of the table and metadata that follow it at h + HRY_FILE_HEADER_SIZE (written
+ * first) and its own: what writer.c and the Python extension's planner of small files
+ * (hurray_bridge/_speedups_c/small_files.c) write, one description of the layout. */
+static inline void hry__put_file_header(uint8_t *h, uint32_t n_entries, uint32_t n_meta,
+                                        int checksums, uint64_t table_length,
+                                        uint64_t meta_length, uint64_t data_offset,
+                                        uint64_t data_length, uint32_t alignment)
+{
+    memcpy(h, "HRYF", 4);
+    h[4] = HRY_FILE_VERSION_MAJOR;
+    h[5] = HRY_FILE_VERSION_MINOR;
+    hry__put16(h + 6, checksums ? HRY_FILE_FLAG_DATA_CHECKSUMS : 0);
+    hry__put32(h + 8, n_entries);
+    hry__put32(h + 12, n_meta);
+    hry__put64(h + 16, HRY_FILE_HEADER_SIZE);
+    hry__put64(h + 24, table_length);
+    hry__put64(h + 32, HRY_FILE_HEADER_SIZE + table_length);
+    hry__put64(h + 40, meta_length);
+    hry__put64(h + 48, data_offset);
+    hry__put64(h + 56, data_length);
+    hry__put64(h + 64, data_offset + data_length);
+    hry__put32(h + 72, alignment);
+    hry__put32(h + 76, hry_crc32(0, h + HRY_FILE_HEADER_SIZE,
+                                 (size_t)(table_length + meta_length)));
+    hry__put32(h + 124, hry_crc32(0, h, 124));
 }
 
 /* 1 when a * b overflows 64 bits; else *r = a * b. */

@@ -374,10 +374,7 @@ static uint8_t *build_head(const hry_writer *w, const uint32_t *crcs, size_t *si
     uint8_t *p = h + HRY_FILE_HEADER_SIZE;
     for (uint32_t i = 0; i < w->n_entries; i++) {
         const wentry *e = w->entries[i];
-        hry__put32(p, e->name_length);
-        hry__put32(p + 4, e->desc_length);
-        hry__put32(p + 8, w->checksums ? crcs[i] : 0);
-        hry__put32(p + 12, 0);
+        hry__put_entry_head(p, e->name_length, e->desc_length, w->checksums ? crcs[i] : 0);
         memcpy(p + 16, e->name, e->name_length);
         p += 16 + pad8(e->name_length);
         memcpy(p, e->desc, e->desc_length);
@@ -386,23 +383,8 @@ static uint8_t *build_head(const hry_writer *w, const uint32_t *crcs, size_t *si
     if (w->meta_length) {
         memcpy(p, w->meta, w->meta_length);
     }
-    uint64_t t_len = w->table_length, m_len = w->meta_length;
-    memcpy(h, "HRYF", 4);
-    h[4] = HRY_FILE_VERSION_MAJOR;
-    h[5] = HRY_FILE_VERSION_MINOR;
-    hry__put16(h + 6, w->checksums ? HRY_FILE_FLAG_DATA_CHECKSUMS : 0);
-    hry__put32(h + 8, w->n_entries);
-    hry__put32(h + 12, w->n_meta);
-    hry__put64(h + 16, HRY_FILE_HEADER_SIZE);
-    hry__put64(h + 24, t_len);
-    hry__put64(h + 32, HRY_FILE_HEADER_SIZE + t_len);
-    hry__put64(h + 40, m_len);
-    hry__put64(h + 48, d_off);
-    hry__put64(h + 56, w->cursor);
-    hry__put64(h + 64, d_off + w->cursor);
-    hry__put32(h + 72, w->alignment);
-    hry__put32(h + 76, hry_crc32(0, h + HRY_FILE_HEADER_SIZE, (size_t)(t_len + m_len)));
-    hry__put32(h + 124, hry_crc32(0, h, 124));
+    hry__put_file_header(h, w->n_entries, w->n_meta, w->checksums, w->table_length,
+                         w->meta_length, d_off, w->cursor, w->alignment);
     *size = (size_t)d_off;
     return h;
 }

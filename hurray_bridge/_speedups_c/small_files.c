@@ -209,9 +209,8 @@ hurray_head(const Planned *e, Py_ssize_t n, const uint32_t *crcs, int checksums,
     uint8_t *p = h + HRY_FILE_HEADER_SIZE;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t head_length = PyBytes_GET_SIZE(e[i].text);
-        hry__put32(p, (uint32_t)e[i].name_length);
-        hry__put32(p + 4, (uint32_t)(head_length + PLACE_SIZE));
-        hry__put32(p + 8, checksums ? crcs[i] : 0);
+        hry__put_entry_head(p, (uint32_t)e[i].name_length, (uint32_t)(head_length + PLACE_SIZE),
+                            checksums ? crcs[i] : 0);
         memcpy(p + ENTRY_SIZE, e[i].name, (size_t)e[i].name_length);
         p += ENTRY_SIZE + pad8((uint64_t)e[i].name_length);
         memcpy(p, PyBytes_AS_STRING(e[i].text), (size_t)head_length);
@@ -222,23 +221,8 @@ hurray_head(const Planned *e, Py_ssize_t n, const uint32_t *crcs, int checksums,
     if (meta_length) {
         memcpy(p, meta, (size_t)meta_length);
     }
-    memcpy(h, "HRYF", 4);
-    h[4] = HRY_FILE_VERSION_MAJOR;
-    h[5] = HRY_FILE_VERSION_MINOR;
-    hry__put16(h + 6, checksums ? HRY_FILE_FLAG_DATA_CHECKSUMS : 0);
-    hry__put32(h + 8, (uint32_t)n);
-    hry__put32(h + 12, n_meta);
-    hry__put64(h + 16, HRY_FILE_HEADER_SIZE);
-    hry__put64(h + 24, table_length);
-    hry__put64(h + 32, HRY_FILE_HEADER_SIZE + table_length);
-    hry__put64(h + 40, (uint64_t)meta_length);
-    hry__put64(h + 48, data_offset);
-    hry__put64(h + 56, data_length);
-    hry__put64(h + 64, data_offset + data_length);
-    hry__put32(h + 72, alignment);
-    hry__put32(h + 76, hry_crc32(0, h + HRY_FILE_HEADER_SIZE,
-                                 (size_t)(table_length + (uint64_t)meta_length)));
-    hry__put32(h + 124, hry_crc32(0, h, 124));
+    hry__put_file_header(h, (uint32_t)n, n_meta, checksums, table_length, (uint64_t)meta_length,
+                         data_offset, data_length, alignment);
     return out;
 }
 
