@@ -272,7 +272,8 @@ def _run_ranks(mode: str, path: Path, world: int) -> None:
     outputs: list[str] = []
     with contextlib.ExitStack() as stack:
         procs = [stack.enter_context(subprocess.Popen(
-                     [sys.executable, "-W", "ignore", "-m", "tests.adapters.torch.dcp_worker",
+                     [sys.executable, "-X", "faulthandler", "-W", "ignore", "-m",
+                      "tests.adapters.torch.dcp_worker",
                       mode, str(path)], cwd=ROOT, env=dict(env, RANK=str(r)),
                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
                  for r in range(world)]
