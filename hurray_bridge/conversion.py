@@ -15,6 +15,7 @@ copy policy, for a target whose arrays live on one device.
 from __future__ import annotations
 
 import importlib
+import inspect
 from functools import cache, lru_cache
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -141,13 +142,21 @@ def asarray_one(obj: Any, copy: bool | None = None, *, what: str) -> Tensor:
 
 
 def convert_full(
-    obj: Any, to: str, device: Any = None, copy: bool | None = None, *, densify: bool = False
+    obj: Any, to: str, device: Any = None, copy: bool | None = None, *, densify: bool = False,
+    **options: Any,
 ) -> Any:
     """Hand ``obj`` (native or hb.Tensor) to framework ``to``, zero-copy when possible.
 
     (``hb.convert`` is this function behind the shortcut front at the end of this module.)
 
-    ``to`` is one of ``"numpy"``, ``"torch"``, ``"jax"``, ``"cupy"``, ``"arrow"``.
+    ``to`` is one of ``"numpy"``, ``"torch"``, ``"jax"``, ``"cupy"``, ``"arrow"``, or
+    another installed adapter's name (``"dask"``, ``"tensorflow"``, ...).
+
+    ``options`` are the target adapter's own keywords, passed to its ``from_hurray`` for
+    a dense tensor: Arrow's ``kind=``, Dask's ``chunks=``
+    (``hb.convert(x, "dask", chunks=(1024, -1))``). A keyword the target does not take,
+    or any for a sparse, quantized or sharded tensor, raises
+    :class:`~hurray_bridge.UnsupportedError` naming it.
 
     Sparse tensors become the target's sparse object (for ``"numpy"``: a
     ``scipy.sparse`` array); quantized ones a torch quantized tensor where torch
@@ -162,7 +171,16 @@ def convert_full(
     if copy is not None and copy is not True and copy is not False:
         check_copy(copy)
     target = get_adapter(to)
+    if options:
+        _check_options(target, to, options)
     t = asarray(obj, copy=False if copy is False else None)
+    if options and (isinstance(t, ShardedTensor) or not t.is_dense):
+        kind = ("sharded" if isinstance(t, ShardedTensor)
+                else "sparse" if t.descriptor.sparse is not None else "quantized")
+        raise UnsupportedError(
+            f"{_named(options)} applies to a dense tensor, and this one is {kind}: "
+            f"convert it without {'it' if len(options) == 1 else 'them'}, then use {to}'s "
+            "own functions on the result (for Dask, x.rechunk(...))")
     if isinstance(t, ShardedTensor):
         return convert_sharded(t, to, device=device, copy=copy)
     if not t.is_dense:
@@ -174,14 +192,38 @@ def convert_full(
         warn_copy(_ALIASES.get(to, to),
                   f"the {type(obj).__module__.partition('.')[0]} source could not be read "
                   f"in place (hb.asarray(x).copied is True; hb.asarray(x, copy=False) says why)")
-    out = target.from_hurray(t, device=device, copy=copy)
-    if device is None and (copy is None or copy is False):
+    out = target.from_hurray(t, device=device, copy=copy, **options)
+    if device is None and not options and (copy is None or copy is False):
         tp = type(obj)
         known = _shortcuts.TABLE.get(tp)
         if known is None or to not in known:
             _shortcuts.learn(tp, to, adapter_name_for_type(tp),  # type: ignore[arg-type]
                              _ALIASES.get(to, to))
     return out
+
+
+@cache
+def _own_keywords(from_hurray: Any) -> tuple[str, ...]:
+    """The keywords an adapter's ``from_hurray`` takes besides ``device`` and ``copy``."""
+    params = inspect.signature(from_hurray).parameters.values()
+    return tuple(p.name for p in params
+                 if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ("device", "copy"))
+
+
+def _named(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r:.40}" for k, v in options.items())
+
+
+def _check_options(target: ModuleType, to: str, options: dict[str, Any]) -> None:
+    takes = _own_keywords(target.from_hurray)
+    unknown = [k for k in options if k not in takes]
+    if unknown:
+        raise UnsupportedError(
+            f"hb.convert(x, {to!r}) takes no {', '.join(k + '=' for k in unknown)}: "
+            + (f"{to}'s from_hurray takes {', '.join(k + '=' for k in takes)} besides device= "
+               "and copy=" if takes else
+               f"{to}'s from_hurray takes only device= and copy=")
+            + " (the keywords of hb.convert itself are device=, copy= and densify=)")
 
 
 def convert_sharded(
@@ -238,18 +280,23 @@ if TYPE_CHECKING:
 
     @overload
     def convert(obj: Any, to: Literal["torch", "pytorch"], device: Any = None,
-                copy: bool | None = None, *, densify: bool = False) -> torch.Tensor: ...
+                copy: bool | None = None, *, densify: bool = False,
+                **options: Any) -> torch.Tensor: ...
     @overload
     def convert(obj: Any, to: Literal["jax"], device: Any = None,
-                copy: bool | None = None, *, densify: bool = False) -> jax.Array: ...
+                copy: bool | None = None, *, densify: bool = False,
+                **options: Any) -> jax.Array: ...
     @overload
     def convert(obj: Any, to: Literal["numpy", "np"], device: Any = None,
-                copy: bool | None = None, *, densify: bool = False) -> npt.NDArray[Any]: ...
+                copy: bool | None = None, *, densify: bool = False,
+                **options: Any) -> npt.NDArray[Any]: ...
     @overload
     def convert(obj: Any, to: str, device: Any = None,
-                copy: bool | None = None, *, densify: bool = False) -> Any: ...
+                copy: bool | None = None, *, densify: bool = False,
+                **options: Any) -> Any: ...
     def convert(obj: Any, to: str, device: Any = None,
-                copy: bool | None = None, *, densify: bool = False) -> Any: ...
+                copy: bool | None = None, *, densify: bool = False,
+                **options: Any) -> Any: ...
 else:
     # What ``hb.convert`` is: the plain two-argument call first tries a shortcut learned
     # from an earlier call of the same (type, target) pair - in C when _speedups was built,

@@ -473,7 +473,7 @@ def test_front_looks_like_convert() -> None:
     assert hb.convert.__name__ == "convert"
     assert "zero-copy" in (hb.convert.__doc__ or "")
     assert list(inspect.signature(hb.convert).parameters) == [
-        "obj", "to", "device", "copy", "densify"]
+        "obj", "to", "device", "copy", "densify", "options"]
 
 
 # ------------------------------------------------------------- the front's contract

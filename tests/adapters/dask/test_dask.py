@@ -60,6 +60,34 @@ def test_convert_to_dask_default_chunks_share_memory() -> None:
     assert all(np.shares_memory(c, a) for c in chunk_arrays(x))
 
 
+def test_convert_passes_chunks_to_the_adapter() -> None:
+    a = np.arange(240, dtype=np.float32).reshape(12, 20)
+    x = hb.convert(a, "dask", chunks=(5, -1))
+    assert x.chunks == ((5, 5, 2), (20,))
+    assert all(np.shares_memory(c, a) for c in chunk_arrays(x))
+    np.testing.assert_array_equal(x.compute(), a)
+
+
+def test_convert_of_a_file_entry_with_chunks_reads_it_lazily(tmp_path: Path) -> None:
+    a = np.arange(64 * 32, dtype=np.float64).reshape(64, 32)
+    path = tmp_path / "a.hurray"
+    hb.save(path, {"a": a})
+    x = hb.convert(hb.load(path)["a"], "dask", chunks=(16, 32))
+    assert x.chunks == ((16,) * 4, (32,))
+    assert all(not isinstance(v, np.ndarray) for v in dict(x.dask).values())
+    np.testing.assert_array_equal(x.compute(), a)
+
+
+def test_convert_refuses_chunks_for_a_sharded_tensor_and_a_misspelled_keyword() -> None:
+    st = sharded(np.arange(120, dtype=np.float32).reshape(12, 10), (3, 2))
+    with pytest.raises(hb.UnsupportedError, match=r"chunks=\(6, 10\) applies to a dense "
+                       r"tensor, and this one is sharded.*rechunk"):
+        hb.convert(st, "dask", chunks=(6, 10))
+    with pytest.raises(hb.UnsupportedError, match=r"takes no chunk=: dask's from_hurray takes "
+                       r"chunks="):
+        hb.convert(np.arange(4), "dask", chunk=2)
+
+
 def test_copy_true_gives_views_of_a_fresh_copy() -> None:
     a = np.arange(10.0)
     x = hb.convert(a, "dask", copy=True)
