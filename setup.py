@@ -15,6 +15,7 @@ _SRC = "hurray_bridge/_speedups_c"
 # (c/src/crc32.c), which _speedups_c/crc32.c only wraps.
 setup(ext_modules=[Extension("hurray_bridge._speedups",
                              [f"{_SRC}/module.c", f"{_SRC}/front.c", f"{_SRC}/deleters.c",
+                              f"{_SRC}/arrow_release.c",
                               f"{_SRC}/decoder.c", f"{_SRC}/tensor.c", f"{_SRC}/xapi_in.c",
                               f"{_SRC}/xapi_out.c", f"{_SRC}/crc32.c", f"{_SRC}/st_header.c",
                               f"{_SRC}/hry_index.c", f"{_SRC}/small_files.c",

@@ -207,6 +207,23 @@ for _fn in (_RELEASE_SCHEMA, _RELEASE_ARRAY, _DESTRUCTOR):
 _RELEASE_SCHEMA_ADDR = ctypes.cast(_RELEASE_SCHEMA, _c_void_p).value
 _RELEASE_ARRAY_ADDR = ctypes.cast(_RELEASE_ARRAY, _c_void_p).value
 _DESTRUCTOR_ADDR = ctypes.cast(_DESTRUCTOR, _c_void_p).value
+# The compiled release callbacks, when hurray_bridge._speedups was built, call the two
+# above under the exit guard of our DLPack deleters: a consumer may release a moved
+# struct after the interpreter is finalised (a C++ static's destructor), where a ctypes
+# callback asks for the GIL and crashes the process; those leave the export to the
+# exiting process instead. The ctypes pair stays as the fallback.
+COMPILED_RELEASES = False
+try:
+    from ._speedups import arrow_release_hooks as _arrow_release_hooks
+except ImportError:
+    pass
+else:
+    try:
+        _RELEASE_SCHEMA_ADDR, _RELEASE_ARRAY_ADDR = _arrow_release_hooks(_release_schema,
+                                                                         _release_array)
+        COMPILED_RELEASES = True
+    except RuntimeError:  # installed for an earlier copy of this module (a reload)
+        pass
 # Where an empty array's data buffer points: some consumers read a NULL buffer as missing.
 _EMPTY = (ctypes.c_uint64 * 8)()
 _EMPTY_ADDR = ctypes.addressof(_EMPTY)

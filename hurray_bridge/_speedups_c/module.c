@@ -22,6 +22,9 @@ static PyMethodDef speedups_functions[] = {
     {"exchange_setup", hb_exchange_setup, METH_VARARGS,
      "exchange_setup(Tensor, slots, Device, CPU, cpu_dl, UnsupportedError, ROW_MAJOR, "
      "STRIDED, dlpack_py, dlpack_device_py, export_py, generic_ok, dtypes)"},
+    {"arrow_release_hooks", hb_arrow_release_hooks, METH_VARARGS,
+     "arrow_release_hooks(release_schema, release_array) -> (schema release address, "
+     "array release address): C callbacks that call them under the exit guard"},
     {"stop_foreign_releases", hb_stop_foreign_releases, METH_O,
      "stop_foreign_releases(timeout_ms) -> unfinished deleter calls: at exit, threads "
      "without the GIL stop releasing exports"},

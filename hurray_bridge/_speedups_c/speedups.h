@@ -45,6 +45,9 @@ HB_INTERNAL PyObject *hb_stop_foreign_releases(PyObject *module, PyObject *arg);
  * interpreter is exiting (then drop is not called: the process ends). */
 HB_INTERNAL void hb_release(void (*drop)(void *), void *arg);
 
+/* arrow_release.c: the release callbacks of _arrow_c's exports, under hb_release. */
+HB_INTERNAL PyObject *hb_arrow_release_hooks(PyObject *module, PyObject *args);
+
 /* crc32.c: crc32() and the CRC32_CLMUL flag it adds to the module (-1 with an exception). */
 HB_INTERNAL PyObject *hb_crc32(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 HB_INTERNAL PyObject *hb_crc32_by(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
