@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 import hurray_bridge as hb
 from hurray_bridge import _arrow_c as A
 from hurray_bridge.errors import CopyRequiredError, FormatError, UnsupportedError
+from tests.native import shared_library
 
 np = pytest.importorskip("numpy", reason="numpy is not installed")
 
@@ -702,19 +703,7 @@ __attribute__((destructor)) static void on_unload(void) { if (at_exit) release_b
 
 @pytest.fixture(scope="module")
 def late_consumer(tmp_path_factory: pytest.TempPathFactory) -> str:
-    import shutil
-
-    cc = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
-    if cc is None:
-        pytest.skip("no C compiler (cc, gcc, clang) to build the late-releasing consumer")
-    d = tmp_path_factory.mktemp("late_consumer")
-    (d / "late.c").write_text(_LATE_CONSUMER_SOURCE)
-    lib = d / "liblate.so"
-    out = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-pthread", str(d / "late.c"), "-o",
-                          str(lib)], capture_output=True, text=True, timeout=120)
-    if out.returncode != 0:
-        pytest.skip(f"{cc} could not build the late-releasing consumer: {out.stderr[-500:]}")
-    return str(lib)
+    return shared_library(tmp_path_factory, "late_consumer", _LATE_CONSUMER_SOURCE)
 
 
 _LATE_SCRIPT = textwrap.dedent("""

@@ -27,6 +27,7 @@ from hurray_bridge import _capsule as C
 from hurray_bridge import _dlpack as D
 from hurray_bridge import dtypes as hbd
 from hurray_bridge.errors import FormatError, UnsupportedError
+from tests.native import shared_library
 
 np = pytest.importorskip("numpy")
 
@@ -546,19 +547,7 @@ extern "C" void call_later(void (*fn)(void *), void *arg, int delay_ms) {
 
 @pytest.fixture(scope="module")
 def native_thread_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
-    import shutil
-
-    cxx = next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
-    if cxx is None:
-        pytest.skip("no C++ compiler (c++, g++, clang++) to build the native-thread helper")
-    d = tmp_path_factory.mktemp("native_thread")
-    (d / "helper.cc").write_text(_NATIVE_THREAD_SOURCE)
-    lib = d / "libhelper.so"
-    out = subprocess.run([cxx, "-shared", "-fPIC", "-O1", "-pthread", str(d / "helper.cc"),
-                          "-o", str(lib)], capture_output=True, text=True, timeout=120)
-    if out.returncode != 0:
-        pytest.skip(f"{cxx} could not build the native-thread helper: {out.stderr[-500:]}")
-    return str(lib)
+    return shared_library(tmp_path_factory, "native_thread", _NATIVE_THREAD_SOURCE, cxx=True)
 
 
 _EXIT_SCRIPT = textwrap.dedent("""
