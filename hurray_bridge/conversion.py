@@ -175,12 +175,7 @@ def convert_full(
         _check_options(target, to, options)
     t = asarray(obj, copy=False if copy is False else None)
     if options and (isinstance(t, ShardedTensor) or not t.is_dense):
-        kind = ("sharded" if isinstance(t, ShardedTensor)
-                else "sparse" if t.descriptor.sparse is not None else "quantized")
-        raise UnsupportedError(
-            f"{_named(options)} applies to a dense tensor, and this one is {kind}: "
-            f"convert it without {'it' if len(options) == 1 else 'them'}, then use {to}'s "
-            "own functions on the result (for Dask, x.rechunk(...))")
+        raise UnsupportedError(_options_refused(t, target.NAME, options, densify))
     if isinstance(t, ShardedTensor):
         return convert_sharded(t, to, device=device, copy=copy)
     if not t.is_dense:
@@ -218,12 +213,33 @@ def _check_options(target: ModuleType, to: str, options: dict[str, Any]) -> None
     takes = _own_keywords(target.from_hurray)
     unknown = [k for k in options if k not in takes]
     if unknown:
+        name = target.NAME
         raise UnsupportedError(
             f"hb.convert(x, {to!r}) takes no {', '.join(k + '=' for k in unknown)}: "
-            + (f"{to}'s from_hurray takes {', '.join(k + '=' for k in takes)} besides device= "
-               "and copy=" if takes else
-               f"{to}'s from_hurray takes only device= and copy=")
+            + (f"{name}'s from_hurray takes {', '.join(k + '=' for k in takes)} besides "
+               "device= and copy=" if takes else
+               f"{name}'s from_hurray takes only device= and copy=")
             + " (the keywords of hb.convert itself are device=, copy= and densify=)")
+
+
+def _options_refused(t: Tensor | ShardedTensor, name: str, options: dict[str, Any],
+                     densify: bool) -> str:
+    """Why target keywords are refused for a tensor that is not one dense block."""
+    if isinstance(t, ShardedTensor):
+        kind = "sharded"
+    elif t.descriptor.sparse is not None:
+        kind = "sparse"
+    elif t.descriptor.quantization is not None:
+        kind = "quantized"
+    else:
+        kind = f"{t.descriptor.layout.name.lower()} (not one dense block)"
+    them = "it" if len(options) == 1 else "them"
+    steps = (f"densify it first (hb.convert(x, 'numpy', densify=True)), then pass {them} "
+             "converting that" if densify and kind in ("sparse", "quantized") else
+             f"convert it without {them}, then use {name}'s own functions on the result"
+             + (" (x.rechunk(...))" if name == "dask" else ""))
+    return (f"{_named(options)} applies to a dense tensor, and this one is {kind}: {steps}"
+            + ("; densify=True does not carry target keywords" if densify else ""))
 
 
 def convert_sharded(

@@ -37,6 +37,11 @@ def test_keywords_are_refused_for_a_sparse_tensor() -> None:
     with pytest.raises(hb.UnsupportedError, match=r"kind='array' applies to a dense tensor, "
                        r"and this one is sparse"):
         hb.convert(m, "arrow", kind="array")
+    # densify=True gives a dense result, but the keywords are not carried through it:
+    # the refusal says how to get there in two steps.
+    with pytest.raises(hb.UnsupportedError, match=r"densify it first \(hb.convert\(x, 'numpy', "
+                       r"densify=True\)\), then pass it.*does not carry target keywords"):
+        hb.convert(m, "arrow", densify=True, kind="array")
     # Without the keyword it converts as before.
     assert hb.convert(m, "numpy", densify=True).tolist() == np.eye(3).tolist()
 
