@@ -4,7 +4,9 @@ One float32 tensor of 1 MiB and one of 64 MiB, over localhost, each way:
 
 - ``get``: ``flight.get`` (checks every message, builds hb.Tensors over the received
   batches) against pyarrow's ``do_get`` of the same bytes as a plain record batch (one
-  float32 column, read chunk by chunk), and against ``hb.StreamReader`` reading the same
+  float32 column, read chunk by chunk, the batches never touched: the goal's peer), for
+  information against that ``do_get`` reaching each batch's column buffers (what a
+  pyarrow user pays to use the bytes), and against ``hb.StreamReader`` reading the same
   tensor from a localhost TCP socket that ``hb.StreamWriter`` writes on a thread;
 - ``put``: ``flight.put`` against pyarrow's ``do_put`` of that plain batch, built once
   (the goal's peer), and, for information, against a ``do_put`` that builds its batch
@@ -187,6 +189,17 @@ def run(small: bool = False) -> dict[str, Any]:
                         except StopIteration:
                             break
 
+                def pa_get_buffers(ticket: Any = ticket) -> None:
+                    # What a pyarrow user pays to reach the bytes: each batch's column
+                    # and its data buffer (pyarrow objects made after a blocking read).
+                    reader = c_plain.do_get(ticket)
+                    while True:
+                        try:
+                            chunk = reader.read_chunk()
+                        except StopIteration:
+                            break
+                        chunk.data.column(0).buffers()
+
                 def stream_get(request: bytes = request) -> None:
                     sock.sendall(request)
                     assert len(list(hb.StreamReader(sock))) == 1
@@ -235,6 +248,9 @@ def run(small: bool = False) -> dict[str, Any]:
                      "pyarrow do_put (batch built per put)", pa_put_fresh, "informational"),
                     (f"get_{label}_vs_pyarrow_do_get", "hb flight.get", hb_get,
                      "pyarrow do_get (plain batch)", pa_get, "<= 1.11"),
+                    (f"get_{label}_vs_pyarrow_do_get_buffers", "hb flight.get", hb_get,
+                     "pyarrow do_get (each batch's buffers reached)", pa_get_buffers,
+                     "informational"),
                     (f"get_{label}_vs_socket_stream", "hb flight.get", hb_get,
                      "hb StreamReader over a TCP socket", stream_get, "informational"),
                 ]
