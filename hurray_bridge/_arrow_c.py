@@ -28,7 +28,7 @@ import itertools
 import json
 import struct
 from collections.abc import Callable
-from functools import lru_cache
+from functools import lru_cache, partial
 from math import prod
 from typing import Any
 
@@ -207,11 +207,12 @@ for _fn in (_RELEASE_SCHEMA, _RELEASE_ARRAY, _DESTRUCTOR):
 _RELEASE_SCHEMA_ADDR = ctypes.cast(_RELEASE_SCHEMA, _c_void_p).value
 _RELEASE_ARRAY_ADDR = ctypes.cast(_RELEASE_ARRAY, _c_void_p).value
 _DESTRUCTOR_ADDR = ctypes.cast(_DESTRUCTOR, _c_void_p).value
-# The compiled release callbacks, when hurray_bridge._speedups was built, call the two
-# above under the exit guard of our DLPack deleters: a consumer may release a moved
-# struct after the interpreter is finalised (a C++ static's destructor), where a ctypes
-# callback asks for the GIL and crashes the process; those leave the export to the
-# exiting process instead. The ctypes pair stays as the fallback.
+# The compiled release callbacks, when hurray_bridge._speedups was built, walk the
+# exported tree as the two above do, under the exit guard of our DLPack deleters: a
+# consumer may release a moved struct after the interpreter is finalised (a C++
+# static's destructor), where a ctypes callback asks for the GIL and crashes the
+# process; those leave the export to the exiting process instead. The ctypes pair
+# stays as the fallback.
 COMPILED_RELEASES = False
 try:
     from ._speedups import arrow_release_hooks as _arrow_release_hooks
@@ -219,8 +220,10 @@ except ImportError:
     pass
 else:
     try:
-        _RELEASE_SCHEMA_ADDR, _RELEASE_ARRAY_ADDR = _arrow_release_hooks(_release_schema,
-                                                                         _release_array)
+        # The C side sets aside an exception in flight itself: it calls the walk alone.
+        _RELEASE_SCHEMA_ADDR, _RELEASE_ARRAY_ADDR = _arrow_release_hooks(
+            partial(_release, release_offset=_SCHEMA_RELEASE, private_offset=_SCHEMA_PRIVATE),
+            partial(_release, release_offset=_ARRAY_RELEASE, private_offset=_ARRAY_PRIVATE))
         COMPILED_RELEASES = True
     except RuntimeError:  # installed for an earlier copy of this module (a reload)
         pass

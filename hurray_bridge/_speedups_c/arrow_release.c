@@ -7,9 +7,10 @@
  * and that crashed the process there. These go through hb_release (deleters.c), the
  * exit guard our DLPack deleters use: at once with the GIL, taken for it otherwise,
  * and not at all once the process is exiting (the export is then left to the process).
- * The Python release (_arrow_c._release_schema, _release_array) does the work; here
- * the struct is marked released in every case, as the interface requires, so a
- * consumer that looks at `release` afterwards sees NULL even when nothing ran.
+ * The Python release walk (_arrow_c._release, bound to each struct's offsets) does the
+ * work, with any exception in flight set aside here; the struct is marked released in
+ * every case, as the interface requires, so a consumer that looks at `release`
+ * afterwards sees NULL even when nothing ran.
  */
 #include "speedups.h"
 
@@ -40,8 +41,8 @@ struct ArrowArray {
     void *private_data;
 };
 
-static PyObject *release_schema_fn = NULL;  /* _arrow_c._release_schema */
-static PyObject *release_array_fn = NULL;   /* _arrow_c._release_array */
+static PyObject *release_schema_fn = NULL;  /* _arrow_c._release, at a schema's offsets */
+static PyObject *release_array_fn = NULL;   /* _arrow_c._release, at an array's offsets */
 
 struct call {
     PyObject *fn;
