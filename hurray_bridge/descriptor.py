@@ -289,12 +289,14 @@ class Shard:
 
 
 class _BufferTableCache:
-    """The buffer table of a descriptor, kept once known: a descriptor never changes, and a
-    file of many small tensors asks for it several times each (plan, encode, check). A
+    """The buffer table and hash of a descriptor, kept once known: a descriptor never
+    changes, a file of many small tensors asks for its table several times each (plan,
+    encode, check), and a stream's tensors key the caches of their shape by it. A
     slot of this base, not a dataclass field: no value, so not compared, copied, pickled
     or listed by ``dataclasses.fields``; unset until asked (the decoders never set it)."""
 
-    __slots__ = ("_specs",)
+    __slots__ = ("_hash", "_specs")
+    _hash: int
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -355,6 +357,17 @@ class Descriptor(_BufferTableCache):
                     return
         self._normalize()
         _apply(self, _rules_for(self))
+
+    def __hash__(self) -> int:
+        # Explicit, so that dataclass() leaves it: hashing the fields anew (tuples and
+        # the nested sections) cost more than the cache lookups that ask for it.
+        try:
+            return self._hash
+        except AttributeError:
+            h = hash((self.shape, self.dtype, self.layout, self.strides, self.tile,
+                      self.sparse, self.quantization, self.shard, self.padded))
+            object.__setattr__(self, "_hash", h)
+            return h
 
     def _normalize(self) -> None:
         """Field values to their types (tuples of ints, DType, Layout, bool): refusals of

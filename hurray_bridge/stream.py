@@ -110,6 +110,21 @@ def resolved_schema(schema: Descriptor, sizes: tuple[int, ...]) -> Descriptor:
     return schema.resolve(list(sizes))
 
 
+@functools.lru_cache(maxsize=256)
+def _conforms(schema: Descriptor, d: Descriptor) -> bool:
+    """Whether ``d`` is ``schema`` resolved by its own sizes: the check :func:`conform`
+    makes, remembered (a stream sends the same shapes again and again), without its
+    messages (conform() goes on to name the defect)."""
+    if d.rank != schema.rank or any(want not in (DYNAMIC, got)
+                                    for got, want in zip(d.shape, schema.shape)):
+        return False
+    try:
+        return d == resolved_schema(schema, tuple(
+            got for got, want in zip(d.shape, schema.shape) if want == DYNAMIC))
+    except (FormatError, DynamicShapeError):
+        return False
+
+
 def conform(obj: Any, schema: Descriptor) -> Tensor:
     """``obj`` as an hb.Tensor that conforms to ``schema`` (interchange.md §2.3), or a refusal.
 
@@ -124,8 +139,10 @@ def conform(obj: Any, schema: Descriptor) -> Tensor:
             f"cannot stream a {t.device} tensor: its memory is not on the host; "
             "convert it to a host framework first"
         )
-    s = schema
     d = t.descriptor
+    if _conforms(schema, d):
+        return t
+    s = schema
     dynamic = [i for i, n in enumerate(s.shape) if n == DYNAMIC]
     if d.rank != s.rank:
         raise FormatError(

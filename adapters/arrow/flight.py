@@ -30,7 +30,7 @@ import pyarrow as pa
 from hurray_bridge._memory import alloc_aligned, host_view
 from hurray_bridge._trailing import verbatim, written_pieces
 from hurray_bridge.conversion import asarray_one
-from hurray_bridge.descriptor import DYNAMIC, Descriptor
+from hurray_bridge.descriptor import DYNAMIC, Descriptor, dense_descriptor
 from hurray_bridge.errors import (
     BackendNotAvailableError,
     DynamicShapeError,
@@ -82,8 +82,25 @@ def _framing(schema: Descriptor) -> tuple[pa.Schema, int, pa.RecordBatch]:
     return arrow_schema, _header_size(arrow_schema), _empty(arrow_schema)
 
 
+# Flight schemas already checked, newest first, with the Hurray schemas they carry. Each
+# get reads its stream's schema as a new wrapper; comparing it, metadata included, with
+# one seen before is one call into Arrow, where reading its metadata and field back
+# makes a dozen Python objects on the caches a blocking read has just left cold.
+_SEEN: tuple[tuple[pa.Schema, Descriptor], ...] = ()
+
+
 def _stream_schema(arrow_schema: pa.Schema) -> Descriptor:
     """The Hurray schema a Flight schema carries, checked as a stream header is."""
+    global _SEEN
+    for seen, schema in _SEEN:
+        if arrow_schema.equals(seen, check_metadata=True):
+            return schema
+    schema = _checked_schema(arrow_schema)
+    _SEEN = ((arrow_schema, schema), *_SEEN[:7])
+    return schema
+
+
+def _checked_schema(arrow_schema: pa.Schema) -> Descriptor:
     meta = arrow_schema.metadata or {}
     head = meta.get(SCHEMA_KEY)
     if head is None:
@@ -125,14 +142,18 @@ def _end_buffer(count: int) -> pa.Buffer:
 
 # ------------------------------------------------------------------ checking
 class _Message:
-    """One checked message: ``resolved`` and its buffers' offsets in ``data`` (None at the end)."""
+    """One checked message: ``resolved`` (None at the end), and its buffers: ``offsets``
+    from ``address``, ``size`` bytes in all, held alive by ``owner`` (a ``pa.Buffer``)."""
 
-    __slots__ = ("data", "offsets", "resolved")
+    __slots__ = ("address", "offsets", "owner", "resolved", "size")
 
-    def __init__(self, resolved: Descriptor | None, offsets: list[int], data: pa.Buffer | None):
+    def __init__(self, resolved: Descriptor | None, offsets: list[int], owner: pa.Buffer | None,
+                 address: int = 0, size: int = 0):
         self.resolved = resolved
         self.offsets = offsets
-        self.data = data
+        self.owner = owner
+        self.address = address
+        self.size = size
 
 
 _END = _Message(None, [], None)
@@ -190,59 +211,60 @@ def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch | None,
         # for the sequence number, and 0 rows have no nulls): the last message of every
         # put, on the path between the client's close() and its return.
         return _END
-    field = f"message[{seq}]"
     if len(raw) < _MESSAGE_HEADER.size:
         raise FormatError(f"app_metadata of {len(raw)} bytes; a message header needs "
-                          f"{_MESSAGE_HEADER.size}", field=f"{field}.app_metadata")
+                          f"{_MESSAGE_HEADER.size}", field=f"message[{seq}].app_metadata")
     magic, kind, n_buf, rank, got_seq, payload, reserved = _MESSAGE_HEADER.unpack_from(raw)
     if magic != MESSAGE_MAGIC:
         raise FormatError(f"bad message magic {bytes(magic)!r}, expected {MESSAGE_MAGIC!r}",
-                          field=f"{field}.magic")
+                          field=f"message[{seq}].magic")
     if reserved:
-        raise FormatError("reserved message-header bytes must be zero", field=f"{field}.reserved")
+        raise FormatError("reserved message-header bytes must be zero",
+                          field=f"message[{seq}].reserved")
     if got_seq != seq:
         raise FormatError(f"sequence number {got_seq}, expected {seq} (a message was lost, "
-                          "repeated or reordered)", field=f"{field}.sequence")
+                          "repeated or reordered)", field=f"message[{seq}].sequence")
     column = batch.column(0)
     if column.null_count:
         raise FormatError(f"the {COLUMN!r} column has {column.null_count} nulls; it holds "
-                          "buffer bytes and may have none", field=f"{field}.column")
+                          "buffer bytes and may have none", field=f"message[{seq}].column")
     if kind == KIND_END:
         if n_buf or rank or payload or len(raw) != _MESSAGE_HEADER.size or len(column):
             raise FormatError("an end-of-stream message carries no descriptor and no bytes",
-                              field=f"{field}.kind")
+                              field=f"message[{seq}].kind")
         return _END
     if kind != KIND_TENSOR:
-        raise FormatError(f"unknown message kind {kind}", field=f"{field}.kind")
+        raise FormatError(f"unknown message kind {kind}", field=f"message[{seq}].kind")
     try:
         d, offsets, end, n_entries = _conforming(schema, raw[_MESSAGE_HEADER.size:])
     except FormatError as exc:  # name the message as well as the field
         inner = exc.field or "descriptor"
         text = str(exc)[len(inner) + 2:] if exc.field else str(exc)
-        raise FormatError(text, field=f"{field}.{inner}") from None
+        raise FormatError(text, field=f"message[{seq}].{inner}") from None
     if rank != d.rank or n_buf != n_entries:
         raise FormatError(f"the header says rank {rank} and {n_buf} buffers, the descriptor "
-                          f"rank {d.rank} and {n_entries}", field=f"{field}.header")
+                          f"rank {d.rank} and {n_entries}", field=f"message[{seq}].header")
     if payload != end or len(column) != end:
         raise FormatError(f"the buffers end at byte {end}; the header says {payload} and the "
-                          f"column holds {len(column)}", field=f"{field}.payload_size")
-    data = None
-    if end:
-        # A writer other than pyarrow's (which refuses to build one) may send a length
-        # that claims more than the buffer holds; reading past it would read foreign memory.
-        buf = column.buffers()[1]
-        if buf is None or buf.size - column.offset < end:
-            have = 0 if buf is None else buf.size - column.offset
-            raise FormatError(f"the column claims {end} bytes but its buffer holds {have}",
-                              field=f"{field}.column")
-        data = buf.slice(column.offset, end)
-    return _Message(d, offsets, data)
+                          f"column holds {len(column)}", field=f"message[{seq}].payload_size")
+    if not end:
+        return _Message(d, offsets, None)
+    # A writer other than pyarrow's (which refuses to build one) may send a length that
+    # claims more than the buffer holds; reading past it would read foreign memory.
+    buf = column.buffers()[1]
+    start = column.offset
+    if buf is None or buf.size - start < end:
+        have = 0 if buf is None else buf.size - start
+        raise FormatError(f"the column claims {end} bytes but its buffer holds {have}",
+                          field=f"message[{seq}].column")
+    return _Message(d, offsets, buf, buf.address + start, end)
 
 
 @lru_cache(maxsize=256)
-def _element_alignment(d: Descriptor) -> int:
-    """Alignment every buffer of ``d`` needs to be read in place by a typed view (the
-    same for every message of a shape; descriptors are immutable)."""
+def _receiving(d: Descriptor) -> tuple[int, bool]:
+    """What every message of a shape needs alike (descriptors are immutable): the
+    alignment every buffer of ``d`` needs to be read in place by a typed view, and
+    whether ``d`` is a plain row-major tensor (the tensor may then build it again)."""
     types = [d.dtype]
     if d.sparse is not None:
         types.append(d.sparse.index_dtype)
@@ -250,29 +272,34 @@ def _element_alignment(d: Descriptor) -> int:
         types.append(d.quantization.scale_dtype)
         if d.quantization.zero_point_dtype is not None:
             types.append(d.quantization.zero_point_dtype)
-    return max(min(8, t.itemsize) for t in types)
+    alignment = max(min(8, t.itemsize) for t in types)
+    return alignment, d == dense_descriptor(d.shape, d.dtype, d.padded)
 
 
 def _tensor(msg: _Message) -> Tensor:
     """The tensor of a checked message, over the record batch's memory where it can be."""
     d = msg.resolved
     assert d is not None
-    data = msg.data
-    specs = d.buffer_layout()
-    if data is None:
-        return Tensor(d, [Buffer(s.role, 0, 0) for s in specs], device=CPU, readonly=True)
-    base, owner, copied = data.address, data, False
-    if base % _element_alignment(d):
+    if msg.owner is None:
+        return Tensor(d, [Buffer(s.role, 0, 0) for s in d.buffer_layout()], device=CPU,
+                      readonly=True)
+    base, owner, copied = msg.address, msg.owner, False
+    alignment, dense = _receiving(d)
+    if base % alignment:
         # Flight puts a batch's body wherever gRPC's message has it (measured: any byte
         # offset for small messages); typed views need aligned elements, so copy, once,
         # into 64-byte aligned memory and say so through Tensor.copied.
-        alloc = alloc_aligned(data.size)
+        alloc = alloc_aligned(msg.size)
         assert alloc is not None
-        ctypes.memmove(alloc.ptr, base, data.size)
+        ctypes.memmove(alloc.ptr, base, msg.size)
         base, owner, copied = alloc.ptr, alloc, True
-    bufs = [Buffer(s.role, base + off if s.nbytes else 0, s.nbytes)
-            for s, off in zip(specs, msg.offsets)]
     # Arrow memory is immutable; the copy is private, and writable.
+    if dense:  # the common case, without the buffer table's checks (the message's were)
+        return Tensor._dense(base + msg.offsets[0], d.shape, d.dtype, strides=None,
+                             padded=d.padded, device=CPU, owner=owner, readonly=not copied,
+                             copied=copied)
+    bufs = [Buffer(s.role, base + off if s.nbytes else 0, s.nbytes)
+            for s, off in zip(d.buffer_layout(), msg.offsets)]
     return Tensor(d, bufs, device=CPU, owner=owner, readonly=not copied, copied=copied)
 
 
@@ -363,7 +390,9 @@ def _batch(t: Tensor, seq: int, arrow_schema: pa.Schema,
     elif whole:
         # The tensor's own memory goes to Flight, which sends it without copying;
         # ``base`` keeps the tensor (and its owner) alive while Flight holds the buffer.
-        data = pa.foreign_buffer(t.buffer(lay.role).ptr, end, base=t)
+        # (Without strides the one buffer starts at element 0: no buffer table to build.)
+        ptr = t.data_ptr if d.strides is None else t.buffer(lay.role).ptr
+        data = pa.foreign_buffer(ptr, end, base=t)
     else:
         data = _gathered(lay.offsets, end, pieces)
     column = pa.Array.from_buffers(_UINT8, end, [None, data], null_count=0)

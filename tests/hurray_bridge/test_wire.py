@@ -177,7 +177,7 @@ def test_a_dense_descriptor_is_built_as_the_general_path_builds_it(
 
 
 def test_the_buffer_table_cache_is_no_field_and_old_pickles_still_work() -> None:
-    """The cache is a slot of a base class: not compared, listed, copied or pickled, so a
+    """The caches are slots of a base class: not compared, listed, copied or pickled, so a
     descriptor restored from a pickle of the nine fields (an older release's) works."""
     import copy
     import dataclasses
@@ -193,6 +193,11 @@ def test_the_buffer_table_cache_is_no_field_and_old_pickles_still_work() -> None
                       False])
     assert old == made and old.buffer_layout() == made.buffer_layout()
     assert old.to_bytes() == made.to_bytes() and copy.copy(old).nbytes == 48
+    # The hash, kept once asked for, is no field either: equal descriptors, however
+    # made, hash alike, and a pickle holds the nine fields alone.
+    h = hash(made)
+    assert hash(made) == h == hash(decoded) == hash(old) == hash(copy.deepcopy(made))
+    assert len(made.__getstate__()) == 9
 
 
 class _Offset(int):

@@ -257,13 +257,50 @@ def test_a_sender_may_pad_up_to_the_bound() -> None:
         F._check(schema, 0, batch, pa.py_buffer(md[:end] + bytes(128)))
 
 
+def test_a_schema_seen_before_is_taken_only_when_equal_metadata_and_all() -> None:
+    # A get compares its stream's schema with those already checked: a schema equal in
+    # its fields but carrying another Hurray schema, or a broken one, is checked afresh.
+    a, b = Descriptor([DYNAMIC], hb.float32), Descriptor([DYNAMIC, 2], hb.int8)
+    assert F.stream_schema(F._arrow_schema(a)) == a
+    assert F.stream_schema(F._arrow_schema(a)) == a  # a new wrapper of a schema seen
+    assert F.stream_schema(F._arrow_schema(b)) == b
+    broken = F._arrow_schema(a).with_metadata({F.SCHEMA_KEY: b"HRYS" + bytes(60)})
+    with pytest.raises(hb.FormatError, match=r"stream"):
+        F.stream_schema(broken)
+    with pytest.raises(hb.FormatError, match=r"flight\.schema.*one uint8 column"):
+        F.stream_schema(pa.schema([pa.field(F.COLUMN, pa.int8(), nullable=False)],
+                                  metadata=F._arrow_schema(a).metadata))
+
+
+@pytest.mark.parametrize("dtype", [hb.float32, hb.int4, hb.bool8, hb.bfloat16])
+def test_a_received_dense_tensor_is_the_general_paths_tensor(dtype: hb.DType) -> None:
+    # The common message skips the buffer table's checks: what it builds is what the
+    # general constructor builds from the same message.
+    schema = Descriptor([DYNAMIC, 3], dtype)
+    d = schema.resolve([4])
+    (spec,) = d.buffer_layout()
+    _, batch, md = _good(schema, make(d, np.arange(spec.nbytes, dtype=np.uint8) % 2))
+    msg = F._check(schema, 0, batch, pa.py_buffer(md))
+    t = F._tensor(msg)
+    assert msg.resolved == d and F._receiving(d)[1]
+    general = hb.Tensor(d, [hb.Buffer(s.role, msg.address + o, s.nbytes)
+                            for s, o in zip(d.buffer_layout(), msg.offsets)],
+                        owner=msg.owner, readonly=True)
+    assert t.descriptor == general.descriptor == d
+    assert t.buffers == general.buffers and t.data_ptr == general.data_ptr
+    assert t.readonly and not t.copied and t.owner is msg.owner
+    assert snapshot(t) == snapshot(general)
+    q = Quantization(QuantScheme.PER_AXIS, "float32", "int8", axis=1)
+    assert not F._receiving(Descriptor([4, 3], hb.int8, quantization=q))[1]
+
+
 def test_unaligned_memory_is_copied_and_reported() -> None:
     a = np.arange(16, dtype=np.float64)
     raw = pa.py_buffer(b"\0" + a.tobytes())
     body = raw.slice(1)  # an address 8-aligned memory can never have
     assert body.address % 8
     d = Descriptor([16], hb.float64)
-    t = F._tensor(F._Message(d, [0], body))
+    t = F._tensor(F._Message(d, [0], body, body.address, body.size))
     assert t.copied and not t.readonly and t.data_ptr % 64 == 0
     assert np.asarray(t).tolist() == a.tolist()
 
