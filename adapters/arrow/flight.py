@@ -746,11 +746,15 @@ class FlightTensorServer(flight.FlightServerBase):
 
 def _path_key(descriptor: Any) -> bytes:
     """The stream name of a Flight descriptor, which must be a one-element path."""
-    if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
+    path = descriptor.path  # a new list at each read
+    if descriptor.descriptor_type != _PATH or len(path) != 1:
         raise FormatError(f"a stream is named by a one-element path descriptor "
                           f"(FlightDescriptor.for_path(name)), got {descriptor!r}",
                           field="flight.descriptor")
-    return bytes(descriptor.path[0])
+    return bytes(path[0])
+
+
+_PATH = flight.DescriptorType.PATH
 
 
 class _Held(NamedTuple):
