@@ -30,7 +30,7 @@ import pyarrow as pa
 from hurray_bridge._memory import alloc_aligned, host_view
 from hurray_bridge._trailing import verbatim, written_pieces
 from hurray_bridge.conversion import asarray_one
-from hurray_bridge.descriptor import DYNAMIC, Descriptor, dense_descriptor
+from hurray_bridge.descriptor import DYNAMIC, Descriptor
 from hurray_bridge.errors import (
     BackendNotAvailableError,
     DynamicShapeError,
@@ -39,7 +39,7 @@ from hurray_bridge.errors import (
     TransportError,
     UnsupportedError,
 )
-from hurray_bridge.layout import BufferRole
+from hurray_bridge.layout import BufferRole, Layout
 from hurray_bridge.stream import (
     _MESSAGE_HEADER,
     _STREAM_HEADER,
@@ -264,7 +264,8 @@ def _check(schema: Descriptor, seq: int, batch: pa.RecordBatch | None,
 def _receiving(d: Descriptor) -> tuple[int, bool]:
     """What every message of a shape needs alike (descriptors are immutable): the
     alignment every buffer of ``d`` needs to be read in place by a typed view, and
-    whether ``d`` is a plain row-major tensor (the tensor may then build it again)."""
+    whether ``d`` is a plain row-major tensor (the tensor may then build it again from
+    its shape, type and ``padded``)."""
     types = [d.dtype]
     if d.sparse is not None:
         types.append(d.sparse.index_dtype)
@@ -273,7 +274,11 @@ def _receiving(d: Descriptor) -> tuple[int, bool]:
         if d.quantization.zero_point_dtype is not None:
             types.append(d.quantization.zero_point_dtype)
     alignment = max(min(8, t.itemsize) for t in types)
-    return alignment, d == dense_descriptor(d.shape, d.dtype, d.padded)
+    # Read from the fields, not by building the dense descriptor of d's shape: a sparse
+    # or broadcast tensor of a huge shape is valid where that one could not exist.
+    plain = (d.layout is Layout.ROW_MAJOR and d.strides is None and d.tile is None
+             and d.sparse is None and d.quantization is None and d.shard is None)
+    return alignment, plain
 
 
 def _tensor(msg: _Message) -> Tensor:

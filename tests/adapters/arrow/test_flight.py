@@ -294,6 +294,19 @@ def test_a_received_dense_tensor_is_the_general_paths_tensor(dtype: hb.DType) ->
     assert not F._receiving(Descriptor([4, 3], hb.int8, quantization=q))[1]
 
 
+def test_a_tensor_whose_dense_form_could_not_exist_is_received(
+        server: F.FlightTensorServer) -> None:
+    # A sparse tensor of a huge shape, and a broadcast one, hold a few bytes; the dense
+    # tensor of their shape would need more than 2**64 - 1. Telling a plain message
+    # from others must not build that dense descriptor.
+    coo = Descriptor([2**31, 2**31], hb.float32, Layout.COO,
+                     sparse=Sparse(nnz=1, index_dtype=hb.int64))
+    items = [make(coo, np.array([1.5], np.float32), np.array([[5], [7]], np.int64))]
+    assert [snapshot(g) for g in round_trip(server, items, coo)] == [snapshot(items[0])]
+    wide = Descriptor([2**62], hb.float64, Layout.STRIDED, strides=[0])
+    assert not F._receiving(coo)[1] and not F._receiving(wide)[1]
+
+
 def test_unaligned_memory_is_copied_and_reported() -> None:
     a = np.arange(16, dtype=np.float64)
     raw = pa.py_buffer(b"\0" + a.tobytes())
