@@ -38,6 +38,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from typing import Any
 
 import hurray_bridge as hb
@@ -275,13 +276,129 @@ def run(small: bool = False) -> dict[str, Any]:
     return results
 
 
+def steps(n: int = 600) -> dict[str, dict[str, float]]:
+    """Where a 1 MiB get's and put's time goes: each step's median µs over ``n`` calls
+    of each kind, ours and pyarrow's interleaved call by call, timed between the
+    blocking Flight calls (where Python runs on cold caches). pyarrow's steps that have
+    no counterpart read 0."""
+    import statistics
+    import time
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.flight as fl
+
+    from hurray_bridge.adapters.arrow import flight
+    from hurray_bridge.stream import conform
+
+    clock = time.perf_counter_ns
+    schema = hb.Descriptor([hb.DYNAMIC], hb.float32)
+    a = np.random.default_rng(1).standard_normal((1 << 20) // 4).astype(np.float32)
+    batch = pa.record_batch([pa.array(a)], names=["x"])
+    desc, ticket = fl.FlightDescriptor.for_path(b"steps"), fl.Ticket(b"steps")
+    arrow_schema, header, end = flight._framing(schema)
+    get_steps = ["do_get", "schema", "read", "check", "tensor", "read the end"]
+    put_steps = ["do_put", "conform", "framing", "write", "write the end", "close"]
+
+    def our_get(c: Any) -> list[int]:
+        t = [clock()]
+        r = c.do_get(ticket)
+        t.append(clock())
+        s = flight._stream_schema(r.schema)
+        t.append(clock())
+        chunk = r.read_chunk()
+        t.append(clock())
+        msg = flight._check(s, 0, chunk.data, chunk.app_metadata)
+        t.append(clock())
+        flight._tensor(msg)
+        t.append(clock())
+        last = r.read_chunk()
+        flight._check(s, 1, last.data, last.app_metadata)
+        t.append(clock())
+        return t
+
+    def plain_get(c: Any) -> list[int]:
+        t = [clock()]
+        r = c.do_get(ticket)
+        t.append(clock())
+        _ = r.schema
+        t.append(clock())
+        chunk = r.read_chunk()
+        t.append(clock())
+        chunk.data.column(0).buffers()  # what a reader of the bytes pays
+        t += [clock(), clock()]
+        try:
+            r.read_chunk()
+        except StopIteration:
+            pass
+        t.append(clock())
+        return t
+
+    def our_put(c: Any) -> list[int]:
+        t = [clock()]
+        w, _ = c.do_put(desc, arrow_schema)
+        t.append(clock())
+        x = conform(a, schema)
+        t.append(clock())
+        b, md = flight._batch(x, 0, arrow_schema, header)
+        held = pa.py_buffer(md)
+        t.append(clock())
+        w.write_with_metadata(b, held)
+        t.append(clock())
+        w.write_with_metadata(end, flight._end_buffer(1))
+        t.append(clock())
+        w.close()
+        t.append(clock())
+        return t
+
+    def plain_put(c: Any) -> list[int]:
+        t = [clock()]
+        w, _ = c.do_put(desc, batch.schema)
+        t += [clock(), clock(), clock()]
+        w.write_batch(batch)
+        t += [clock(), clock()]
+        w.close()
+        t.append(clock())
+        return t
+
+    out: dict[str, dict[str, float]] = {}
+    with _child() as (ours_port, plain_port, _):
+        c_ours = fl.connect(f"grpc://127.0.0.1:{ours_port}")
+        c_plain = fl.connect(f"grpc://127.0.0.1:{plain_port}")
+        try:
+            runs = [("put, ours", put_steps, lambda: our_put(c_ours)),
+                    ("put, pyarrow", put_steps, lambda: plain_put(c_plain)),
+                    ("get, ours", get_steps, lambda: our_get(c_ours)),
+                    ("get, pyarrow", get_steps, lambda: plain_get(c_plain))]
+            times: dict[str, list[list[int]]] = {name: [] for name, _, _ in runs}
+            for _ in range(n):
+                for name, _, fn in runs:
+                    t = fn()
+                    times[name].append([y - x for x, y in pairwise(t)])
+            for name, names, _ in runs:
+                cols = list(zip(*times[name]))
+                out[name] = {k: statistics.median(c) / 1e3 for k, c in zip(names, cols)}
+                out[name]["whole call"] = statistics.median(sum(r) for r in times[name]) / 1e3
+        finally:
+            c_ours.close()
+            c_plain.close()
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.flight", description=__doc__)
     p.add_argument("--small", action="store_true", help="1 MiB and 8 MiB, fewer rounds")
+    p.add_argument("--steps", type=int, metavar="N", nargs="?", const=600,
+                   help="instead, time each step of N (600) 1 MiB gets and puts, ours and "
+                        "pyarrow's interleaved")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the child
     args = p.parse_args()
     if args.serve:
         serve()
+        return 0
+    if args.steps:
+        for name, st in steps(args.steps).items():
+            print(f"  {name:<13} " + "  ".join(f"{k} {v:.1f}" for k, v in st.items()) + " µs")
         return 0
     res = run(args.small)
     for note in res["notes"]:
