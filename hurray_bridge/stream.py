@@ -111,18 +111,33 @@ def resolved_schema(schema: Descriptor, sizes: tuple[int, ...]) -> Descriptor:
 
 
 @functools.lru_cache(maxsize=256)
-def _conforms(schema: Descriptor, d: Descriptor) -> bool:
-    """Whether ``d`` is ``schema`` resolved by its own sizes: the check :func:`conform`
-    makes, remembered (a stream sends the same shapes again and again), without its
-    messages (conform() goes on to name the defect)."""
-    if d.rank != schema.rank or any(want not in (DYNAMIC, got)
-                                    for got, want in zip(d.shape, schema.shape)):
+def _conformity(schema: Descriptor, d: Descriptor) -> bool:
+    """Whether a tensor of descriptor ``d`` conforms to ``schema`` as it is (True) or is a
+    strided view to compact (False); a refusal naming the axis or field otherwise.
+    Remembered: a stream sends the same shapes again and again (refusals are not)."""
+    dynamic = [i for i, n in enumerate(schema.shape) if n == DYNAMIC]
+    if d.rank != schema.rank:
+        raise FormatError(
+            f"tensor of shape {list(d.shape)} has rank {d.rank}, the schema {schema!r} has "
+            f"rank {schema.rank}", field="shape",
+        )
+    for axis, (got, want) in enumerate(zip(d.shape, schema.shape)):
+        if want != DYNAMIC and got != want:
+            raise FormatError(
+                f"axis {axis} has size {got} but the schema fixes it at {want}; only the "
+                f"schema's dynamic axes {dynamic} may vary", field="shape",
+            )
+    resolved = resolved_schema(schema, tuple(d.shape[a] for a in dynamic))
+    if d == resolved:
+        return True
+    # A strided view of a row-major schema is the common case: compact it (the stream
+    # holds a copy anyway). Anything else is a different tensor kind.
+    if d.layout == Layout.STRIDED and resolved == Descriptor(d.shape, d.dtype, padded=d.padded):
         return False
-    try:
-        return d == resolved_schema(schema, tuple(
-            got for got, want in zip(d.shape, schema.shape) if want == DYNAMIC))
-    except (FormatError, DynamicShapeError):
-        return False
+    raise FormatError(
+        f"tensor {d!r} does not conform to the schema: the schema resolves to {resolved!r}",
+        field="descriptor",
+    )
 
 
 def conform(obj: Any, schema: Descriptor) -> Tensor:
@@ -139,34 +154,7 @@ def conform(obj: Any, schema: Descriptor) -> Tensor:
             f"cannot stream a {t.device} tensor: its memory is not on the host; "
             "convert it to a host framework first"
         )
-    d = t.descriptor
-    if _conforms(schema, d):
-        return t
-    s = schema
-    dynamic = [i for i, n in enumerate(s.shape) if n == DYNAMIC]
-    if d.rank != s.rank:
-        raise FormatError(
-            f"tensor of shape {list(d.shape)} has rank {d.rank}, the schema {s!r} has rank "
-            f"{s.rank}", field="shape",
-        )
-    for axis, (got, want) in enumerate(zip(d.shape, s.shape)):
-        if want != DYNAMIC and got != want:
-            raise FormatError(
-                f"axis {axis} has size {got} but the schema fixes it at {want}; only the "
-                f"schema's dynamic axes {dynamic} may vary", field="shape",
-            )
-    resolved = resolved_schema(s, tuple(d.shape[a] for a in dynamic))
-    if d != resolved:
-        # A strided view of a row-major schema is the common case: compact it here
-        # (the stream holds a copy anyway). Anything else is a different tensor kind.
-        plain = Descriptor(d.shape, d.dtype, padded=d.padded)
-        if d.layout == Layout.STRIDED and resolved == plain:
-            return t.copy()
-        raise FormatError(
-            f"tensor {d!r} does not conform to the schema: the schema resolves to "
-            f"{resolved!r}", field="descriptor",
-        )
-    return t
+    return t if _conformity(schema, t.descriptor) else t.copy()
 
 
 def stream_head(schema: Descriptor) -> bytes:
