@@ -274,11 +274,12 @@ def _receiving(d: Descriptor) -> tuple[int, bool]:
         if d.quantization.zero_point_dtype is not None:
             types.append(d.quantization.zero_point_dtype)
     alignment = max(min(8, t.itemsize) for t in types)
-    # Read from the fields, not by building the dense descriptor of d's shape: a sparse
-    # or broadcast tensor of a huge shape is valid where that one could not exist.
-    plain = (d.layout is Layout.ROW_MAJOR and d.strides is None and d.tile is None
-             and d.sparse is None and d.quantization is None and d.shard is None)
-    return alignment, plain
+    # Read from the fields (a row-major descriptor has no strides, tile or sparse
+    # section), as wire.encode's dense shortcut does, not by building the dense
+    # descriptor of d's shape: a sparse or broadcast tensor of a huge shape is valid
+    # where that one could not exist.
+    return alignment, (d.layout is Layout.ROW_MAJOR and d.quantization is None
+                       and d.shard is None)
 
 
 def _tensor(msg: _Message) -> Tensor:
