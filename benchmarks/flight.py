@@ -116,9 +116,13 @@ def serve() -> None:
 
 
 @contextmanager
-def _child() -> Iterator[tuple[int, int, int]]:
+def _child() -> Iterator[tuple[Any, Any, int]]:
+    """The servers' child process; a client of our server and one of pyarrow's plain one
+    (each one connection, reused), and the socket stream's port."""
     import os
     import subprocess
+
+    import pyarrow.flight as fl
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
@@ -127,7 +131,13 @@ def _child() -> Iterator[tuple[int, int, int]]:
     try:
         assert child.stdout is not None and child.stdin is not None
         ours, plain, stream = (int(x) for x in child.stdout.readline().split())
-        yield ours, plain, stream
+        c_ours = fl.connect(f"grpc://127.0.0.1:{ours}")
+        c_plain = fl.connect(f"grpc://127.0.0.1:{plain}")
+        try:
+            yield c_ours, c_plain, stream
+        finally:
+            c_ours.close()
+            c_plain.close()
     finally:
         if child.stdin is not None:
             child.stdin.close()
@@ -147,132 +157,126 @@ def run(small: bool = False) -> dict[str, Any]:
 
     results: dict[str, Any] = {"timings": [], "ratios": {}, "notes": []}
     rounds = 7 if small else 21
-    with _child() as (ours_port, plain_port, stream_port), \
+    with _child() as (c_ours, c_plain, stream_port), \
             socket.create_connection(("127.0.0.1", stream_port)) as sock:
-        c_ours = fl.connect(f"grpc://127.0.0.1:{ours_port}")
-        c_plain = fl.connect(f"grpc://127.0.0.1:{plain_port}")
-        try:
-            schema = hb.Descriptor([hb.DYNAMIC], hb.float32)
-            for size in SMALL_SIZES if small else SIZES:
-                label = f"{size >> 20}MiB"
-                a = np.random.default_rng(size).standard_normal(size // 4).astype(np.float32)
-                batch = pa.record_batch([pa.array(a)], names=["x"])
-                desc = fl.FlightDescriptor.for_path(label.encode())
-                ticket = fl.Ticket(label.encode())
-                request = size.to_bytes(8, "little")
+        schema = hb.Descriptor([hb.DYNAMIC], hb.float32)
+        for size in SMALL_SIZES if small else SIZES:
+            label = f"{size >> 20}MiB"
+            a = np.random.default_rng(size).standard_normal(size // 4).astype(np.float32)
+            batch = pa.record_batch([pa.array(a)], names=["x"])
+            desc = fl.FlightDescriptor.for_path(label.encode())
+            ticket = fl.Ticket(label.encode())
+            request = size.to_bytes(8, "little")
 
-                def hb_put(a: Any = a, label: str = label) -> None:
-                    flight.put(c_ours, label, [a], schema=schema)
+            def hb_put(a: Any = a, label: str = label) -> None:
+                flight.put(c_ours, label, [a], schema=schema)
 
-                def pa_put(batch: Any = batch, desc: Any = desc) -> None:
-                    writer, _ = c_plain.do_put(desc, batch.schema)
+            def pa_put(batch: Any = batch, desc: Any = desc) -> None:
+                writer, _ = c_plain.do_put(desc, batch.schema)
+                writer.write_batch(batch)
+                writer.close()
+
+            def pa_put_fresh(a: Any = a, desc: Any = desc) -> None:
+                # What a pyarrow user pays who has an array, not a batch, per put.
+                fresh = pa.record_batch([pa.array(a)], names=["x"])
+                writer, _ = c_plain.do_put(desc, fresh.schema)
+                writer.write_batch(fresh)
+                writer.close()
+
+            copies = [0]
+
+            def hb_get(label: str = label, copies: list[int] = copies) -> None:
+                reader = flight.get(c_ours, label)
+                assert len(list(reader)) == 1
+                copies[0] += reader.copies
+
+            def pa_get(ticket: Any = ticket) -> None:
+                reader = c_plain.do_get(ticket)
+                while True:
+                    try:
+                        reader.read_chunk()
+                    except StopIteration:
+                        break
+
+            def pa_get_buffers(ticket: Any = ticket) -> None:
+                # What a pyarrow user pays to reach the bytes: each batch's column
+                # and its data buffer (pyarrow objects made after a blocking read).
+                reader = c_plain.do_get(ticket)
+                while True:
+                    try:
+                        chunk = reader.read_chunk()
+                    except StopIteration:
+                        break
+                    chunk.data.column(0).buffers()
+
+            def stream_get(request: bytes = request) -> None:
+                sock.sendall(request)
+                assert len(list(hb.StreamReader(sock))) == 1
+
+            def hb_put_stream(a: Any = a, label: str = label) -> None:
+                flight.put(c_ours, label + "x16", [a] * STREAM, schema=schema)
+
+            def pa_put_stream(batch: Any = batch, desc: Any = desc) -> None:
+                writer, _ = c_plain.do_put(desc, batch.schema)
+                for _ in range(STREAM):
                     writer.write_batch(batch)
-                    writer.close()
+                writer.close()
 
-                def pa_put_fresh(a: Any = a, desc: Any = desc) -> None:
-                    # What a pyarrow user pays who has an array, not a batch, per put.
-                    fresh = pa.record_batch([pa.array(a)], names=["x"])
-                    writer, _ = c_plain.do_put(desc, fresh.schema)
-                    writer.write_batch(fresh)
-                    writer.close()
+            # The Hurray messages of one put, built once: sent by pyarrow alone, they
+            # price the format (a second message, app_metadata) against the plain
+            # batch, and, to our server, what the put's own Python costs on top.
+            arrow_schema, header, end = flight._framing(schema)
+            hb_batch, hb_md = flight._batch(hb.asarray(a), 0, arrow_schema, header)
+            built = (arrow_schema, hb_batch, pa.py_buffer(hb_md), end, flight._end_buffer(1))
 
-                copies = [0]
+            def prebuilt(client: Any, desc: Any = desc, built: Any = built) -> None:
+                schema_, batch_, md_, end_, end_md = built
+                writer, _ = client.do_put(desc, schema_)
+                writer.write_with_metadata(batch_, md_)
+                writer.write_with_metadata(end_, end_md)
+                writer.close()
 
-                def hb_get(label: str = label, copies: list[int] = copies) -> None:
-                    reader = flight.get(c_ours, label)
-                    assert len(list(reader)) == 1
-                    copies[0] += reader.copies
-
-                def pa_get(ticket: Any = ticket) -> None:
-                    reader = c_plain.do_get(ticket)
-                    while True:
-                        try:
-                            reader.read_chunk()
-                        except StopIteration:
-                            break
-
-                def pa_get_buffers(ticket: Any = ticket) -> None:
-                    # What a pyarrow user pays to reach the bytes: each batch's column
-                    # and its data buffer (pyarrow objects made after a blocking read).
-                    reader = c_plain.do_get(ticket)
-                    while True:
-                        try:
-                            chunk = reader.read_chunk()
-                        except StopIteration:
-                            break
-                        chunk.data.column(0).buffers()
-
-                def stream_get(request: bytes = request) -> None:
-                    sock.sendall(request)
-                    assert len(list(hb.StreamReader(sock))) == 1
-
-                def hb_put_stream(a: Any = a, label: str = label) -> None:
-                    flight.put(c_ours, label + "x16", [a] * STREAM, schema=schema)
-
-                def pa_put_stream(batch: Any = batch, desc: Any = desc) -> None:
-                    writer, _ = c_plain.do_put(desc, batch.schema)
-                    for _ in range(STREAM):
-                        writer.write_batch(batch)
-                    writer.close()
-
-                # The Hurray messages of one put, built once: sent by pyarrow alone, they
-                # price the format (a second message, app_metadata) against the plain
-                # batch, and, to our server, what the put's own Python costs on top.
-                arrow_schema, header, end = flight._framing(schema)
-                hb_batch, hb_md = flight._batch(hb.asarray(a), 0, arrow_schema, header)
-                built = (arrow_schema, hb_batch, pa.py_buffer(hb_md), end, flight._end_buffer(1))
-
-                def prebuilt(client: Any, desc: Any = desc, built: Any = built) -> None:
-                    schema_, batch_, md_, end_, end_md = built
-                    writer, _ = client.do_put(desc, schema_)
-                    writer.write_with_metadata(batch_, md_)
-                    writer.write_with_metadata(end_, end_md)
-                    writer.close()
-
-                hb_put()
-                pa_put()
-                stream_pairs = [] if size > (1 << 20) else [
-                    (f"put_{label}_stream_of_{STREAM}_vs_pyarrow_do_put", "hb flight.put",
-                     hb_put_stream, f"pyarrow do_put ({STREAM} plain batches)", pa_put_stream,
-                     "<= 1.11"),
-                    (f"put_{label}_hurray_messages_vs_plain_batch", "pyarrow do_put (Hurray "
-                     "messages, built once)", lambda: prebuilt(c_plain),
-                     "pyarrow do_put (plain batch)", pa_put, "informational"),
-                    (f"put_{label}_vs_its_messages_built_once", "hb flight.put", hb_put,
-                     "pyarrow do_put (Hurray messages, built once) to our server",
-                     lambda: prebuilt(c_ours), "informational"),
-                ]
-                pairs = [
-                    *stream_pairs,
-                    (f"put_{label}_vs_pyarrow_do_put", "hb flight.put", hb_put,
-                     "pyarrow do_put (plain batch)", pa_put, "<= 1.11"),
-                    (f"put_{label}_vs_pyarrow_do_put_fresh_batch", "hb flight.put", hb_put,
-                     "pyarrow do_put (batch built per put)", pa_put_fresh, "informational"),
-                    (f"get_{label}_vs_pyarrow_do_get", "hb flight.get", hb_get,
-                     "pyarrow do_get (plain batch)", pa_get, "<= 1.11"),
-                    (f"get_{label}_vs_pyarrow_do_get_buffers", "hb flight.get", hb_get,
-                     "pyarrow do_get (each batch's buffers reached)", pa_get_buffers,
-                     "informational"),
-                    (f"get_{label}_vs_socket_stream", "hb flight.get", hb_get,
-                     "hb StreamReader over a TCP socket", stream_get, "informational"),
-                ]
-                # A 1 MiB call takes about a millisecond, and one round's ratio moves by
-                # tens of percent on a shared machine: take the median of many more.
-                n = rounds if size > SIZES[0] else rounds * 5
-                for key, na, fa, nb, fb, goal in pairs:
-                    ta, tb, r = compare(f"{na} {label}", fa, f"{nb} {label}", fb, rounds=n)
-                    results["timings"] += [ta.as_dict(), tb.as_dict()]
-                    moved = size * (STREAM if "_stream_of_" in key else 1) / (1 << 20)
-                    results["ratios"][key] = ratio(
-                        r, goal, throughput_vs_peer=round(1 / r, 3),
-                        mib_per_s=round(moved / (ta.median_us / 1e6), 1),
-                        peer_mib_per_s=round(moved / (tb.median_us / 1e6), 1))
-                results["notes"].append(f"{label}: flight.get copied {copies[0]} received "
-                                        "tensors for alignment (0 = every one shared the "
-                                        "record batch)")
-        finally:
-            c_ours.close()
-            c_plain.close()
+            hb_put()
+            pa_put()
+            stream_pairs = [] if size > (1 << 20) else [
+                (f"put_{label}_stream_of_{STREAM}_vs_pyarrow_do_put", "hb flight.put",
+                 hb_put_stream, f"pyarrow do_put ({STREAM} plain batches)", pa_put_stream,
+                 "<= 1.11"),
+                (f"put_{label}_hurray_messages_vs_plain_batch", "pyarrow do_put (Hurray "
+                 "messages, built once)", lambda: prebuilt(c_plain),
+                 "pyarrow do_put (plain batch)", pa_put, "informational"),
+                (f"put_{label}_vs_its_messages_built_once", "hb flight.put", hb_put,
+                 "pyarrow do_put (Hurray messages, built once) to our server",
+                 lambda: prebuilt(c_ours), "informational"),
+            ]
+            pairs = [
+                *stream_pairs,
+                (f"put_{label}_vs_pyarrow_do_put", "hb flight.put", hb_put,
+                 "pyarrow do_put (plain batch)", pa_put, "<= 1.11"),
+                (f"put_{label}_vs_pyarrow_do_put_fresh_batch", "hb flight.put", hb_put,
+                 "pyarrow do_put (batch built per put)", pa_put_fresh, "informational"),
+                (f"get_{label}_vs_pyarrow_do_get", "hb flight.get", hb_get,
+                 "pyarrow do_get (plain batch)", pa_get, "<= 1.11"),
+                (f"get_{label}_vs_pyarrow_do_get_buffers", "hb flight.get", hb_get,
+                 "pyarrow do_get (each batch's buffers reached)", pa_get_buffers,
+                 "informational"),
+                (f"get_{label}_vs_socket_stream", "hb flight.get", hb_get,
+                 "hb StreamReader over a TCP socket", stream_get, "informational"),
+            ]
+            # A 1 MiB call takes about a millisecond, and one round's ratio moves by
+            # tens of percent on a shared machine: take the median of many more.
+            n = rounds if size > SIZES[0] else rounds * 5
+            for key, na, fa, nb, fb, goal in pairs:
+                ta, tb, r = compare(f"{na} {label}", fa, f"{nb} {label}", fb, rounds=n)
+                results["timings"] += [ta.as_dict(), tb.as_dict()]
+                moved = size * (STREAM if "_stream_of_" in key else 1) / (1 << 20)
+                results["ratios"][key] = ratio(
+                    r, goal, throughput_vs_peer=round(1 / r, 3),
+                    mib_per_s=round(moved / (ta.median_us / 1e6), 1),
+                    peer_mib_per_s=round(moved / (tb.median_us / 1e6), 1))
+            results["notes"].append(f"{label}: flight.get copied {copies[0]} received "
+                                    "tensors for alignment (0 = every one shared the "
+                                    "record batch)")
     return results
 
 
@@ -362,26 +366,20 @@ def steps(n: int = 600) -> dict[str, dict[str, float]]:
         return t
 
     out: dict[str, dict[str, float]] = {}
-    with _child() as (ours_port, plain_port, _):
-        c_ours = fl.connect(f"grpc://127.0.0.1:{ours_port}")
-        c_plain = fl.connect(f"grpc://127.0.0.1:{plain_port}")
-        try:
-            runs = [("put, ours", put_steps, lambda: our_put(c_ours)),
-                    ("put, pyarrow", put_steps, lambda: plain_put(c_plain)),
-                    ("get, ours", get_steps, lambda: our_get(c_ours)),
-                    ("get, pyarrow", get_steps, lambda: plain_get(c_plain))]
-            times: dict[str, list[list[int]]] = {name: [] for name, _, _ in runs}
-            for _ in range(n):
-                for name, _, fn in runs:
-                    t = fn()
-                    times[name].append([y - x for x, y in pairwise(t)])
-            for name, names, _ in runs:
-                cols = list(zip(*times[name]))
-                out[name] = {k: statistics.median(c) / 1e3 for k, c in zip(names, cols)}
-                out[name]["whole call"] = statistics.median(sum(r) for r in times[name]) / 1e3
-        finally:
-            c_ours.close()
-            c_plain.close()
+    with _child() as (c_ours, c_plain, _):
+        runs = [("put, ours", put_steps, lambda: our_put(c_ours)),
+                ("put, pyarrow", put_steps, lambda: plain_put(c_plain)),
+                ("get, ours", get_steps, lambda: our_get(c_ours)),
+                ("get, pyarrow", get_steps, lambda: plain_get(c_plain))]
+        times: dict[str, list[list[int]]] = {name: [] for name, _, _ in runs}
+        for _ in range(n):
+            for name, _, fn in runs:
+                t = fn()
+                times[name].append([y - x for x, y in pairwise(t)])
+        for name, names, _ in runs:
+            cols = list(zip(*times[name]))
+            out[name] = {k: statistics.median(c) / 1e3 for k, c in zip(names, cols)}
+            out[name]["whole call"] = statistics.median(sum(r) for r in times[name]) / 1e3
     return out
 
 
